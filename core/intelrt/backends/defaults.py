@@ -1,0 +1,141 @@
+"""Generic decisions for any backend (``trylast``): a backend plugin overrides what it knows
+better. Every answer says why, so a plan never holds an unexplained value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import PlanError
+from ..model_source import ModelInfo
+from ..plugins import hookimpl
+from ..request import Request
+from ..types import BackendStatus, Decision, JSONValue, Setting
+from ..versions import package_version
+
+KNOWN_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+                   "flex_attention", "paged|sdpa", "paged|eager", "paged|flash_attention_2")
+NVIDIA_ONLY_ATTENTION = ("flash_attention_3", "flash_attention_4")
+FIT_HEADROOM = 1.2  # weights × this must fit: activations and KV cache need room too
+
+
+def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
+    """Whether the weights fit the smallest visible device (``None`` when memory is unknown)."""
+    memories = [d.total_memory for d in backend.devices if d.total_memory]
+    if not memories:
+        return None
+    need = model.weight_bytes if bytes_per_param is None else model.parameter_count * bytes_per_param
+    return need * FIT_HEADROOM <= min(memories)
+
+
+@hookimpl(trylast=True)
+def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision:
+    if request.is_forced("dtype"):
+        return Decision(request.dtype, "requested by the user")
+    if backend.device_type == "cpu":
+        return Decision("float32", "CPU: float32 is exact and fast on every CPU; pass dtype='bfloat16' to halve memory")
+    if backend.devices and all(d.bf16 for d in backend.devices):
+        return Decision("bfloat16", f"every visible {backend.name} device supports bfloat16")
+    if backend.devices and any(d.bf16 is False for d in backend.devices):
+        return Decision("float16", f"a visible {backend.name} device lacks bfloat16; float16 keeps half the memory")
+    return Decision("float32", f"bfloat16 support of {backend.name} is unknown; float32 is the safe choice")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, JSONValue]) -> Decision:
+    dtype = decisions.get("dtype")
+    per_param = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}.get(str(dtype))
+    quantization = decisions.get("quantization")
+    if isinstance(quantization, dict):
+        per_param = 0.5 if quantization.get("bits") == 4 else 1.0
+    fits = fits_one_device(backend, model, per_param)
+    if fits is False and backend.device_count > 1:
+        return Decision("auto", f"the weights do not fit one {backend.name} device; accelerate splits them "
+                                f"across the {backend.device_count} visible devices")
+    if fits is False:
+        return Decision(backend.device_type, f"the weights may not fit the only {backend.name} device; "
+                                             "quantization='4bit' would shrink them",
+                        notes=("expect an out-of-memory error at load time",))
+    return Decision(backend.device_type, f"the model fits one {backend.name} device")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision:
+    if request.is_forced("attention"):
+        wanted = request.attention
+        if wanted in NVIDIA_ONLY_ATTENTION and backend.device_type != "cuda":
+            raise PlanError(f"attention={wanted!r}: FlashAttention-3 and -4 run only on NVIDIA GPUs, "
+                            f"not on {backend.name}; use 'sdpa' (the default) or 'flash_attention_2'")
+        if wanted == "flash_attention_2" and backend.device_type == "cpu":
+            raise PlanError("attention='flash_attention_2' needs a GPU; on the CPU use 'sdpa' (the default) or 'eager'")
+        if wanted not in KNOWN_ATTENTION and "/" not in wanted:
+            raise PlanError(f"attention={wanted!r} is not an attention implementation; use one of "
+                            f"{', '.join(KNOWN_ATTENTION)} or a hub kernel id 'org/repo'")
+        return Decision(wanted, "requested by the user")
+    return Decision("sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_kernels(backend: BackendStatus, request: Request) -> Decision:
+    if request.kernels is True:
+        if package_version("kernels") is None:
+            raise PlanError("kernels=True needs the kernels package: pip install 'intelrt[kernels]'")
+        return Decision({"use_kernels": True, "kernel_mapping": None, "use_local_kernel": False},
+                        "requested by the user")
+    reason = "turned off by the user" if request.kernels is False else (
+        f"no hub-kernel mapping is known for {backend.name} that works offline")
+    return Decision({"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}, reason)
+
+
+@hookimpl(trylast=True)
+def intelrt_select_quantization(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]) -> Decision:
+    if request.quantization is None:
+        return Decision(None, "not requested")
+    version = package_version("bitsandbytes")
+    if version is None:
+        raise PlanError(f"quantization={request.quantization!r} uses bitsandbytes, which is not installed: "
+                        "pip install 'intelrt[bitsandbytes]'")
+    bits = 4 if request.quantization == "4bit" else 8
+    compute = decisions.get("dtype") if decisions.get("dtype") != "float32" else "float32"
+    value: dict[str, Any] = {"method": "bitsandbytes", "bits": bits}
+    if bits == 4:
+        value.update(quant_type="nf4", compute_dtype=compute, double_quant=True)
+    return Decision(value, f"bitsandbytes {version} {bits}-bit on {backend.name}")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision:
+    choice = request.compile
+    if choice == "none":
+        return Decision({"enabled": False, "backend": None, "mode": None}, "turned off by the user")
+    if choice == "on":
+        return Decision({"enabled": True, "backend": "inductor", "mode": None},
+                        "requested by the user; inductor is torch's default compiler")
+    if choice != "auto":
+        return Decision({"enabled": True, "backend": choice, "mode": None}, "requested by the user")
+    return Decision({"enabled": False, "backend": None, "mode": None},
+                    f"not needed for {backend.name}: compile warm-up outweighs its gain for one-off runs")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
+    if backend.device_type == "cpu":
+        return Decision("gloo", "gloo is torch.distributed's CPU backend")
+    return None
+
+
+@hookimpl(trylast=True)
+def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]) -> list[Setting]:
+    settings: list[Setting] = []
+    dtype = plan.value("dtype")
+    if "bf16" not in overrides and "fp16" not in overrides:
+        if dtype == "bfloat16":
+            settings.append(Setting("bf16", True, "the plan's dtype is bfloat16"))
+        elif dtype == "float16" and backend.device_type != "cpu":
+            settings.append(Setting("fp16", True, "the plan's dtype is float16 (mixed precision)"))
+    if backend.device_type == "cpu" and "use_cpu" not in overrides:
+        settings.append(Setting("use_cpu", True, "the plan runs on the CPU"))
+    collective = plan.value("collective")
+    if collective and "ddp_backend" not in overrides:
+        settings.append(Setting("ddp_backend", collective, plan.decisions["collective"].reason))
+    return settings

@@ -1,0 +1,153 @@
+"""``intelrt`` command line: plugins | doctor | plan | run (every command takes --json)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .errors import IntelrtError
+
+log = logging.getLogger("intelrt")
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    from .redaction import redact, redact_text
+
+    if args.json:
+        print(json.dumps(redact(data), indent=2))
+    else:
+        print(redact_text(text))
+
+
+@contextlib.contextmanager
+def _maybe_simulate(spec: str | None) -> Iterator[None]:
+    if not spec:
+        yield
+        return
+    from .testing.simulation import parse_spec, simulate
+
+    try:
+        kwargs = parse_spec(spec)
+    except ValueError as exc:
+        raise SystemExit(f"intelrt: {exc}") from None
+    with simulate(**kwargs):
+        yield
+
+
+def _plan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="auto", help="auto, cpu, cuda, xpu, hpu, ... (default auto)")
+    parser.add_argument("--devices", default=None, help="device ids, e.g. 0,2")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--attention", default="auto")
+    parser.add_argument("--kernels", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument("--quantization", default=None, help="4bit or 8bit")
+    parser.add_argument("--compile", default="auto", help="auto, none, on, or a torch.compile backend")
+    parser.add_argument("--task", default="auto")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--allow-pickle", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="turn risky-configuration warnings into errors")
+    parser.add_argument("--simulate", metavar="KIND:N[:GEN]", default=None,
+                        help="plan as on a simulated machine, e.g. xpu:2 or hpu:8:gaudi3")
+
+
+def _plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"backend": args.backend, "devices": args.devices, "dtype": args.dtype, "attention": args.attention,
+            "kernels": args.kernels, "quantization": args.quantization, "compile": args.compile,
+            "task": args.task, "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle,
+            "strict": args.strict}
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from .plugins import PluginHost
+
+    host = PluginHost(on_error="record")
+    records = [r.to_dict() for r in host.records]
+    text = "\n".join(f"{r['name']:<10} {r['distribution']:<14} {r['version']:<8} {r['status']:<11} "
+                     f"{len(r['hooks'])} hooks" + (f"  error: {r['error']}" if r["error"] else "") for r in records)
+    _emit(args, {"plugins": records}, text)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose, format_report
+
+    with _maybe_simulate(args.simulate):
+        report = diagnose()
+    _emit(args, report, format_report(report))
+    return 1 if any(f["severity"] == "error" for f in report["findings"]) else 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .planning import plan
+
+    with _maybe_simulate(args.simulate):
+        result = plan(args.model, **_plan_kwargs(args))
+    _emit(args, result.to_dict(), str(result))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .loading import load
+    from .tiny import default_model_path
+
+    model = args.model or str(default_model_path())
+    loaded = load(model, **_plan_kwargs(args))
+    text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
+    if args.json:
+        _emit(args, {"plan": loaded.plan.to_dict(), "prompt": args.prompt, "output": text}, "")
+    else:
+        print(loaded.plan)
+        print(f"\nprompt: {args.prompt}\noutput: {text}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="intelrt", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what intelrt does")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plugins", help="list plugins: name, distribution, version, hooks, status")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("doctor", help="versions, backends with reasons, environment, findings with fixes")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("plan", help="show what intelrt would do for MODEL, without loading it")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true")
+    _plan_options(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("run", help="load MODEL (default: the embedded tiny model) and generate")
+    p.add_argument("model", nargs="?", default=None)
+    p.add_argument("--prompt", default="Intel GPUs are")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--json", action="store_true")
+    _plan_options(p)
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="intelrt: %(levelname)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except IntelrtError as exc:
+        notes = "".join(f"\n  ({n})" for n in getattr(exc, "__notes__", []))
+        print(f"intelrt: error: {exc}{notes}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

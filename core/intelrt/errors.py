@@ -1,0 +1,36 @@
+"""Every error intelrt raises on purpose; each message says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class IntelrtError(Exception):
+    """Base class: catching it catches every deliberate intelrt error."""
+
+
+class ConfigurationError(IntelrtError, ValueError):
+    """A request, argument or environment variable that intelrt cannot act on."""
+
+
+class BackendUnavailableError(IntelrtError, RuntimeError):
+    """A backend was asked for (or needed) and is not available (SPEC C1)."""
+
+
+class PlanError(IntelrtError, ValueError):
+    """A decision cannot be made as requested on the chosen backend."""
+
+
+class PluginError(IntelrtError, RuntimeError):
+    """A plugin failed to import, raised in a hook, or returned a wrong type (SPEC C6)."""
+
+    def __init__(self, message: str, *, plugin: str, distribution: str | None) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.distribution = distribution
+
+
+class ModelSourceError(IntelrtError, FileNotFoundError):
+    """The model cannot be found or read without downloading."""
+
+
+class UnsafeModelError(IntelrtError, PermissionError):
+    """The model needs pickle weights or remote code and the caller did not opt in (SPEC C5)."""

@@ -1,0 +1,112 @@
+"""A loaded model with its tokenizer and plan: what ``intelrt.load`` returns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+from .plan import Plan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
+@dataclass
+class Loaded:
+    """The model, its tokenizer (or processor) and the plan that produced them."""
+
+    model: Any
+    tokenizer: Any
+    plan: Plan
+
+    @property
+    def device(self) -> Any:
+        return self.model.device
+
+    def _require_tokenizer(self, what: str) -> Any:
+        if self.tokenizer is None:
+            raise ConfigurationError(
+                f"{what} needs a tokenizer, and {self.plan.model.source} has none (no tokenizer.json / "
+                "tokenizer_config.json). Save one next to the model, or call loaded.model directly with token ids.")
+        return self.tokenizer
+
+    def _require_task(self, *tasks: str) -> None:
+        if self.plan.task not in tasks:
+            raise ConfigurationError(f"this model was loaded for {self.plan.task!r}; that call needs "
+                                     f"{' or '.join(tasks)} (pass task= to intelrt.load)")
+
+    @staticmethod
+    def _prompts(prompt: str | Sequence[str]) -> tuple[list[str], bool]:
+        if isinstance(prompt, str):
+            return [prompt], True
+        if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            prompts = list(prompt)
+            if not prompts:
+                raise ConfigurationError("generate() got an empty list of prompts; pass at least one string")
+            bad = [type(p).__name__ for p in prompts if not isinstance(p, str)]
+            if bad:
+                raise ConfigurationError(f"every prompt must be a str; got {', '.join(sorted(set(bad)))}")
+            return prompts, False
+        raise ConfigurationError(f"prompt must be a str or a list of str, got {type(prompt).__name__}")
+
+    def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> str | list[str]:
+        """Generate a continuation of ``prompt`` (or of each prompt in a list); returns the new text.
+
+        Keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 32, greedy unless
+        ``do_sample=True``).
+        """
+        self._require_task("text-generation")
+        tokenizer = self._require_tokenizer("generate()")
+        prompts, single = self._prompts(prompt)
+        kwargs = {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "do_sample": False, **generation_kwargs}
+        max_new = kwargs["max_new_tokens"]
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+            raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        import torch
+
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+        padding_side = tokenizer.padding_side
+        tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        try:
+            inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(self.model.device)
+        finally:
+            tokenizer.padding_side = padding_side
+        if inputs["input_ids"].shape[1] == 0:
+            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
+        with torch.inference_mode():
+            output = self.model.generate(**inputs, **kwargs)
+        new_tokens = output[:, inputs["input_ids"].shape[1]:]
+        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return texts[0] if single else texts
+
+    def embed(self, texts: str | Sequence[str]) -> Any:
+        """Mean-pooled last hidden states, one row per text (feature-extraction models)."""
+        self._require_task("feature-extraction")
+        tokenizer = self._require_tokenizer("embed()")
+        items, _ = self._prompts(texts)
+        import torch
+
+        inputs = tokenizer(items, return_tensors="pt", padding=True, truncation=True).to(self.model.device)
+        with torch.inference_mode():
+            hidden = self.model(**inputs).last_hidden_state
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+    def classify(self, texts: str | Sequence[str]) -> list[str]:
+        """Predicted label for each text (sequence-classification models)."""
+        self._require_task("sequence-classification")
+        tokenizer = self._require_tokenizer("classify()")
+        items, _ = self._prompts(texts)
+        import torch
+
+        inputs = tokenizer(items, return_tensors="pt", padding=True, truncation=True).to(self.model.device)
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits
+        labels = self.model.config.id2label
+        return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]

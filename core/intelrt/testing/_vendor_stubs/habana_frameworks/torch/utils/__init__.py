@@ -1,0 +1,1 @@
+from . import experimental  # noqa: F401
