@@ -48,6 +48,8 @@ def _plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantization", default=None, help="4bit or 8bit")
     parser.add_argument("--compile", default="auto", help="auto, none, on, or a torch.compile backend")
     parser.add_argument("--task", default="auto")
+    parser.add_argument("--batching", default="auto", choices=("auto", "continuous", "padded"))
+    parser.add_argument("--graphs", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--allow-pickle", action="store_true")
     parser.add_argument("--strict", action="store_true", help="turn risky-configuration warnings into errors")
@@ -58,7 +60,8 @@ def _plan_options(parser: argparse.ArgumentParser) -> None:
 def _plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"backend": args.backend, "devices": args.devices, "dtype": args.dtype, "attention": args.attention,
             "kernels": args.kernels, "quantization": args.quantization, "compile": args.compile,
-            "task": args.task, "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle,
+            "task": args.task, "batching": args.batching, "graphs": args.graphs,
+            "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle,
             "strict": args.strict}
 
 

@@ -126,6 +126,17 @@ def intelrt_select_compile(backend: BackendStatus, request: Request, model: Mode
 
 
 @hookspec(firstresult=True)
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
+                            env: Mapping[str, str], decisions: Mapping[str, JSONValue]
+                            ) -> Decision | None:
+    """Decide how a list of prompts is generated: value ``{"method": "continuous" | "padded",
+    "use_graphs": bool | None, "use_async_batching": bool | None}`` where ``None`` leaves the
+    choice to transformers' continuous batching (SPEC X7). ``request.batching`` and
+    ``request.graphs`` are ``"auto"`` or forced. Stops at the first non-``None`` result.
+    """
+
+
+@hookspec(firstresult=True)
 def intelrt_wrap_compile(backend: BackendStatus, compile_fn: Callable[..., Any]
                          ) -> Callable[..., Any] | None:
     """Return a replacement for ``torch.compile`` that this backend needs installed process-wide
@@ -180,6 +191,7 @@ RESULT_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
     "intelrt_select_kernels": ("one", (Decision,)),
     "intelrt_select_quantization": ("one", (Decision,)),
     "intelrt_select_compile": ("one", (Decision,)),
+    "intelrt_select_batching": ("one", (Decision,)),
     "intelrt_wrap_compile": ("callable", ()),
     "intelrt_select_collective": ("one", (Decision,)),
     "intelrt_training_arguments": ("list", (Setting,)),

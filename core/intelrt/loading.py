@@ -63,15 +63,16 @@ def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
 
 def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
-         compile: str | bool = AUTO, task: str = AUTO, trust_remote_code: bool = False,
-         allow_pickle: bool = False, strict: bool = False, **from_pretrained_kwargs: Any) -> Loaded:
+         compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False, strict: bool = False,
+         **from_pretrained_kwargs: Any) -> Loaded:
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
 
     Unlike planning, loading a hub id that is not cached downloads it (unless ``HF_HUB_OFFLINE``).
     """
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                            batching=batching, graphs=graphs, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)
     host = get_host()
     info = resolve_model(request.model, download=True)

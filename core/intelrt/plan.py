@@ -13,7 +13,8 @@ from .request import Request
 from .types import BackendStatus, Finding, JSONValue
 
 #: Order in which decisions are made and printed.
-CONCERNS = ("task", "dtype", "quantization", "placement", "attention", "kernels", "compile", "collective")
+CONCERNS = ("task", "dtype", "quantization", "placement", "attention", "kernels", "compile", "batching",
+            "collective")
 
 
 @dataclass(frozen=True)

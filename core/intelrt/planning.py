@@ -23,6 +23,7 @@ SELECTION_HOOKS = (
     ("attention", "intelrt_select_attention"),
     ("kernels", "intelrt_select_kernels"),
     ("compile", "intelrt_select_compile"),
+    ("batching", "intelrt_select_batching"),
 )
 #: Concerns whose forced string value a plugin must return unchanged.
 VERBATIM = ("dtype", "attention")
@@ -98,8 +99,9 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
 
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
-         compile: str | bool = AUTO, task: str = AUTO, trust_remote_code: bool = False,
-         allow_pickle: bool = False, strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
+         compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False, strict: bool = False,
+         **from_pretrained_kwargs: Any) -> Plan:
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
 
     Every argument defaults to ``"auto"`` (intelrt decides); any other value is forced and shows
@@ -107,6 +109,6 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     """
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                            batching=batching, graphs=graphs, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)
     return make_plan(request)

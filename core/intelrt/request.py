@@ -13,6 +13,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
                   "float": "float32"}
 QUANTIZATIONS = ("4bit", "8bit")
+BATCHING = ("auto", "continuous", "padded")
+GRAPHS = ("auto", "on", "off")
 TASKS = ("auto", "text-generation", "feature-extraction", "sequence-classification")
 COMPILE_CHOICES = ("auto", "none", "on")  # any other str names a torch.compile backend
 
@@ -67,6 +69,10 @@ class Request:
     quantization: str | None = None
     compile: str | bool = AUTO
     task: str = AUTO
+    batching: str = AUTO
+    """How a list of prompts is generated: ``continuous`` batching (SPEC X7), ``padded`` batch, or auto."""
+    graphs: str = AUTO
+    """Device graphs (CUDA / XPU / HPU graphs) for decoding: ``on``, ``off`` or auto."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict: bool = False
@@ -81,7 +87,8 @@ class Request:
     @classmethod
     def build(cls, model: object, *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
               attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
-              compile: str | bool = AUTO, task: str = AUTO, trust_remote_code: bool = False,
+              compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO,
+              graphs: str | bool = AUTO, trust_remote_code: bool = False,
               allow_pickle: bool = False, strict: bool = False,
               **from_pretrained_kwargs: Any) -> Request:
         import os
@@ -103,6 +110,10 @@ class Request:
             compile = "on" if compile else "none"
         _text_choice("compile", compile)
         _text_choice("task", task, TASKS)
+        _text_choice("batching", batching, BATCHING)
+        if isinstance(graphs, bool):
+            graphs = "on" if graphs else "off"
+        _text_choice("graphs", graphs, GRAPHS)
         for flag, value in (("trust_remote_code", trust_remote_code), ("allow_pickle", allow_pickle),
                             ("strict", strict)):
             if not isinstance(value, bool):
@@ -117,7 +128,7 @@ class Request:
                     f"{key}= is decided by the plan; pass {owned[key]} to intelrt instead")
         return cls(model=str(model), backend=backend, devices=normalize_devices(devices), dtype=dtype,
                    attention=attention, kernels=kernels, quantization=quantization, compile=compile,
-                   task=task, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+                   task=task, batching=batching, graphs=graphs, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
                    strict=strict, from_pretrained_kwargs=dict(from_pretrained_kwargs))
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +137,7 @@ class Request:
             "devices": list(self.devices) if self.devices is not None else None,
             "dtype": self.dtype, "attention": self.attention, "kernels": self.kernels,
             "quantization": self.quantization, "compile": self.compile, "task": self.task,
+            "batching": self.batching, "graphs": self.graphs,
             "trust_remote_code": self.trust_remote_code, "allow_pickle": self.allow_pickle,
             "strict": self.strict,
             "from_pretrained_kwargs": {k: repr(v) for k, v in self.from_pretrained_kwargs.items()},

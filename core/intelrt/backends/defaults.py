@@ -118,6 +118,17 @@ def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision
 
 
 @hookimpl(trylast=True)
+def intelrt_select_batching(backend: BackendStatus, request: Request) -> Decision:
+    graphs = {"on": True, "off": False}.get(request.graphs)
+    if request.batching == "padded":
+        return Decision({"method": "padded", "use_graphs": graphs, "use_async_batching": None}, "requested by the user")
+    reason = "requested by the user" if request.batching == "continuous" else (
+        "transformers' continuous batching schedules many prompts better than one padded batch")
+    return Decision({"method": "continuous", "use_graphs": graphs, "use_async_batching": None}, reason,
+                    notes=() if graphs is not None else ("graphs and async batching left to transformers' auto",))
+
+
+@hookimpl(trylast=True)
 def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
     if backend.device_type == "cpu":
         return Decision("gloo", "gloo is torch.distributed's CPU backend")
