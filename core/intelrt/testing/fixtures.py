@@ -29,10 +29,8 @@ def plugin_host(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny causal LM (the embedded default) built into the session's temp dir."""
-    from intelrt.tiny import build_causal_lm
+def tiny_model_path() -> Path:
+    """The tiny causal LM that ``intelrt run`` uses by default (built once into the intelrt cache)."""
+    from intelrt.tiny import default_model_path
 
-    path = tmp_path_factory.mktemp("tiny-causal-lm")
-    build_causal_lm(path)
-    return path
+    return default_model_path()

@@ -1,0 +1,53 @@
+"""Suite-wide settings: offline, a clean intelrt-relevant environment, the tiny model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # SPEC C4: no test reaches the hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: Variables from the developer's shell that would change what intelrt decides.
+_LEAKY_PREFIXES = ("INTELRT_", "ZE_", "HABANA_", "PT_HPU_", "PT_ENABLE_INT64", "CUDA_VISIBLE", "LOCAL_RANK",
+                   "MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK")
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(_LEAKY_PREFIXES):
+            monkeypatch.delenv(name)
+    from intelrt.plugins import reset_host
+
+    reset_host()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The embedded default model (built once into the intelrt cache)."""
+    from intelrt.tiny import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT encoder (feature extraction)."""
+    from intelrt.tiny import build_encoder
+
+    path = tmp_path_factory.mktemp("tiny-encoder")
+    build_encoder(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT with a 3-label sequence-classification head."""
+    from intelrt.tiny import build_encoder
+
+    path = tmp_path_factory.mktemp("tiny-classifier")
+    build_encoder(path, num_labels=3)
+    return path
