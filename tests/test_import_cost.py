@@ -13,7 +13,7 @@ HEAVY = ("torch", "transformers")
 def _imported_after(code: str) -> list[str]:
     probe = f"{code}\nimport sys\nprint('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    line = next(l for l in out.stdout.splitlines() if l.startswith("HEAVY="))
+    line = next(row for row in out.stdout.splitlines() if row.startswith("HEAVY="))
     return [m for m in line.removeprefix("HEAVY=").split(",") if m]
 
 

@@ -174,3 +174,29 @@ def test_c6_debug_traces_hook_calls_to_stderr(tiny_model, capfd) -> None:  # typ
                             env={**__import__("os").environ, "INTELRT_DEBUG": "1"}, check=True)
     assert "intelrt-trace: call intelrt_select_attention" in result.stderr
     assert "intelrt_select_attention <- defaults returned Decision(value='sdpa'" in result.stderr
+
+
+@pytest.mark.claim("C6")
+def test_c6_a_hanging_plugin_times_out_with_its_name(third_party, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    third_party("hangs", '''
+import threading
+from intelrt import hookimpl
+
+_never = threading.Event()
+
+@hookimpl
+def intelrt_detect(env):
+    _never.wait(30)
+    return []
+''')
+    from intelrt.detection import detect
+    from intelrt.plugins import HookTimeoutError
+
+    host = PluginHost({"INTELRT_HOOK_TIMEOUT": "0.5"})
+    with pytest.raises(HookTimeoutError, match=r"plugin 'hangs'.*intelrt_detect did not return within 0.5 s"):
+        detect(host=host)
+
+
+def test_hook_timeout_setting_is_validated() -> None:
+    with pytest.raises(ConfigurationError, match="INTELRT_HOOK_TIMEOUT='soon' is not a number"):
+        PluginHost({"INTELRT_HOOK_TIMEOUT": "soon"})

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
     from .detection import Detection, detect
     from .loaded import Loaded
     from .loading import load, setup_env
-    from .plan import Plan
+    from .plan_data import Plan
     from .planning import plan
     from .types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 
 _LAZY = {
     "load": "loading", "setup_env": "loading", "plan": "planning", "detect": "detection",
-    "compile": "compiling", "Plan": "plan", "Loaded": "loaded", "Detection": "detection",
+    "compile": "compiling", "Plan": "plan_data", "Loaded": "loaded", "Detection": "detection",
     "BackendStatus": "types", "Decision": "types", "DeviceInfo": "types", "EnvVar": "types",
     "Finding": "types", "Setting": "types",
 }

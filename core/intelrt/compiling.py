@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .plan import Plan
+from .plan_data import Plan
 from .plugins import PluginHost, get_host
 from .types import BackendStatus
 

@@ -27,7 +27,7 @@ from .types import BackendStatus, Decision, EnvVar, Finding, JSONValue, Setting
 
 if TYPE_CHECKING:
     from .model_source import ModelInfo
-    from .plan import Plan
+    from .plan_data import Plan
     from .request import Request
 
 PROJECT = "intelrt"
@@ -181,6 +181,38 @@ def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]
     """Findings for ``intelrt doctor``: what is wrong or worth knowing, each with its fix."""
 
 
+@hookspec(firstresult=True)
+def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
+                          env: Mapping[str, str], decisions: Mapping[str, JSONValue]
+                          ) -> Decision | None:
+    """Decide how ``Loaded.generate`` decodes: value ``{"method": "fast" | "generate",
+    "cache": "static" | None, "graphs": str | None, "compile": str | None}``.
+
+    ``"fast"`` is intelrt's decode loop (static KV cache, one step function per token with no
+    host synchronisation, optionally compiled with the ``compile`` backend and captured into the
+    device graph kind named by ``graphs``, e.g. ``"cuda"``, ``"xpu"``, ``"hpu"``); the backend
+    that names a graph kind must also answer :func:`intelrt_decode_graph`. ``"generate"`` is
+    transformers' plain ``model.generate``; say why in the reason. ``request.graphs`` (``"on"``
+    / ``"off"``) and ``request.compile`` (``"none"`` or a backend) are the user's word: honour
+    them or raise ``PlanError``. ``decisions`` holds everything decided before (``compile``,
+    ``placement``, ``quantization`` …). Stops at the first non-``None`` result.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_decode_graph(backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
+    """Return the device-graph capturer of graph ``kind`` (the plan's ``decode.graphs``), or ``None``.
+
+    The capturer is called as ``capture(step, warmup=n)`` on the thread that decodes: it runs
+    ``step()`` — a function that reads and writes only tensors that stay allocated on the device —
+    ``n`` times for real (these runs are real decode steps: kernels get compiled, workspaces
+    allocated), then records one call into a device graph without running it, and returns
+    ``replay()``, a function that re-runs the recorded work. It raises if capture fails; the
+    caller then decodes without graphs and says so. This hook must only build the function, never
+    capture here (hooks may run on another thread). Stops at the first non-``None`` result.
+    """
+
+
 #: What each hook must return, checked by the host (SPEC C6).
 RESULT_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
     "intelrt_detect": ("list", (BackendStatus,)),
@@ -197,4 +229,6 @@ RESULT_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
     "intelrt_training_arguments": ("list", (Setting,)),
     "intelrt_launch_env": ("list", (EnvVar, Finding)),
     "intelrt_diagnose": ("list", (Finding,)),
+    "intelrt_select_decode": ("one", (Decision,)),
+    "intelrt_decode_graph": ("callable", ()),
 }

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError
-from .plan import Plan
+from .plan_data import Plan
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +110,20 @@ class Loaded:
             logits = self.model(**inputs).logits
         labels = self.model.config.id2label
         return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
+
+    def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
+              resume: Any = False, **training_overrides: Any) -> Any:
+        """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
+
+        ``data``: a text file, a list of strings or a ``datasets.Dataset`` (``text`` or
+        ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA adapters; a
+        model loaded with ``quantization="4bit"`` trains them as QLoRA. ``resume=True`` continues
+        from the last ``checkpoint-N`` in ``output_dir``. Other keywords go to
+        ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
+        model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
+        and returns a :class:`intelrt.fine_tuning.TrainResult`.
+        """
+        from .fine_tuning import train
+
+        return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
+                     **training_overrides)

@@ -12,7 +12,7 @@ from .compiling import install_compile_wrapper
 from .environment import apply_env
 from .loaded import Loaded
 from .model_source import resolve_model
-from .plan import Plan
+from .plan_data import Plan
 from .planning import make_plan
 from .plugins import PluginHost, get_host
 from .pretrained_kwargs import from_pretrained_kwargs

@@ -30,6 +30,9 @@ class ModelInfo:
     config: dict[str, Any]
     weight_files: tuple[str, ...]
     has_tokenizer: bool
+    base: ModelInfo | None = None
+    """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
+    it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
 
     @property
     def model_type(self) -> str:
@@ -55,7 +58,7 @@ class ModelInfo:
             total = sum(os.path.getsize(os.path.join(self.local_dir, f)) for f in self.weight_files
                         if f.endswith(SAFE_WEIGHTS if self.weights_format == "safetensors" else PICKLE_WEIGHTS))
             if total:
-                return total
+                return total + (self.base.weight_bytes if self.base else 0)
         return estimate_parameters(self.config) * 2  # bf16 bytes when nothing is on disk
 
     @property
@@ -65,7 +68,8 @@ class ModelInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
                 "architectures": list(self.architectures), "weights_format": self.weights_format,
-                "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer}
+                "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
+                "adapter_of": self.base.source if self.base else None}
 
 
 def estimate_parameters(config: dict[str, Any]) -> int:
@@ -88,8 +92,29 @@ def _weights_in(directory: Path) -> tuple[str, ...]:
                         and not p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args"))))
 
 
-def _from_directory(source: str, directory: Path) -> ModelInfo:
+def _adapter_directory(source: str, directory: Path, download: bool) -> ModelInfo:
+    """A PEFT adapter saved by ``Loaded.train(lora=...)`` or ``PeftModel.save_pretrained``."""
+    adapter_file = directory / "adapter_config.json"
+    try:
+        base_name = json.loads(adapter_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelSourceError(f"{adapter_file}: cannot read it as a JSON object ({exc})") from None
+    if not isinstance(base_name, str) or not base_name:
+        raise ModelSourceError(f"{adapter_file} names no base_model_name_or_path, so the base model is unknown; "
+                               "set it to the base model's directory or hub id")
+    try:
+        base = resolve_model(base_name, download=download)
+    except ModelSourceError as exc:
+        raise ModelSourceError(f"{source} is an adapter of {base_name}, which cannot be found: {exc}") from None
+    has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
+    return ModelInfo(source=source, local_dir=str(directory), config=base.config,
+                     weight_files=_weights_in(directory), has_tokenizer=has_tokenizer, base=base)
+
+
+def _from_directory(source: str, directory: Path, download: bool = False) -> ModelInfo:
     config_file = directory / "config.json"
+    if not config_file.is_file() and (directory / "adapter_config.json").is_file():
+        return _adapter_directory(source, directory, download)
     if not config_file.is_file():
         raise ModelSourceError(
             f"{source}: no config.json in {directory}. Point intelrt at a directory saved with "
@@ -120,7 +145,7 @@ def resolve_model(source: str, *, download: bool = False) -> ModelInfo:
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{source} is a file; pass the directory that holds config.json")
-        return _from_directory(source, path)
+        return _from_directory(source, path, download)
     if not _looks_like_hub_id(source):
         raise ModelSourceError(
             f"{source}: no such directory, and it is not a hub id of the form 'org/name'. "
@@ -149,6 +174,9 @@ def resolve_model(source: str, *, download: bool = False) -> ModelInfo:
 def check_safety(info: ModelInfo, *, trust_remote_code: bool, allow_pickle: bool) -> list[str]:
     """Refuse remote code and pickle weights unless opted in (SPEC C5); return notes."""
     notes: list[str] = []
+    if info.base is not None:  # an adapter: its base model must pass the same checks
+        notes.extend(check_safety(info.base, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle))
+        notes.append(f"PEFT adapter of {info.base.source}: transformers loads the base model, then the adapter")
     if info.config.get("auto_map") and not trust_remote_code:
         raise UnsafeModelError(
             f"{info.source} asks to run its own Python code (config.json has 'auto_map'). "

@@ -10,7 +10,7 @@ from .detection import choose_backend, detect_backends
 from .environment import resolve_env
 from .errors import PlanError
 from .model_source import ModelInfo, check_safety, resolve_model
-from .plan import Plan, PlannedDecision
+from .plan_data import Plan, PlannedDecision
 from .plugins import PluginHost, get_host
 from .request import AUTO, Request
 from .types import EnvVar, Finding, JSONValue
@@ -23,6 +23,7 @@ SELECTION_HOOKS = (
     ("attention", "intelrt_select_attention"),
     ("kernels", "intelrt_select_kernels"),
     ("compile", "intelrt_select_compile"),
+    ("decode", "intelrt_select_decode"),
     ("batching", "intelrt_select_batching"),
 )
 #: Concerns whose forced string value a plugin must return unchanged.

@@ -27,6 +27,9 @@ ENTRY_POINT_GROUP = "intelrt"
 ALLOW_VAR = "INTELRT_PLUGINS"
 BLOCK_VAR = "INTELRT_DISABLE_PLUGINS"
 DEBUG_VAR = "INTELRT_DEBUG"
+TIMEOUT_VAR = "INTELRT_HOOK_TIMEOUT"
+DEFAULT_HOOK_TIMEOUT = 120.0
+"""Seconds a single hook call may take (device detection on real hardware can take several)."""
 
 trace_log = logging.getLogger("intelrt.trace")
 
@@ -80,6 +83,7 @@ class PluginHost:
         self._allow = _names(env.get(ALLOW_VAR))
         self._block = _names(env.get(BLOCK_VAR)) or set()
         self.tracing = env.get(DEBUG_VAR, "").lower() in ("1", "true", "yes", "on")
+        self.timeout = _timeout(env.get(TIMEOUT_VAR))
         if self.tracing:
             _enable_tracing()
         if builtins:
@@ -197,7 +201,7 @@ class PluginHost:
             raise PluginError(f"{self.describe(plugin)}: {hook} asks for argument {missing} that the "
                               "host does not pass", plugin=plugin, distribution=self.distribution_of(plugin)) from None
         try:
-            result = function(*args)
+            result = _call_with_timeout(function, args, self.timeout, f"{self.describe(plugin)}: {hook}")
         except IntelrtError as exc:
             exc.add_note(f"raised by {self.describe(plugin)} in {hook}")
             if self.tracing:
@@ -253,6 +257,45 @@ class PluginHost:
 
     def enabled(self) -> list[PluginRecord]:
         return [r for r in self.records if r.status == "enabled"]
+
+
+def _timeout(value: str | None) -> float:
+    if value is None or not value.strip():
+        return DEFAULT_HOOK_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigurationError(f"{TIMEOUT_VAR}={value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigurationError(f"{TIMEOUT_VAR}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+class HookTimeoutError(PluginError):
+    """A hook did not return within ``INTELRT_HOOK_TIMEOUT`` seconds."""
+
+
+def _call_with_timeout(function: Callable[..., Any], args: list[Any], timeout: float, what: str) -> Any:
+    """Run a hook in a worker thread so a hanging plugin cannot hang intelrt; re-raise its error."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread unchanged
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"intelrt-hook {what}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise HookTimeoutError(
+            f"{what} did not return within {timeout:g} s; the plugin may be waiting on a device or lock. "
+            f"Raise {TIMEOUT_VAR} if it is only slow, or skip the plugin with {BLOCK_VAR}.",
+            plugin=what.split("'")[1] if "'" in what else what, distribution=None)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
 
 
 def _own_version() -> str:

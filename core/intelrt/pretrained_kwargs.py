@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import Plan
+from .plan_data import Plan
 
 
 def kernel_config(plan: Plan) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..decoding.policy import batching_value, decode_blockers, decode_graphs, plain_generate
 from ..errors import PlanError
 from ..model_source import ModelInfo
 from ..plugins import hookimpl
@@ -17,6 +18,8 @@ KNOWN_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "f
                    "flex_attention", "paged|sdpa", "paged|eager", "paged|flash_attention_2")
 NVIDIA_ONLY_ATTENTION = ("flash_attention_3", "flash_attention_4")
 FIT_HEADROOM = 1.2  # weights × this must fit: activations and KV cache need room too
+DEFAULT_MAX_PADDED_BATCH = 64
+"""Prompts per padded batch when a backend does not size it; longer lists go in several batches."""
 
 
 def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
@@ -118,14 +121,34 @@ def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision
 
 
 @hookimpl(trylast=True)
-def intelrt_select_batching(backend: BackendStatus, request: Request) -> Decision:
+def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
+                          decisions: Mapping[str, JSONValue]) -> Decision:
+    blocker = decode_blockers(model, decisions)
+    if blocker is not None:
+        if request.graphs == "on":
+            raise PlanError(f"graphs='on' needs intelrt's fast decode loop, but {blocker}")
+        return plain_generate(blocker)
+    decode_graphs(request, backend, None, f"{backend.name} names no device graphs for decoding")
+    return plain_generate(f"{backend.name} declares no fast decode path (no plugin answered for it), "
+                          "so transformers' generate decodes")
+
+
+@hookimpl(trylast=True)
+def intelrt_select_batching(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]) -> Decision:
     graphs = {"on": True, "off": False}.get(request.graphs)
+    decode = decisions.get("decode")
+    fast = isinstance(decode, dict) and decode.get("method") == "fast"
+    engine = "fast" if fast else "generate"
     if request.batching == "padded":
-        return Decision({"method": "padded", "use_graphs": graphs, "use_async_batching": None}, "requested by the user")
+        return Decision(batching_value("padded", engine=engine, max_batch=DEFAULT_MAX_PADDED_BATCH),
+                        f"requested by the user; padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts "
+                        f"through {'the fast decode loop' if fast else 'transformers generate'}")
     reason = "requested by the user" if request.batching == "continuous" else (
         "transformers' continuous batching schedules many prompts better than one padded batch")
-    return Decision({"method": "continuous", "use_graphs": graphs, "use_async_batching": None}, reason,
-                    notes=() if graphs is not None else ("graphs and async batching left to transformers' auto",))
+    notes = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
+    if fast and request.batching == "auto":
+        notes += ("batching='padded' sends a list through the fast decode loop instead",)
+    return Decision(batching_value("continuous", use_graphs=graphs), reason, claim="X7", notes=notes)
 
 
 @hookimpl(trylast=True)
@@ -135,8 +158,33 @@ def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
     return None
 
 
+#: Collective backends that work only on one kind of device.
+DEVICE_COLLECTIVES = {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu"}
+
+
+def check_training_overrides(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]) -> None:
+    """Refuse a user's TrainingArguments keyword that cannot work on ``backend`` (before
+    transformers raises its own, less specific error)."""
+    if overrides.get("bf16") is True:
+        lacking = [d for d in backend.devices if d.bf16 is False]
+        if lacking:
+            raise PlanError(f"bf16=True, but {lacking[0].name} ({backend.name} device {lacking[0].index}) has no "
+                            "bfloat16 support; pass fp16=True, or leave precision to intelrt")
+    wanted = overrides.get("ddp_backend")
+    device = DEVICE_COLLECTIVES.get(str(wanted))
+    if device is not None and device != backend.device_type:
+        ours = plan.value("collective")
+        fix = f"pass ddp_backend={ours!r} or leave it to intelrt" if ours else "leave ddp_backend unset"
+        raise PlanError(f"ddp_backend={wanted!r} runs only on {device} devices, and this run is on "
+                        f"{backend.name}; {fix}")
+    if overrides.get("use_cpu") is True and backend.device_type != "cpu":
+        raise PlanError(f"use_cpu=True contradicts the plan, which runs on {backend.name}; pass backend='cpu' to "
+                        "intelrt instead, so precision and the collective backend follow the CPU")
+
+
 @hookimpl(trylast=True)
 def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]) -> list[Setting]:
+    check_training_overrides(backend, plan, overrides)
     settings: list[Setting] = []
     dtype = plan.value("dtype")
     if "bf16" not in overrides and "fp16" not in overrides:
@@ -149,4 +197,9 @@ def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Map
     collective = plan.value("collective")
     if collective and "ddp_backend" not in overrides:
         settings.append(Setting("ddp_backend", collective, plan.decisions["collective"].reason))
+    compile_value = plan.value("compile") or {}
+    if compile_value.get("enabled") and "torch_compile" not in overrides:
+        settings.append(Setting("torch_compile", True, "the plan compiles the model"))
+        if compile_value.get("backend") and "torch_compile_backend" not in overrides:
+            settings.append(Setting("torch_compile_backend", compile_value["backend"], "the plan's compile backend"))
     return settings

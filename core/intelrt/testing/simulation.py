@@ -11,12 +11,19 @@ pytest fixture::
 The simulated driver reads its visibility variable (``ZE_AFFINITY_MASK``,
 ``HABANA_VISIBLE_MODULES``) the first time a device is counted, like the real one, and ignores
 later changes until the simulation ends.
+
+A simulated Gaudi machine also reaches child processes (a detection probe, a launched rank): the
+machine's description travels in the ``INTELRT_SIMULATION`` environment variable, the stand-in
+stack in the child reads it, and what the child's stack saw (its environment at import, its
+calls) comes back through :meth:`Simulation.children`.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -33,6 +40,14 @@ _DEFAULT_NAMES = {"xpu": "Intel(R) Data Center GPU Max 1550", "hpu": "GAUDI2"}
 _DEFAULT_MEMORY_GIB = {"xpu": 64.0, "hpu": 96.0}
 # Which module each distribution provides, for hiding an uninstalled one.
 _MODULE_OF = {"habana-torch-plugin": "habana_frameworks"}
+#: Carries a simulated machine to child processes (see :func:`current`).
+CHILD_VAR = "INTELRT_SIMULATION"
+#: What the real Gaudi stack (and transformers' ``is_torch_hpu_available``) patches on torch;
+#: a Gaudi simulation puts them back when it ends.
+_TORCH_PATCHED_BY_GAUDI = (("", "compile"), ("", "gather"), ("", "take_along_dim"), ("", "scatter"),
+                           ("Tensor", "gather"), ("Tensor", "scatter"), ("linalg", "cholesky"))
+#: Modules whose cached answers ("is there a Gaudi?") depend on the simulated machine.
+_CACHED_PROBES = ("transformers.utils.import_utils", "accelerate.utils.imports")
 
 
 @dataclass
@@ -54,7 +69,10 @@ class Simulation:
     """Every vendor-runtime call made while active (``"xpu.device_count"`` …): tests can check
     what touched the device."""
     import_env: dict[str, str] | None = None
-    """For ``hpu``: a copy of ``os.environ`` taken when ``habana_frameworks`` was first imported."""
+    """For ``hpu``: a copy of ``os.environ`` taken when ``habana_frameworks`` was first imported
+    in this process (``None``: this process never imported it)."""
+    child_log: str | None = None
+    """For ``hpu``: where child processes of the simulation report what their stack saw."""
     _visible: list[int] | None = None
 
     # -- the simulated driver ------------------------------------------------------------
@@ -81,6 +99,20 @@ class Simulation:
     def record(self, call: str) -> None:
         self.calls.append(call)
 
+    def children(self) -> list[dict[str, Any]]:
+        """What the stand-in stack saw in each child process that imported it (probes, ranks):
+        ``[{"pid": ..., "import_env": {...}, "calls": [...]}, ...]`` in the order they ended."""
+        if not self.child_log or not os.path.exists(self.child_log):
+            return []
+        with open(self.child_log, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def describe(self) -> str:
+        """The machine as JSON, for :data:`CHILD_VAR`."""
+        return json.dumps({"kind": self.kind, "count": self.count, "generation": self.generation,
+                           "name": self.name, "memory_gib": self.memory_gib, "bf16": self.bf16,
+                           "child_log": self.child_log})
+
 
 def _parse_visibility(value: str | None, count: int) -> list[int]:
     """What a driver makes of a visibility mask: unknown or malformed entries are dropped."""
@@ -98,10 +130,47 @@ _active: Simulation | None = None
 
 
 def current() -> Simulation:
-    """The active simulation (the vendor stubs call this)."""
+    """The active simulation (the vendor stubs call this).
+
+    In a child process of a simulation (``INTELRT_SIMULATION`` set) the machine is rebuilt from
+    the environment, and what the child's stack saw is reported to the parent when it exits.
+    """
+    global _active
+    if _active is None and os.environ.get(CHILD_VAR):
+        _active = _from_parent(os.environ[CHILD_VAR])
     if _active is None:
         raise RuntimeError("no intelrt simulation is active")
     return _active
+
+
+def _from_parent(description: str) -> Simulation:
+    facts = json.loads(description)
+    sim = Simulation(kind=facts["kind"], count=facts["count"], generation=facts.get("generation"),
+                     name=facts.get("name"), memory_gib=facts.get("memory_gib"), bf16=facts.get("bf16", True),
+                     child_log=facts.get("child_log"))
+
+    def report() -> None:
+        if sim.child_log and (sim.import_env is not None or sim.calls):
+            line = json.dumps({"pid": os.getpid(), "import_env": sim.import_env, "calls": sim.calls})
+            with open(sim.child_log, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+
+    atexit.register(report)
+    return sim
+
+
+def _clear_cached_probes() -> None:
+    """Forget transformers' and accelerate's cached "is there a Gaudi?" answers (and accelerate's
+    device state), so they ask the machine that is simulated now."""
+    for name in _CACHED_PROBES:
+        module = sys.modules.get(name)
+        for value in vars(module).values() if module is not None else ():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
 
 
 def _xpu_namespace(sim: Simulation) -> dict[str, Any]:
@@ -225,6 +294,12 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
             patcher.setattr(torch.version, "xpu", "20250301" if xpu_build else None)
         else:
             packages.setdefault("habana-torch-plugin", "1.22.0")
+            sim.child_log = str(Path(tmp.name) / "children.jsonl")
+            patcher.setitem(os.environ, CHILD_VAR, sim.describe())
+            for owner, attr in _TORCH_PATCHED_BY_GAUDI:
+                target = getattr(torch, owner) if owner else torch
+                patcher.setattr(target, attr, getattr(target, attr))
+            _clear_cached_probes()
         _fake_distributions(packages, patcher, Path(tmp.name))
         if kind == "hpu" and packages.get("habana-torch-plugin") is not None:
             sys.path.insert(0, str(_STUBS))
@@ -241,6 +316,8 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
         patcher.undo()
         sys.path[:] = path_before
         importlib.invalidate_caches()
+        if kind == "hpu":
+            _clear_cached_probes()
         tmp.cleanup()
 
 

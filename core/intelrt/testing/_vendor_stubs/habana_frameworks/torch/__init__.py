@@ -2,6 +2,6 @@
 
 import torch as _torch
 
-from . import core, hpu, utils  # noqa: F401
+from . import core, distributed, hpu, utils  # noqa: F401
 
 _torch.hpu = hpu  # type: ignore[attr-defined]

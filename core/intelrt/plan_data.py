@@ -13,7 +13,7 @@ from .request import Request
 from .types import BackendStatus, Finding, JSONValue
 
 #: Order in which decisions are made and printed.
-CONCERNS = ("task", "dtype", "quantization", "placement", "attention", "kernels", "compile", "batching",
+CONCERNS = ("task", "dtype", "quantization", "placement", "attention", "kernels", "compile", "decode", "batching",
             "collective")
 
 
