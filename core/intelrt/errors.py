@@ -34,3 +34,7 @@ class ModelSourceError(IntelrtError, FileNotFoundError):
 
 class UnsafeModelError(IntelrtError, PermissionError):
     """The model needs pickle weights or remote code and the caller did not opt in (SPEC C5)."""
+
+
+class GenerationError(IntelrtError, RuntimeError):
+    """Generation ran and failed (e.g. continuous batching lost requests); says what to try instead."""

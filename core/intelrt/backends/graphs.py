@@ -1,0 +1,95 @@
+"""Decode and batching choices of the built-in ``cuda`` and ``cpu`` backends, and CUDA graphs.
+
+CUDA: intelrt's fast decode loop with the step compiled by inductor and captured in a CUDA
+graph, so a token costs one graph launch and no host synchronisation; a list of prompts goes
+through that loop as one padded batch (measured against transformers in docs/performance.md).
+CPU: the same loop, eager (no device graphs exist; compile warm-up outweighs its gain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..decoding.capture import stream_capturer
+from ..decoding.policy import (
+    batching_value,
+    decode_blockers,
+    decode_compile,
+    decode_graphs,
+    fast_decode,
+)
+from ..model_source import ModelInfo
+from ..plugins import hookimpl
+from ..request import Request
+from ..types import BackendStatus, Decision, JSONValue
+
+CUDA_MAX_PADDED_BATCH = 256
+"""Prompts per padded batch on CUDA (fewer when the KV cache would not fit free memory)."""
+CPU_MAX_PADDED_BATCH = 64
+
+
+def _mine(backend: BackendStatus) -> bool:
+    return backend.name in ("cuda", "cpu")
+
+
+@hookimpl
+def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
+                          decisions: Mapping[str, JSONValue]) -> Decision | None:
+    if not _mine(backend) or decode_blockers(model, decisions) is not None:
+        return None  # the generic default explains the fallback
+    if backend.name == "cuda":
+        graphs = decode_graphs(request, backend, "cuda", "")
+        compiled = decode_compile(request, "inductor")
+        parts = ["static KV cache"]
+        parts.append(f"step compiled with {compiled}" if compiled else "step runs eagerly (compile='none')")
+        parts.append("captured in a CUDA graph: one launch per token, no host sync per token" if graphs
+                     else "no CUDA graph (graphs='off'): one kernel launch per op")
+        return fast_decode(graphs, compiled, "; ".join(parts))
+    graphs = decode_graphs(request, backend, None, "the CPU has no device graphs")
+    compiled = decode_compile(request, None)
+    reason = ("static-KV-cache decode loop without generate's per-token bookkeeping; the CPU has no device "
+              "graphs" + (f"; step compiled with {compiled}" if compiled else
+                          ", and compile warm-up outweighs its gain"))
+    return fast_decode(graphs, compiled, reason)
+
+
+@hookimpl
+def intelrt_select_batching(backend: BackendStatus, request: Request,
+                            decisions: Mapping[str, JSONValue]) -> Decision | None:
+    if not _mine(backend) or request.batching == "padded":
+        return None
+    decode = decisions.get("decode")
+    fast = isinstance(decode, dict) and decode.get("method") == "fast"
+    on_cuda = backend.name == "cuda"
+    if request.batching == "auto" and fast:
+        size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
+        why = ("the CUDA-graph decode step costs about the same for 1 or 256 rows (weights are read once per "
+               "step), so one padded batch beats continuous batching's per-step scheduling (docs/performance.md)"
+               if on_cuda else "on the CPU one padded batch through the decode loop skips continuous batching's "
+               "per-step scheduling")
+        return Decision(batching_value("padded", engine="fast", max_batch=size),
+                        f"padded batches of up to {size} prompts through the fast decode loop: {why}",
+                        notes=("batching='continuous' uses transformers' generate_batch instead",))
+    user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
+    if on_cuda:
+        graphs = request.graphs != "off"
+        return Decision(batching_value("continuous", use_graphs=graphs, use_async_batching=True),
+                        f"{user}; continuous batching with CUDA graphs "
+                        f"{'on' if graphs else 'off (graphs=off)'} and async double-buffering (H200-class memory "
+                        "affords the doubled buffers)", claim="X7")
+    return Decision(batching_value("continuous", use_graphs=False, use_async_batching=False, kv_sizing="requests"),
+                    f"{user}; continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
+                    "sized from the requests (sizing it from free memory takes seconds)", claim="X7")
+
+
+@hookimpl
+def intelrt_decode_graph(backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
+    if backend.name != "cuda" or kind != "cuda":
+        return None
+    import torch
+
+    def record(graph: Any, stream: Any) -> Any:
+        return torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local")
+
+    return stream_capturer(torch.cuda, torch.cuda.CUDAGraph, record)

@@ -1,0 +1,256 @@
+"""The fast decode loop: static KV cache, a step function with no host sync, device-graph replay.
+
+One *session* per shape (batch rows, cache length, sampling kind) holds a transformers
+``StaticCache`` and the step's device buffers; its step is captured into a device graph once (by
+the backend's ``intelrt_decode_graph`` capturer) and replayed for every later token and call.
+The step reads the last token, writes the next one into an output buffer and advances the
+positions, all on the device; the host only checks for end-of-sequence every
+``EOS_CHECK_EVERY`` tokens. Greedy output equals ``model.generate``'s token for token (same
+forward, same masks and positions; tests prove it on the CPU).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .options import DecodeOptions
+
+log = logging.getLogger(__name__)
+
+WARMUP_STEPS = 2
+"""Real decode steps run before capture (compile and allocate outside the graph)."""
+EOS_CHECK_EVERY = 16
+"""Tokens between the host's checks whether every row has finished (one sync each)."""
+CACHE_LENGTH_BUCKET = 128
+"""Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
+MAX_SESSIONS = 4
+"""Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
+
+
+@dataclass
+class DecodeReport:
+    """What one ``decode`` call did: shown to users as ``Loaded.last_generation``."""
+
+    graphs: str | None
+    compiled: str | None
+    captured: bool = False
+    """A graph was captured during this call (first call of this shape)."""
+    steps: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Session:
+    """Device buffers, cache and (once captured) the graph replay for one shape."""
+
+    def __init__(self, model: Any, rows: int, length: int, options: DecodeOptions, device: Any,
+                 forward: Callable[..., Any], cache_kwarg: str, keep_logits: bool) -> None:
+        import torch
+        from transformers import StaticCache
+
+        self.rows, self.length = rows, length
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        long = {"dtype": torch.long, "device": device}
+        self.mask = torch.ones((rows, length), **long)
+        self.token = torch.zeros((rows, 1), **long)
+        self.position = torch.zeros((rows, 1), **long)
+        self.index = torch.zeros((1,), **long)
+        self.out = torch.zeros((rows, length), **long)
+        self.done = torch.zeros((rows,), dtype=torch.bool, device=device)
+        self.eos = torch.zeros((max(1, len(options.eos_token_ids)),), **long)
+        self.pad = torch.zeros((1,), **long)
+        self.temperature = torch.ones((1,), dtype=torch.float32, device=device)
+        self.top_p = torch.ones((1,), dtype=torch.float32, device=device)
+        self.top_k = options.top_k
+        self.sampling = options.do_sample
+        self.use_top_p = options.top_p < 1.0
+        self.forward = forward
+        self.cache_kwarg = cache_kwarg
+        self.keep_logits = keep_logits
+        self.replay: Callable[[], object] | None = None
+        self.calls = 0
+
+    def model_inputs(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> dict[str, Any]:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                  self.cache_kwarg: self.cache, "use_cache": True}
+        if self.keep_logits:
+            inputs["logits_to_keep"] = 1
+        return inputs
+
+    def choose(self, logits: Any) -> Any:
+        """Next token per row: argmax, or temperature / top-k / top-p sampling as transformers does."""
+        import torch
+
+        if not self.sampling:
+            return logits.argmax(-1)
+        scores = logits.float() / self.temperature
+        if self.top_k > 0:
+            kth = torch.topk(scores, min(self.top_k, scores.shape[-1])).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if self.use_top_p:
+            ordered, order = torch.sort(scores, descending=False)
+            cumulative = ordered.softmax(-1).cumsum(-1)
+            drop = cumulative <= (1 - self.top_p)
+            drop[:, -1] = False  # keep at least one token
+            scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+        probs = scores.softmax(-1)
+        # Exponential race (Gumbel-max): samples like multinomial, with no host sync, graph-safe.
+        return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
+
+    def accept(self, token: Any) -> None:
+        """Record ``token`` (one per row) as this step's output and feed it to the next step."""
+        import torch
+
+        token = torch.where(self.done, self.pad, token)
+        self.done |= (token[:, None] == self.eos[None, :]).any(-1)
+        self.out.index_copy_(1, self.index, token[:, None])
+        self.token.copy_(token[:, None])
+        self.index.add_(1)
+
+    def step(self) -> None:
+        """One decode step, device work only (this is what the graph records)."""
+        self.calls += 1
+        logits = self.forward(**self.model_inputs(self.token, self.mask, self.position)).logits[:, -1, :]
+        self.accept(self.choose(logits))
+        self.position.add_(1)
+
+
+class FastDecoder:
+    """Decodes with sessions per shape; ``graphs``/``compile`` come from the plan's decode decision."""
+
+    def __init__(self, model: Any, *, graphs: str | None, compile_backend: str | None,
+                 capturer: Callable[..., Callable[[], object]] | None) -> None:
+        self.model = model
+        self.graphs = graphs if capturer is not None else None
+        self.compile_backend = compile_backend
+        self.capturer = capturer
+        self.notes: list[str] = []
+        if graphs and capturer is None:
+            self.notes.append(f"the plan names {graphs} graphs but no plugin provides their capturer; "
+                              "decoding without graphs")
+        self._sessions: OrderedDict[tuple[Any, ...], _Session] = OrderedDict()
+        self._compiled: Callable[..., Any] | None = None
+        parameters = inspect.signature(model.forward).parameters
+        self.cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
+        self.keep_logits = "logits_to_keep" in parameters
+
+    # -- the step's forward --------------------------------------------------------------
+    def _forward(self) -> Callable[..., Any]:
+        if not self.compile_backend:
+            return self.model
+        if getattr(self.model, "_compiled_call_impl", None) is not None:
+            return self.model  # already compiled in place by the plan's compile decision
+        if self._compiled is None:
+            import torch
+
+            self._compiled = torch.compile(self.model, backend=self.compile_backend, dynamic=False,
+                                           fullgraph=False)
+        return self._compiled
+
+    def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
+        key = (rows, length, options.sampling_key, len(options.eos_token_ids))
+        session = self._sessions.pop(key, None)
+        if session is None:
+            session = _Session(self.model, rows, length, options, device, self._forward(), self.cache_kwarg,
+                               self.keep_logits)
+            while len(self._sessions) >= MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        self._sessions[key] = session
+        return session
+
+    def _disable(self, what: str, exc: BaseException) -> None:
+        message = f"{what} failed ({type(exc).__name__}: {str(exc)[:300]}); decoding without it from now on"
+        log.warning("intelrt fast decode: %s", message)
+        self.notes.append(message)
+        if what.startswith("graph"):
+            self.graphs = None
+        else:
+            self.compile_backend = None
+        self._sessions.clear()
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
+        """New tokens for each row of left-padded ``input_ids``: shape (rows, n), EOS-padded like
+        ``model.generate``; stops when every row has finished or after ``max_new_tokens``."""
+        import torch
+
+        with torch.inference_mode():
+            for _ in range(3):
+                phase = "compile"
+                try:
+                    return self._decode(input_ids, attention_mask, options)
+                except _CaptureFailed as failed:
+                    phase, error = "graph capture", failed.__cause__ or failed
+                except Exception as exc:
+                    if not self.compile_backend:
+                        raise
+                    error = exc
+                self._disable(f"{phase} ({self.graphs if phase.startswith('graph') else self.compile_backend})",
+                              error)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
+        import torch
+
+        rows, prompt_length = input_ids.shape
+        need = prompt_length + options.max_new_tokens
+        length = -(-need // CACHE_LENGTH_BUCKET) * CACHE_LENGTH_BUCKET
+        s = self._session(rows, length, options, input_ids.device)
+        report = DecodeReport(self.graphs, self.compile_backend, notes=list(self.notes))
+
+        s.cache.reset()
+        s.mask.fill_(1)
+        s.mask[:, :prompt_length].copy_(attention_mask)
+        s.done.zero_()
+        s.index.zero_()
+        s.out.fill_(options.pad_token_id)
+        s.pad.fill_(options.pad_token_id)
+        if options.eos_token_ids:
+            s.eos.copy_(torch.tensor(options.eos_token_ids, dtype=torch.long))
+        else:
+            s.eos.fill_(-1)
+        s.temperature.fill_(options.temperature)
+        s.top_p.fill_(options.top_p)
+
+        # Prefill: eager, like transformers' generate (positions from the padding mask).
+        positions = attention_mask.long().cumsum(-1) - 1
+        positions = positions.masked_fill(attention_mask == 0, 0)
+        logits = self.model(**s.model_inputs(input_ids, s.mask, positions)).logits[:, -1, :]
+        s.position.copy_(positions[:, -1:] + 1)
+        s.accept(s.choose(logits))
+
+        produced = 1
+        while produced < options.max_new_tokens:
+            left = options.max_new_tokens - produced
+            if s.replay is None and self.graphs and left > WARMUP_STEPS + 1:
+                before = s.calls
+                try:
+                    s.replay = self.capturer(s.step, warmup=WARMUP_STEPS)  # type: ignore[misc]
+                except Exception as exc:
+                    raise _CaptureFailed() from exc
+                produced += s.calls - before - 1  # warm-up steps ran; the recorded call did not
+                report.captured = True
+                continue
+            todo = min(left, EOS_CHECK_EVERY - produced % EOS_CHECK_EVERY)
+            run = s.replay or s.step
+            for _ in range(todo):
+                run()
+            produced += todo
+            if options.eos_token_ids and bool(s.done.all()):
+                break
+        report.steps = produced
+        tokens = s.out[:, :produced]
+        if options.eos_token_ids and bool(s.done.all()):
+            # model.generate stops once every row has finished: drop the all-padding tail.
+            is_eos = (tokens[:, :, None] == s.eos[None, None, :]).any(-1)
+            last = int(is_eos.int().argmax(-1).max()) + 1
+            tokens = tokens[:, :last]
+        return tokens.clone(), report
+
+
+class _CaptureFailed(Exception):
+    """Raised (from the capturer's error) so ``decode`` can retry without graphs."""
