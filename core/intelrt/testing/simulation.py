@@ -183,6 +183,8 @@ def _xpu_namespace(sim: Simulation) -> dict[str, Any]:
         return len(sim.visible_ids()) if sim.xpu_build else 0
 
     def _check(index: Any) -> int:
+        if isinstance(index, str):  # "xpu", "xpu:1"
+            index = int(index.partition(":")[2] or 0)
         i = 0 if index is None else (index.index or 0 if hasattr(index, "index") else int(index))
         if not 0 <= i < len(sim.visible_ids()):
             raise RuntimeError(f"XPU device index {i} out of range (simulated, {len(sim.visible_ids())} visible)")
@@ -203,8 +205,19 @@ def _xpu_namespace(sim: Simulation) -> dict[str, Any]:
         sim.record("xpu.is_bf16_supported")
         return sim.bf16
 
+    current = [0]  # the device torch.xpu.set_device() chose (TrainingArguments / accelerate call it)
+
+    def set_device(device: Any) -> None:
+        sim.record("xpu.set_device")
+        current[0] = _check(device)
+
+    def current_device() -> int:
+        sim.record("xpu.current_device")
+        return current[0]
+
     return {"is_available": is_available, "device_count": device_count, "get_device_name": get_device_name,
-            "get_device_properties": get_device_properties, "is_bf16_supported": is_bf16_supported}
+            "get_device_properties": get_device_properties, "is_bf16_supported": is_bf16_supported,
+            "set_device": set_device, "current_device": current_device}
 
 
 class _Patcher:
@@ -292,6 +305,7 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
             for attr, fn in _xpu_namespace(sim).items():
                 patcher.setattr(torch.xpu, attr, fn)
             patcher.setattr(torch.version, "xpu", "20250301" if xpu_build else None)
+            _clear_cached_probes()  # transformers/accelerate cache "is there an XPU?" (lru_cache)
         else:
             packages.setdefault("habana-torch-plugin", "1.22.0")
             sim.child_log = str(Path(tmp.name) / "children.jsonl")
@@ -316,7 +330,7 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
         patcher.undo()
         sys.path[:] = path_before
         importlib.invalidate_caches()
-        if kind == "hpu":
+        if kind in ("hpu", "xpu"):
             _clear_cached_probes()
         tmp.cleanup()
 

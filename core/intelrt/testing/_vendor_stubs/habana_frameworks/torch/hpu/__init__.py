@@ -22,13 +22,12 @@ _current_index = 0
 
 
 def _check(device: object) -> int:
+    """The device index meant by ``device`` (None, an int, ``"hpu"``, ``"hpu:1"``, a torch.device)."""
     sim = _current()
-    if device is None:
-        return _current_index
-    index = getattr(device, "index", device)
+    raw = getattr(device, "index", device)
     if isinstance(device, str):
-        index = int(device.split(":")[1]) if ":" in device else None
-    index = _current_index if index is None else int(index)  # type: ignore[arg-type]
+        raw = device.split(":")[1] if ":" in device else None
+    index = _current_index if raw is None else int(str(raw))
     if not 0 <= index < len(sim.visible_ids()):
         raise RuntimeError(f"HPU device index {index} out of range (simulated, {len(sim.visible_ids())} visible)")
     return index

@@ -1,0 +1,154 @@
+"""Plan decisions for Gaudi: dtype, placement, attention, kernels, quantization, compile,
+collective (SPEC H1, H6, H7, H8, H9, H10)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from intelrt import hookimpl
+from intelrt.backends.defaults import fits_one_device
+from intelrt.errors import PlanError
+from intelrt.types import BackendStatus, Decision, JSONValue
+from intelrt.versions import package_version
+
+from .facts import (
+    BACKEND,
+    COMPILE_BACKENDS,
+    FIRST_GENERATION,
+    GENERATION_NAMES,
+    HCCL_REDUCE_OPS,
+    KERNELS_DEVICE_TYPES,
+    OPTIMUM_HABANA,
+    generation,
+    owns,
+)
+
+if TYPE_CHECKING:
+    from intelrt.model_source import ModelInfo
+    from intelrt.request import Request
+
+BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+NF4_NOTE = ("bitsandbytes' HPU backend registers only the NF4 4-bit dequantize kernel (quant_type 'nf4', uint8 or "
+            "bfloat16 storage; FP4 is refused there); the other bitsandbytes ops run on its generic torch kernels")
+
+
+def _first_generation(backend: BackendStatus) -> bool:
+    return generation(backend) == FIRST_GENERATION
+
+
+@hookimpl
+def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision | None:
+    """H8: bfloat16 on every Gaudi generation; first-generation Gaudi has no float16."""
+    if not owns(backend):
+        return None
+    if request.is_forced("dtype"):
+        if request.dtype == "float16" and _first_generation(backend):
+            raise PlanError("dtype='float16': first-generation Gaudi has no float16 support; use dtype='bfloat16' "
+                            "(every Gaudi generation supports it) or 'float32'")
+        return Decision(request.dtype, "requested by the user")
+    return Decision("bfloat16", "every Gaudi generation supports bfloat16", claim="H8")
+
+
+@hookimpl
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, JSONValue]
+                             ) -> Decision | None:
+    """H6: ``device_map="hpu"`` (never ``hpu:N``); ``auto`` when one Gaudi is too small."""
+    if not owns(backend):
+        return None
+    per_param = BYTES_PER_PARAM.get(str(decisions.get("dtype")))
+    quantization = decisions.get("quantization")
+    if isinstance(quantization, dict):
+        per_param = 0.5 if quantization.get("bits") == 4 else 1.0
+    if fits_one_device(backend, model, per_param) is False and backend.device_count > 1:
+        return Decision("auto", f"the weights do not fit one Gaudi; accelerate splits them across the "
+                                f"{backend.device_count} visible Gaudis", claim="H6")
+    return Decision(BACKEND, "device_map='hpu' loads onto the Gaudi (the device is 'hpu'; an index 'hpu:N' is not "
+                             "supported)", claim="H6")
+
+
+@hookimpl
+def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision | None:
+    """FlashAttention packages and hub kernels do not run on Gaudi; SDPA does."""
+    if not owns(backend):
+        return None
+    if request.is_forced("attention"):
+        wanted = request.attention
+        if wanted.startswith(("flash_attention", "paged|flash_attention")) or "/" in wanted:
+            raise PlanError(f"attention={wanted!r} does not run on Gaudi: the FlashAttention packages and hub "
+                            f"kernels have no 'hpu' build. Use 'sdpa' (the default) or 'eager'; Optimum for Intel "
+                            f"Gaudi ({OPTIMUM_HABANA}) has Gaudi's fused attention")
+        return None  # the generic rules check the name
+    return Decision("sdpa", "torch's scaled_dot_product_attention runs on Gaudi with no extra package")
+
+
+@hookimpl
+def intelrt_select_kernels(backend: BackendStatus, request: Request) -> Decision | None:
+    """The ``kernels`` package does not accept device type ``hpu``: say so rather than pretend."""
+    if not owns(backend):
+        return None
+    why = (f"the kernels package does not accept device type 'hpu' (it accepts {', '.join(KERNELS_DEVICE_TYPES)}), "
+           "so use_kernels would change nothing on Gaudi")
+    if request.kernels is True:
+        raise PlanError(f"kernels=True: {why}. Leave kernels unset (or off) on Gaudi")
+    return Decision({"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}, why)
+
+
+@hookimpl
+def intelrt_select_quantization(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]
+                                ) -> Decision | None:
+    """H7: bitsandbytes 4/8-bit on Gaudi 2 and 3; first-generation Gaudi is refused."""
+    if not owns(backend) or request.quantization is None:
+        return None
+    gen = generation(backend)
+    if gen == FIRST_GENERATION:
+        raise PlanError(f"quantization={request.quantization!r}: bitsandbytes 4-bit and 8-bit run on Gaudi 2 and "
+                        "Gaudi 3, not on first-generation Gaudi (Gaudi 1). Load without quantization (bfloat16), "
+                        "or run on a Gaudi 2 / Gaudi 3")
+    version = package_version("bitsandbytes")
+    if version is None:
+        raise PlanError(f"quantization={request.quantization!r} uses bitsandbytes, which is not installed: "
+                        "pip install 'intelrt[bitsandbytes]'")
+    bits = 4 if request.quantization == "4bit" else 8
+    value: dict[str, Any] = {"method": "bitsandbytes", "bits": bits}
+    notes = [NF4_NOTE]
+    if bits == 4:
+        compute = decisions.get("dtype") if decisions.get("dtype") in BYTES_PER_PARAM else "bfloat16"
+        value.update(quant_type="nf4", compute_dtype=compute, double_quant=True)
+        notes.append("QLoRA: train LoRA adapters with PEFT on the 4-bit model when it does not fit one Gaudi")
+    where = GENERATION_NAMES.get(gen or "", "Gaudi")
+    return Decision(value, f"bitsandbytes {version} {bits}-bit runs on {where}", claim="H7", notes=tuple(notes))
+
+
+@hookimpl
+def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision | None:
+    """H1/H9: eager by default; compiling uses ``hpu_backend`` (or ``eager``)."""
+    if not owns(backend):
+        return None
+    choice = request.compile
+    if choice == "none":
+        return Decision({"enabled": False, "backend": None, "mode": None}, "turned off by the user")
+    if choice == "on":
+        return Decision({"enabled": True, "backend": "hpu_backend", "mode": None},
+                        "requested by the user; Gaudi compiles with torch.compile(backend='hpu_backend')", claim="H9")
+    if choice in COMPILE_BACKENDS:
+        return Decision({"enabled": True, "backend": choice, "mode": None}, "requested by the user", claim="H9")
+    if choice != "auto":
+        raise PlanError(f"compile={choice!r}: only 'hpu_backend' and 'eager' run on Gaudi (any other backend is "
+                        "switched to 'hpu_backend'); pass compile='on' or compile='hpu_backend'")
+    return Decision({"enabled": False, "backend": None, "mode": None},
+                    "Gaudi runs PyTorch eagerly by default and models run unchanged; compile='on' captures graphs "
+                    "with hpu_backend", claim="H1")
+
+
+@hookimpl
+def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
+    """H10: HCCL, one process per Gaudi."""
+    if not owns(backend):
+        return None
+    return Decision("hccl", "HCCL is Gaudi's collective library; transformers and accelerate select it on Gaudi "
+                            "(ddp_backend='hccl' explicit also works)", claim="H10",
+                    notes=("one process per Gaudi: start them with torchrun or accelerate launch (which defaults "
+                           "--num_processes to the number of Gaudis)",
+                           f"HCCL reduces with {', '.join(HCCL_REDUCE_OPS)} only and has no int64: reduce int64 "
+                           "tensors as int32 or float"))

@@ -1,0 +1,142 @@
+"""Environment of a Gaudi run: int64 support (SPEC H3), device selection and tenants (SPEC H5)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from intelrt import hookimpl
+from intelrt.errors import PlanError
+from intelrt.types import BackendStatus, EnvVar, Finding
+
+from .facts import (
+    DEVICES_VAR,
+    HL_SMI_MAP,
+    INT64_VAR,
+    MODULES_VAR,
+    format_ids,
+    is_supported_set,
+    owns,
+    parse_ids,
+    supported_sets_text,
+)
+from .probe import stack_loaded
+
+if TYPE_CHECKING:
+    from intelrt.request import Request
+
+INT64_REASON = ("token ids are int64: the Gaudi stack needs int64 support, read once when habana_frameworks is "
+                "imported")
+
+
+def int64_items(env: Mapping[str, str]) -> list[EnvVar | Finding]:
+    """H3: ``PT_ENABLE_INT64_SUPPORT=1`` unless the user set it; a warning when it cannot take effect."""
+    items: list[EnvVar | Finding] = [EnvVar(INT64_VAR, "1", INT64_REASON, claim="H3")]
+    user = env.get(INT64_VAR)
+    if user is not None and user != "1":
+        items.append(Finding("warning", f"{INT64_VAR}={user} disables int64 on Gaudi",
+                             f"your {INT64_VAR}={user!r} is kept, but transformers uses int64 token ids, which then "
+                             "fail or are truncated on Gaudi", fix=f"export {INT64_VAR}=1 (or unset it and let intelrt "
+                             "set it)", claim="H3"))
+    if stack_loaded() and os.environ.get(INT64_VAR) != "1":
+        items.append(Finding("warning", f"the Gaudi stack was loaded before {INT64_VAR}=1",
+                             f"habana_frameworks is already imported in this process (an earlier import, or "
+                             f"`import torch` autoloading it) without {INT64_VAR}=1, so setting it now only reaches "
+                             "processes intelrt starts", fix=f"export {INT64_VAR}=1 before starting Python, call "
+                             "intelrt.setup_env() before `import torch`, or start the run with `intelrt launch`",
+                             claim="H3"))
+    return items
+
+
+def known_module_ids(backend: BackendStatus, env: Mapping[str, str]) -> tuple[int, ...] | None:
+    """Module ids visible to this process, when they can be known without hl-smi."""
+    modules = parse_ids(env.get(MODULES_VAR))
+    if modules is not None:
+        return modules
+    if env.get(DEVICES_VAR) is not None or not backend.devices:
+        return None  # index-based selection: module ids unknown without hl-smi
+    return tuple(range(backend.device_count))
+
+
+def partial_server_item(ids: tuple[int, ...], strict: bool, what: str) -> Finding | None:
+    """H5: distributed work on part of a server is supported only for listed module-id sets."""
+    if is_supported_set(ids):
+        return None
+    message = (f"{what} selects Gaudi modules {format_ids(ids)}: on part of a server, distributed work is supported "
+               f"only for 2 or 4 Gaudis with module ids {supported_sets_text()}")
+    fix = "pick one of those sets (or the whole server) for multi-Gaudi work"
+    if strict:
+        raise PlanError(f"{message}. Fix: {fix} (strict mode turns this warning into an error)")
+    return Finding("warning", "unsupported Gaudi set for distributed work", message, fix=fix, claim="H5")
+
+
+@hookimpl
+def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str, str]
+                      ) -> list[EnvVar | Finding] | None:
+    """H3 int64 support; H5 ``devices=`` are module ids → ``HABANA_VISIBLE_MODULES`` of the run."""
+    if not owns(backend):
+        return None
+    items = int64_items(env)
+    if request.devices is not None:
+        ids = tuple(request.devices)
+        known = known_module_ids(backend, env)
+        if known is not None and not set(ids) <= set(known):
+            outside = format_ids(sorted(set(ids) - set(known)))
+            where = (f"{MODULES_VAR}={env[MODULES_VAR]} in your environment" if env.get(MODULES_VAR) is not None
+                     else f"{backend.device_count} Gaudi(s) visible")
+            raise PlanError(f"devices={list(ids)}: Gaudi module id(s) {outside} are not visible ({where}; visible "
+                            f"module ids: {format_ids(known)}). devices= takes module ids as `{HL_SMI_MAP}` shows "
+                            f"them; pick from the visible ones" + (f", or unset {MODULES_VAR}" if env.get(MODULES_VAR)
+                                                                   is not None else ""))
+        items.append(EnvVar(MODULES_VAR, format_ids(ids), "devices= selects these Gaudi modules (module ids are stable "
+                            "across reboots and driver reinstalls)", claim="H5", overwrite_user=True))
+        if env.get(DEVICES_VAR) is not None:
+            items.append(Finding("info", f"{DEVICES_VAR} left in place",
+                                 f"{DEVICES_VAR}={env[DEVICES_VAR]} (device indices) stays in the environment; inside "
+                                 f"the process {MODULES_VAR}={format_ids(ids)} selects the modules", claim="H5"))
+        partial = partial_server_item(ids, request.strict, f"devices={list(ids)}")
+        if partial is not None:
+            items.append(partial)
+    elif env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
+        items.append(Finding("warning", f"{DEVICES_VAR} selects Gaudis by index",
+                             f"{DEVICES_VAR}={env[DEVICES_VAR]} uses device indices, which can change after a reboot "
+                             "or driver reinstall", fix=f"use {MODULES_VAR} with module ids instead (`{HL_SMI_MAP}` "
+                             "maps indices to module ids), or pass devices= to intelrt", claim="H5"))
+    return items
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (bound to 127.0.0.1:0 and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@hookimpl
+def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mapping[str, str]
+                       ) -> list[EnvVar | Finding] | None:
+    """H5: a free ``MASTER_PORT`` per tenant, supported module sets; H10: one process per Gaudi."""
+    if not owns(backend):
+        return None
+    items: list[EnvVar | Finding] = [
+        EnvVar("MASTER_PORT", str(free_port()), "each tenant of a shared Gaudi server needs its own rendezvous port "
+               "(torchrun's default 29500 would collide); this one is free on this host", claim="H5")]
+    chosen = {s.name: s.value for s in getattr(plan, "env", ())}.get(MODULES_VAR) or env.get(MODULES_VAR)
+    modules = parse_ids(chosen)
+    count = len(modules) if modules is not None else backend.device_count
+    if count and nproc > count:
+        raise PlanError(f"nproc={nproc}: HCCL runs one process per Gaudi and only {count} Gaudi(s) are selected; "
+                        f"use nproc={count} (the default) or select more Gaudis with devices=")
+    if count and nproc < count:
+        items.append(Finding("info", f"{nproc} process(es) on {count} visible Gaudis",
+                             f"one process per Gaudi: ranks take Gaudis in order and {count - nproc} stay idle",
+                             claim="H10"))
+    request = getattr(plan, "request", None)
+    # a devices= set was already checked by intelrt_setup_env; an inherited one is checked here
+    if modules is not None and nproc >= 2 and getattr(request, "devices", None) is None:
+        partial = partial_server_item(modules, bool(getattr(request, "strict", False)), f"{MODULES_VAR}={chosen}")
+        if partial is not None:
+            items.append(partial)
+    return items

@@ -1,0 +1,42 @@
+"""``TrainingArguments`` keywords for Gaudi (SPEC H8, H9, H10)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from intelrt import hookimpl
+from intelrt.errors import PlanError
+from intelrt.types import BackendStatus, Setting
+
+from .facts import COMPILE_BACKENDS, FIRST_GENERATION, generation, owns
+
+
+@hookimpl
+def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]
+                               ) -> list[Setting] | None:
+    """H8 bf16 on every generation; H9 ``torch_compile_backend="hpu_backend"``; H10 ``hccl``.
+
+    The user's keywords win, except ones that cannot run on Gaudi (``PlanError``).
+    """
+    if not owns(backend):
+        return None
+    settings: list[Setting] = []
+    if overrides.get("fp16") and generation(backend) == FIRST_GENERATION:
+        raise PlanError("fp16=True: first-generation Gaudi has no float16; use bf16=True (every Gaudi generation "
+                        "supports bfloat16)")
+    dtype = plan.value("dtype") if hasattr(plan, "value") else None
+    if "bf16" not in overrides and "fp16" not in overrides and dtype != "float16":
+        settings.append(Setting("bf16", True, "every Gaudi generation supports bfloat16", claim="H8"))
+    backend_choice = overrides.get("torch_compile_backend")
+    if backend_choice is not None and backend_choice not in COMPILE_BACKENDS:
+        raise PlanError(f"torch_compile_backend={backend_choice!r} does not run on Gaudi; use 'hpu_backend' (set for "
+                        "you when torch_compile=True) or 'eager'")
+    if overrides.get("torch_compile") and backend_choice is None:
+        settings.append(Setting("torch_compile_backend", "hpu_backend",
+                                "torch.compile on Gaudi uses hpu_backend", claim="H9"))
+    ddp = overrides.get("ddp_backend")
+    if ddp is not None and ddp != "hccl":
+        raise PlanError(f"ddp_backend={ddp!r} does not run on Gaudi: its collective library is HCCL; use "
+                        "ddp_backend='hccl' or leave it unset (intelrt sets it)")
+    return settings
