@@ -7,6 +7,15 @@ from typing import Any
 from .plan_data import Plan
 
 
+def _kernel_entry(value: Any) -> Any:
+    """A plan holds JSON: ``["org/repo:Layer", {"version": 2}]`` is transformers' tuple form."""
+    if isinstance(value, dict):
+        return {k: _kernel_entry(v) for k, v in value.items()}
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict):
+        return (value[0], dict(value[1]))
+    return value
+
+
 def kernel_config(plan: Plan) -> Any:
     """transformers ``KernelConfig`` for the plan's kernel mapping, or ``None`` (SPEC X8)."""
     value = plan.value("kernels") or {}
@@ -15,7 +24,8 @@ def kernel_config(plan: Plan) -> Any:
         return None
     from transformers import KernelConfig
 
-    return KernelConfig(kernel_mapping=mapping, use_local_kernel=bool(value.get("use_local_kernel")))
+    return KernelConfig(kernel_mapping={layer: _kernel_entry(entry) for layer, entry in mapping.items()},
+                        use_local_kernel=bool(value.get("use_local_kernel")))
 
 
 def quantization_config(plan: Plan) -> Any:

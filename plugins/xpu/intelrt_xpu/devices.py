@@ -1,0 +1,170 @@
+"""X2, X3, X11: which Intel GPUs a run sees (``ZE_AFFINITY_MASK``) and in which order.
+
+Device ids are Level Zero device ids, as ``xpu-smi discovery`` lists them and as
+``ZE_AFFINITY_MASK`` takes them: ``devices=[0, 2]`` becomes ``ZE_AFFINITY_MASK=0,2`` verbatim,
+also when the environment already holds another mask (that mask is replaced for the run, with a
+warning). The driver applies a mask once, when it loads; detection has loaded it in the planning
+process, so a mask chosen here takes effect in the processes started with the plan's environment
+(``intelrt launch``, torchrun, or children started after ``intelrt.setup_env(plan)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from intelrt import hookimpl
+from intelrt.errors import PlanError
+from intelrt.request import Request
+from intelrt.types import BackendStatus, EnvVar, Finding
+
+from .facts import (
+    MARK_VAR,
+    MASK_VAR,
+    PCI_ORDER_VAR,
+    XCCL_TORCH_FLOOR,
+    mine,
+    torch_at_least,
+    torch_version,
+)
+
+SET_ON_COMMAND_LINE = (f"set it on the run's own command line ({MASK_VAR}=0,2 torchrun ...), or pass devices= to "
+                        f"intelrt (CLI --devices); `unset {MASK_VAR}` if it is a leftover export")
+
+
+def mask_device_ids(mask: str) -> list[int]:
+    """Device ids named by a mask (``"0,2"`` → ``[0, 2]``; a sub-device ``"1.0"`` counts as device 1)."""
+    ids = []
+    for part in mask.split(","):
+        head = part.strip().split(".")[0]
+        if head.isdigit():
+            ids.append(int(head))
+    return ids
+
+
+def ascending(ids: Sequence[int]) -> bool:
+    return all(a < b for a, b in zip(ids, ids[1:], strict=False))
+
+
+def _order_note(what: str, ids: Sequence[int]) -> Finding:
+    order = sorted(set(ids))
+    mapping = ", ".join(f"xpu:{n} is device {d}" for n, d in enumerate(order))
+    return Finding("info", f"{what} is not ascending: order is not applied",
+                   f"the driver enumerates the selected devices in its own order (by PCI bus id with "
+                   f"{PCI_ORDER_VAR}=1), not in mask order: {mapping}", claim="X3")
+
+
+def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding] | None:
+    mask = env.get(MASK_VAR)
+    if mask is None:
+        return None
+    items: list[EnvVar | Finding] = []
+    if env.get(MARK_VAR) == mask:
+        items.append(Finding("info", f"{MASK_VAR}={mask} selects this run's devices",
+                             "intelrt set it for this run (devices=, intelrt launch)", claim="X2"))
+    else:
+        detail = (f"{MASK_VAR}={mask} was not given to intelrt for this run, yet it decides which Intel GPUs the "
+                  f"run sees ({backend.device_count} visible); a forgotten export silently routes later runs to "
+                  "the wrong devices")
+        if request.strict:
+            raise PlanError(f"strict mode: {detail}. Fix: {SET_ON_COMMAND_LINE}")
+        items.append(Finding("warning", f"{MASK_VAR} inherited from the environment", detail,
+                             fix=SET_ON_COMMAND_LINE, claim="X2"))
+    ids = mask_device_ids(mask)
+    if not ascending(ids):
+        items.append(_order_note(f"{MASK_VAR}={mask}", ids))
+    return items
+
+
+def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
+    ids = list(request.devices or ())
+    inherited = env.get(MASK_VAR)
+    items: list[EnvVar | Finding] = []
+    if inherited is None:
+        # No mask in effect: the driver shows every device, so detection's count is the machine's.
+        count = backend.device_count
+        bad = [i for i in ids if i >= count]
+        if bad:
+            raise PlanError(f"devices={ids}: this machine has {count} Intel GPU(s), ids 0..{count - 1} (as "
+                            f"`xpu-smi discovery` lists them); {', '.join(map(str, bad))} does not exist")
+    else:
+        # This process sees only the inherited mask's devices: ids outside it cannot be checked here.
+        unchecked = [i for i in ids if i not in mask_device_ids(inherited)]
+        if unchecked:
+            detail = (f"this process sees only the devices of the inherited {MASK_VAR}={inherited}, so intelrt "
+                      f"cannot tell whether device(s) {', '.join(map(str, unchecked))} exist; the driver drops "
+                      "ids that do not")
+            if request.strict:
+                raise PlanError(f"strict mode: {detail}. Check the ids with `xpu-smi discovery`, or unset {MASK_VAR}")
+            items.append(Finding("warning", f"devices={ids} not checked against the machine", detail,
+                                 fix=f"check the ids with `xpu-smi discovery`, or plan without {MASK_VAR} in the "
+                                     "environment", claim="X2"))
+    mask = ",".join(map(str, ids))
+    items += [
+        EnvVar(MASK_VAR, mask, f"devices={ids} selects these Intel GPUs; Level Zero reads it when the driver "
+                               "loads, so it is set in the run's environment, not exported in your shell",
+               claim="X2", overwrite_user=True),
+        EnvVar(PCI_ORDER_VAR, "1", "ids follow PCI bus order (lowest first), so the same ids pick the same GPUs "
+                                   "on every run", claim="X3"),
+        EnvVar(MARK_VAR, mask, f"tells the run's processes that {MASK_VAR} was chosen for this run, so they do not "
+                               "warn about an inherited mask", claim="X2", overwrite_user=True),
+        Finding("info", f"{MASK_VAR}={mask} takes effect in the run's processes",
+                f"the driver reads the mask once, when it loads; this process loaded it during detection "
+                f"({backend.device_count} device(s) visible here), so the mask applies to processes started with "
+                "the plan's environment: intelrt launch, torchrun, or children started after "
+                "intelrt.setup_env(plan)", claim="X2"),
+    ]
+    if not ascending(ids):
+        items.append(_order_note(f"devices={ids}", ids))
+    return items
+
+
+@hookimpl
+def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str, str]
+                      ) -> list[EnvVar | Finding] | None:
+    """X2/X3: ``devices=`` → ``ZE_AFFINITY_MASK`` (replacing an inherited one) and
+    ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` (yours kept); an inherited mask gets a warning, a
+    non-ascending one a note. Ids beyond the machine's devices → ``PlanError``."""
+    if not mine(backend):
+        return None
+    if request.devices is None:
+        return _inherited(backend, request, env)
+    return _selected(backend, request, env)
+
+
+@hookimpl
+def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mapping[str, str]
+                       ) -> list[EnvVar | Finding] | None:
+    """X11: one ``ZE_AFFINITY_MASK`` shared by every rank (a per-rank mask hangs XCCL
+    collectives); each rank picks ``xpu:LOCAL_RANK``; one process per selected Intel GPU."""
+    if not mine(backend):
+        return None
+    if not isinstance(nproc, int) or nproc < 1:
+        raise PlanError(f"nproc={nproc!r}: launch at least one process (one per Intel GPU)")
+    devices = plan.request.devices
+    planned = next((s.value for s in plan.env if s.name == MASK_VAR), None)
+    mask = planned if planned is not None else env.get(MASK_VAR)
+    selected = len(devices) if devices else backend.device_count
+    if nproc > selected:
+        where = f"devices={list(devices)}" if devices else (
+            f"{MASK_VAR}={mask}" if mask is not None else "all visible")
+        hint = ("; a mask with one device per rank hangs XCCL collectives: give every rank one shared mask"
+                if mask is not None and selected == 1 else "")
+        raise PlanError(f"nproc={nproc}: intelrt launches one process per Intel GPU, and this run has {selected} "
+                        f"({where}); pass --nproc {selected} or select more devices with --devices{hint}")
+    if nproc > 1 and not torch_at_least(backend, XCCL_TORCH_FLOOR):
+        raise PlanError(f"nproc={nproc} needs the xccl collective backend, which needs torch >= {XCCL_TORCH_FLOOR} "
+                        f"(this is torch {torch_version(backend)}); the legacy 'ccl' backend (oneCCL bindings) is not "
+                        "among transformers 5 ddp_backend choices. Install torch >= 2.7 from the XPU index")
+    items: list[EnvVar | Finding] = []
+    if mask is not None:
+        items.append(EnvVar(MASK_VAR, mask, f"one mask shared by all {nproc} rank(s): each rank sees the same "
+                                            "devices and picks its own by LOCAL_RANK (a per-rank mask hangs XCCL "
+                                            "collectives)", claim="X11", overwrite_user=bool(devices)))
+        if devices:
+            items.append(EnvVar(MARK_VAR, mask, f"marks {MASK_VAR} as chosen for this run", claim="X11",
+                                overwrite_user=True))
+    items.append(Finding("info", f"{nproc} rank(s), one per Intel GPU, each on xpu:LOCAL_RANK",
+                         "torchrun / accelerate launch set LOCAL_RANK; accelerate (and so Trainer) calls "
+                         "torch.xpu.set_device(LOCAL_RANK) and joins the xccl process group", claim="X11"))
+    return items

@@ -1,0 +1,85 @@
+"""``intelrt doctor`` findings for Intel GPUs, each with its fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from intelrt import hookimpl
+from intelrt.hubcache import hub_offline
+from intelrt.types import BackendStatus, Finding
+from intelrt.versions import at_least
+
+from .detection import XPU_INDEX
+from .devices import SET_ON_COMMAND_LINE
+from .facts import (
+    ACCELERATE_TORCH_FLOOR,
+    MARK_VAR,
+    MASK_VAR,
+    NAME,
+    TRANSFORMERS_TORCH_FLOOR,
+    torch_version,
+)
+from .hubkernels import FA2_REPO, fa2_version, fetch_hint, kernels_problem, locate
+
+_INSTALL = f"pip install torch --index-url {XPU_INDEX} (then pip install 'transformers[torch]')"
+
+
+def _build(status: BackendStatus) -> list[Finding]:
+    if status.versions.get("xpu_build") not in (None, "None"):
+        return [Finding("warning", "no Intel GPU visible", status.reason,
+                        fix=f"check the driver with `xpu-smi discovery`, and {MASK_VAR} if it is set", claim="X1")]
+    import torch
+
+    other = torch.version.cuda or getattr(torch.version, "hip", None)
+    return [Finding("info" if other else "warning", "torch is not an XPU build", status.reason,
+                    fix=f"for Intel GPUs install torch's XPU build: {_INSTALL}", claim="X1")]
+
+
+def _floors(status: BackendStatus) -> list[Finding]:
+    version = torch_version(status)
+    if not at_least(version, TRANSFORMERS_TORCH_FLOOR):
+        return [Finding("error", f"torch {version} is too old for Intel GPUs",
+                        f"transformers uses XPU from torch {TRANSFORMERS_TORCH_FLOOR}, accelerate from "
+                        f"{ACCELERATE_TORCH_FLOOR}", fix=_INSTALL, claim="X1")]
+    if not at_least(version, ACCELERATE_TORCH_FLOOR):
+        return [Finding("warning", f"torch {version} is too old for accelerate on Intel GPUs",
+                        f"accelerate uses XPU only with torch > 2.6 (Trainer, device_map='auto'), and the xccl "
+                        f"collective backend needs torch >= {ACCELERATE_TORCH_FLOOR}", fix=_INSTALL, claim="X1")]
+    return []
+
+
+def _mask(env: Mapping[str, str]) -> list[Finding]:
+    mask = env.get(MASK_VAR)
+    if mask is None or env.get(MARK_VAR) == mask:
+        return []
+    return [Finding("warning", f"{MASK_VAR}={mask} is set in the environment",
+                    "an exported mask (perhaps a stale one) decides which Intel GPUs every later run sees; "
+                    "a forgotten export silently routes runs to the wrong devices", fix=SET_ON_COMMAND_LINE,
+                    claim="X2")]
+
+
+def _fa2(status: BackendStatus, env: Mapping[str, str]) -> list[Finding]:
+    problem = kernels_problem()
+    if problem is not None:
+        return [Finding("info", "hub kernels are unavailable (flash_attention_2, use_kernels)", problem,
+                        fix=problem.rsplit(": ", 1)[-1], claim="X5")]
+    source = locate(FA2_REPO, fa2_version(status.versions.get("torch")), env)
+    if source.offline_ready:
+        return []
+    offline = hub_offline(env)
+    return [Finding("warning" if offline else "info", f"the FlashAttention-2 kernel {FA2_REPO} is not cached",
+                    f"attention='flash_attention_2' {'fails while HF_HUB_OFFLINE is set' if offline else 'downloads it at load time'}",
+                    fix=fetch_hint(source), claim="X5")]
+
+
+@hookimpl
+def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]) -> list[Finding] | None:
+    """Missing XPU build of torch, torch too old, an inherited (possibly stale) mask, and the
+    FlashAttention-2 kernel not cached."""
+    status = next((b for b in backends if b.name == NAME), None)
+    if status is None:
+        return None
+    findings = _mask(env)
+    if not status.available:
+        return _build(status) + _floors(status) + findings if "torch" in status.versions else findings
+    return _floors(status) + findings + _fa2(status, env)
