@@ -1,4 +1,4 @@
-"""``intelrt`` command line: plugins | doctor | plan | run (every command takes --json)."""
+"""``intelrt`` command line: plugins | doctor | plan | run | train | launch (every command takes --json)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from .cli_training import run_train
+
+    return run_train(args, _plan_kwargs(args), _emit)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from .cli_training import run_launch
+
+    return run_launch(args, _maybe_simulate, _emit)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Plain transformers against intelrt, side by side (benchmarks/bench_generate.py)."""
+    from .decoding.benchmark import main as bench_main
+
+    return bench_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="intelrt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log what intelrt does")
@@ -136,6 +155,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _plan_options(p)
     p.set_defaults(func=cmd_run)
+
+    from .cli_training import LAUNCH_HELP, TRAIN_HELP, add_launch_arguments, add_train_arguments
+
+    p = sub.add_parser("train", help=TRAIN_HELP)
+    add_train_arguments(p)
+    _plan_options(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("launch", help=LAUNCH_HELP)
+    add_launch_arguments(p)
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("bench", help="tok/s of plain transformers and intelrt side by side (--chart: PNG)")
+    from .decoding.benchmark import add_arguments as bench_arguments
+
+    bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigurationError
@@ -22,6 +22,10 @@ class Loaded:
     model: Any
     tokenizer: Any
     plan: Plan
+    last_generation: dict[str, Any] | None = field(default=None, compare=False)
+    """What the last ``generate`` call did: ``path`` (``fast``, ``continuous`` or ``generate``),
+    ``reason``, ``batches``, ``graphs``, ``compiled``, ``captured`` and ``notes``."""
+    _generator: Any = field(default=None, repr=False, compare=False)
 
     @property
     def device(self) -> Any:
@@ -56,34 +60,50 @@ class Loaded:
     def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> str | list[str]:
         """Generate a continuation of ``prompt`` (or of each prompt in a list); returns the new text.
 
-        Keyword arguments go to ``model.generate`` (``max_new_tokens`` defaults to 32, greedy unless
-        ``do_sample=True``).
+        Keyword arguments are transformers generation settings (``max_new_tokens`` defaults to 32,
+        greedy unless ``do_sample=True``). The plan's ``decode`` and ``batching`` decisions pick
+        the path: intelrt's fast decode loop (static KV cache, compiled and graph-captured step),
+        transformers' continuous batching for lists, or plain ``model.generate`` for settings the
+        fast loop does not honour. ``last_generation`` names the path taken and why.
         """
         self._require_task("text-generation")
         tokenizer = self._require_tokenizer("generate()")
         prompts, single = self._prompts(prompt)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        generation_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+        ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+        new_tokens = self._generate_ids(ids, not single, generation_kwargs)
+        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return texts[0] if single else list(texts)
+
+    def generate_ids(self, prompts: Sequence[int] | Sequence[Sequence[int]], **generation_kwargs: Any
+                     ) -> list[int] | list[list[int]]:
+        """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them; returns
+        the new ids of each, up to and including the first end-of-sequence token."""
+        self._require_task("text-generation")
+        if isinstance(prompts, Sequence) and prompts and all(isinstance(t, int) for t in prompts):
+            return self._generate_ids([list(prompts)], False, generation_kwargs)[0]  # type: ignore[arg-type]
+        if not isinstance(prompts, Sequence) or not prompts or not all(
+                isinstance(p, Sequence) and p and all(isinstance(t, int) for t in p) for p in prompts):
+            raise ConfigurationError("generate_ids() takes a non-empty list of token ids, or a non-empty list of "
+                                     "such lists")
+        return self._generate_ids([list(p) for p in prompts], True, generation_kwargs)  # type: ignore[arg-type]
+
+    def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
+                      ) -> list[list[int]]:
+        if any(not p for p in ids):
+            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
         kwargs = {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "do_sample": False, **generation_kwargs}
         max_new = kwargs["max_new_tokens"]
         if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
             raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
-        import torch
+        if self._generator is None:
+            from .decoding.generation import Generator
 
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
-        padding_side = tokenizer.padding_side
-        tokenizer.padding_side = "left"  # decoder-only batches pad on the left
-        try:
-            inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(self.model.device)
-        finally:
-            tokenizer.padding_side = padding_side
-        if inputs["input_ids"].shape[1] == 0:
-            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
-        with torch.inference_mode():
-            output = self.model.generate(**inputs, **kwargs)
-        new_tokens = output[:, inputs["input_ids"].shape[1]:]
-        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return texts[0] if single else texts
+            self._generator = Generator(self.model, self.plan)
+        outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
+        return outputs
 
     def embed(self, texts: str | Sequence[str]) -> Any:
         """Mean-pooled last hidden states, one row per text (feature-extraction models)."""

@@ -145,7 +145,7 @@ def intelrt_select_batching(backend: BackendStatus, request: Request, decisions:
                         f"through {'the fast decode loop' if fast else 'transformers generate'}")
     reason = "requested by the user" if request.batching == "continuous" else (
         "transformers' continuous batching schedules many prompts better than one padded batch")
-    notes = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
+    notes: tuple[str, ...] = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
     if fast and request.batching == "auto":
         notes += ("batching='padded' sends a list through the fast decode loop instead",)
     return Decision(batching_value("continuous", use_graphs=graphs), reason, claim="X7", notes=notes)

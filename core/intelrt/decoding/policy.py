@@ -88,4 +88,4 @@ def batching_value(method: str, *, engine: str = "generate", max_batch: int | No
     """
     return {"method": method, "engine": engine if method == "padded" else "continuous",
             "max_batch": max_batch, "use_graphs": use_graphs, "use_async_batching": use_async_batching,
-            "kv_sizing": kv_sizing}
+            "kv_sizing": kv_sizing if method == "continuous" else None}

@@ -1,0 +1,162 @@
+"""Run one ``Loaded.generate`` call on the path the plan and the call's settings pick.
+
+Returns the new tokens of every prompt (up to and including its first EOS) and a report naming
+the path taken and why — ``Loaded.last_generation`` shows it to the user.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .engine import FastDecoder
+from .options import DecodeOptions, resolve
+from .routing import Route, choose_route
+
+log = logging.getLogger(__name__)
+
+KV_MEMORY_SHARE = 0.7
+"""Share of free device memory the fast loop's KV caches may take when sizing a padded batch."""
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any]:
+    """Left-padded ``input_ids`` and ``attention_mask`` for decoder-only generation."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def until_eos(rows: list[list[int]], eos: Sequence[int]) -> list[list[int]]:
+    """Each row cut after its first EOS (the padding ``generate`` adds after it goes too)."""
+    stops = set(eos)
+    cut = []
+    for row in rows:
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        cut.append(row[:end])
+    return cut
+
+
+def kv_bytes_per_row(config: Any, length: int, dtype_bytes: int) -> int:
+    """Bytes of static KV cache one row of ``length`` tokens needs (0 when the config is unusual)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(text, "num_key_value_heads", 0) or getattr(text, "num_attention_heads", 0) or 0)
+    head_dim = getattr(text, "head_dim", None) or (
+        int(getattr(text, "hidden_size", 0) or 0) // max(1, int(getattr(text, "num_attention_heads", 1) or 1)))
+    return 2 * layers * heads * int(head_dim) * length * dtype_bytes
+
+
+def rows_that_fit(model: Any, length: int) -> int | None:
+    """How many rows of KV cache fit the free memory of the model's device (``None``: unknown)."""
+    import torch
+
+    device = model.device
+    module = getattr(torch, device.type, None)
+    info = getattr(module, "mem_get_info", None)
+    if info is None or device.type == "cpu":
+        return None
+    try:
+        free, _total = info(device)
+    except Exception:  # noqa: BLE001 - sizing is advisory; the plan's cap still applies
+        return None
+    per_row = kv_bytes_per_row(model.config, length, model.dtype.itemsize) or 1
+    return max(1, int(free * KV_MEMORY_SHARE // per_row))
+
+
+class Generator:
+    """Holds the fast decoder (its captured graphs survive between calls) for one loaded model."""
+
+    def __init__(self, model: Any, plan: Any, host: Any = None) -> None:
+        self.model = model
+        self.plan = plan
+        self.host = host
+        self._decoder: FastDecoder | None = None
+
+    def decoder(self) -> FastDecoder:
+        if self._decoder is None:
+            value = self.plan.value("decode") or {}
+            graphs = value.get("graphs")
+            capturer = None
+            if graphs:
+                from ..plugins import get_host
+
+                host = self.host or get_host()
+                capturer, _plugin = host.call_first("intelrt_decode_graph", backend=self.plan.backend, kind=graphs)
+            self._decoder = FastDecoder(self.model, graphs=graphs, compile_backend=value.get("compile"),
+                                        capturer=capturer)
+        return self._decoder
+
+    def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
+            ) -> tuple[list[list[int]], dict[str, Any]]:
+        """New tokens per prompt and the report of what ran."""
+        options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
+        route = choose_route(self.plan, len(prompts), as_list, unsupported)
+        report: dict[str, Any] = {"path": route.path, "reason": route.reason, "prompts": len(prompts),
+                                  "batches": 0, "graphs": None, "compiled": None, "captured": False, "notes": []}
+        if route.path == "fast" and options is not None:
+            outputs = self._fast(prompts, route, options, report)
+        elif route.path == "continuous" and options is not None:
+            from .continuous import generate_continuous
+
+            outputs = generate_continuous(self.model, prompts, options, self.plan.value("batching") or {})
+            report["batches"] = 1
+        else:
+            outputs = self._generate(prompts, route, kwargs, report)
+        if report["notes"]:
+            log.warning("intelrt generate: %s", "; ".join(report["notes"]))
+        return outputs, report
+
+    def _fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
+              report: dict[str, Any]) -> list[list[int]]:
+        decoder = self.decoder()
+        rows = route.batch_rows
+        longest = max(len(p) for p in prompts) + options.max_new_tokens
+        fit = rows_that_fit(self.model, longest)
+        if fit is not None and fit < rows:
+            report["notes"].append(f"padded batches of {fit} rows: the KV cache of {rows} rows would not fit "
+                                   "free device memory")
+            rows = fit
+        outputs: list[list[int]] = []
+        for start in range(0, len(prompts), rows):
+            chunk = prompts[start:start + rows]
+            input_ids, mask = left_pad(chunk, options.pad_token_id, self.model.device)
+            tokens, decoded = decoder.decode(input_ids, mask, options)
+            outputs.extend(until_eos(tokens.tolist(), options.eos_token_ids))
+            report["batches"] += 1
+            report["captured"] = report["captured"] or decoded.captured
+            report["graphs"], report["compiled"] = decoded.graphs, decoded.compiled
+            report["notes"] = sorted(set(report["notes"]) | set(decoded.notes))
+        return outputs
+
+    def _generate(self, prompts: Sequence[Sequence[int]], route: Route, kwargs: Mapping[str, Any],
+                  report: dict[str, Any]) -> list[list[int]]:
+        import torch
+
+        pad = kwargs.get("pad_token_id")
+        if pad is None:
+            config = getattr(self.model, "generation_config", None)
+            pad = getattr(config, "pad_token_id", None)
+            if pad is None:
+                eos = getattr(config, "eos_token_id", None)
+                pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+        eos_ids = kwargs.get("eos_token_id", getattr(getattr(self.model, "generation_config", None),
+                                                     "eos_token_id", None))
+        eos = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or [])
+        outputs: list[list[int]] = []
+        for start in range(0, len(prompts), route.batch_rows):
+            chunk = prompts[start:start + route.batch_rows]
+            input_ids, mask = left_pad(chunk, int(pad), self.model.device)
+            with torch.inference_mode():
+                result = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+            sequences = result.sequences if hasattr(result, "sequences") else result
+            outputs.extend(until_eos(sequences[:, input_ids.shape[1]:].tolist(), eos))
+            report["batches"] += 1
+        return outputs
