@@ -13,6 +13,7 @@ whether issue 6's targets are met. No download: the model is built from its conf
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from intelrt.decoding.benchmark import add_arguments, main
@@ -20,4 +21,9 @@ from intelrt.decoding.benchmark import add_arguments, main
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
+    progress = logging.getLogger("intelrt")
+    progress.setLevel(logging.INFO)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    progress.addHandler(handler)
     sys.exit(main(parser.parse_args()))

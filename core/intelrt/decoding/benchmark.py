@@ -55,6 +55,11 @@ class Results:
     path: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
 
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        log.info("bench %s / %s: %s tok/s in %.3f s %s", row.group, row.name,
+                 f"{row.tok_s:,.0f}" if row.tok_s else "-", row.seconds or 0.0, row.match)
+
     def get(self, group: str, name: str) -> Row:
         return next(r for r in self.rows if r.group == group and r.name == name)
 
@@ -151,8 +156,8 @@ def run(args: argparse.Namespace) -> Results:
             gc.collect()
             if device == "cuda":
                 torch.cuda.empty_cache()
-    results.rows.append(Row("load", "from_pretrained + tokenizer", None, statistics.median(plain_times)))
-    results.rows.append(Row("load", "intelrt.load", None, statistics.median(ours_times)))
+    results.add(Row("load", "from_pretrained + tokenizer", None, statistics.median(plain_times)))
+    results.add(Row("load", "intelrt.load", None, statistics.median(ours_times)))
     results.checks = check_targets(results, len(prompts), new)
     return results
 
@@ -174,17 +179,17 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     # batch 1: eager generate (short warm-up, then timed)
     hf_generate(plain, one, max_new_tokens=8)
     eager, seconds = timed(device, lambda: hf_generate(plain, one))
-    results.rows.append(Row("batch 1", "eager generate", new / seconds, seconds))
+    results.add(Row("batch 1", "eager generate", new / seconds, seconds))
     # batch 1: static cache (+ transformers' auto-compile on cuda/xpu): warm-up is a full run
     hf_generate(plain, one, cache_implementation="static")
     static, seconds = timed(device, lambda: hf_generate(plain, one, cache_implementation="static"))
-    results.rows.append(Row("batch 1", "static cache + compile", new / seconds, seconds,
+    results.add(Row("batch 1", "static cache + compile", new / seconds, seconds,
                             compare(static, eager) + " vs eager"))
     # batch 1: intelrt (warm-up compiles and captures)
     loaded.generate_ids(one[0], **settings)
     ours, seconds = timed(device, lambda: [loaded.generate_ids(one[0], **settings)])
     results.path["batch 1"] = dict(loaded.last_generation or {})
-    results.rows.append(Row("batch 1", "intelrt", new / seconds, seconds,
+    results.add(Row("batch 1", "intelrt", new / seconds, seconds,
                             f"{compare(ours, static)} vs static; {compare(ours, eager)} vs eager"))
 
     if args.variants:
@@ -199,7 +204,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
 
             once()
             out, seconds = timed(device, once)
-            results.rows.append(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static"))
+            results.add(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static"))
             del variant
             gc.collect()
 
@@ -207,7 +212,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     many = len(prompts) * new
     hf_generate(plain, prompts, max_new_tokens=8)
     padded, seconds = timed(device, lambda: hf_generate(plain, prompts))
-    results.rows.append(Row(f"{len(prompts)} x {new}", "padded generate", many / seconds, seconds))
+    results.add(Row(f"{len(prompts)} x {new}", "padded generate", many / seconds, seconds))
     # many requests: continuous batching with transformers' defaults
     if not args.skip_continuous:
         from transformers import GenerationConfig
@@ -222,13 +227,13 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
         with torch.inference_mode():
             plain.generate_batch(prompts[:4], generation_config=GenerationConfig(**{**settings, "max_new_tokens": 8}))
         cont, seconds = timed(device, batch)
-        results.rows.append(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
+        results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
                                 compare(cont, padded) + " vs padded"))
     # many requests: intelrt
     loaded.generate_ids(prompts, **settings)
     ours_many, seconds = timed(device, lambda: loaded.generate_ids(prompts, **settings))
     results.path["many"] = dict(loaded.last_generation or {})
-    results.rows.append(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
+    results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
                             compare(ours_many, padded) + " vs padded"))
 
 
