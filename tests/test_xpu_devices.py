@@ -1,0 +1,156 @@
+"""X2/X3 device selection and ordering, X11 launch environment — under the simulated XPU runtime.
+
+The simulated Level Zero driver applies ZE_AFFINITY_MASK when it first loads, like the real one,
+so "what a launched process sees" is checked by starting a second simulated machine with the
+environment the plan gives the launched process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intelrt
+from intelrt.environment import child_env
+from intelrt.errors import PlanError
+from intelrt.plugins import get_host
+from intelrt.testing.simulation import simulate as start_simulation
+
+
+def _env(plan: Any) -> dict[str, Any]:
+    return {s.name: s for s in plan.env}
+
+
+def _launch(plan: Any, nproc: int) -> list[Any]:
+    items = get_host().call_all("intelrt_launch_env", backend=plan.backend, plan=plan, nproc=nproc,
+                                env=dict(os.environ))
+    return [item for plugin, item in items if plugin == "xpu"]
+
+
+@pytest.mark.claim("X2")
+def test_X2_devices_put_the_mask_in_the_run_environment_not_the_parent(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4)
+    plan = intelrt.plan(tiny_model, devices=[0, 2])
+    env = _env(plan)
+    mask, order = env["ZE_AFFINITY_MASK"], env["ZE_ENABLE_PCI_ID_DEVICE_ORDER"]
+    assert (mask.value, mask.action, mask.plugin, mask.claim) == ("0,2", "set", "xpu", "X2")
+    assert (order.value, order.action, order.plugin, order.claim) == ("1", "set", "xpu", "X3")
+    # planning writes nothing into this process's environment (C2) ...
+    assert "ZE_AFFINITY_MASK" not in os.environ and "ZE_ENABLE_PCI_ID_DEVICE_ORDER" not in os.environ
+    # ... the launched process gets it, and setup_env() writes it where it is told to
+    launched = child_env(plan.env, base={"PATH": "/bin"})
+    assert launched["ZE_AFFINITY_MASK"] == "0,2" and launched["ZE_ENABLE_PCI_ID_DEVICE_ORDER"] == "1"
+    target: dict[str, str] = {}
+    assert set(intelrt.setup_env(plan, target)) >= {"ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER"}
+    assert "ZE_AFFINITY_MASK" not in os.environ
+    # the plan says where the mask takes effect: the driver of this process is already loaded
+    where = [f for f in plan.findings if f.title == "ZE_AFFINITY_MASK=0,2 takes effect in the run's processes"]
+    assert len(where) == 1 and "intelrt launch" in where[0].detail
+
+
+@pytest.mark.claim("X2")
+def test_X2_the_launched_process_sees_the_selected_devices_without_an_inherited_warning(tiny_model: Path) -> None:
+    with start_simulation("xpu", count=4):
+        plan = intelrt.plan(tiny_model, devices=[0, 2])
+    launched = child_env(plan.env, base={})
+    with start_simulation("xpu", count=4, env=launched):  # a new process: its driver reads the mask
+        detection = intelrt.detect()
+        replan = intelrt.plan(tiny_model)
+    assert detection.get("xpu").device_count == 2  # type: ignore[union-attr]
+    assert not [f for f in replan.findings if f.severity == "warning"]
+    assert [f.title for f in replan.findings if f.claim == "X2"] == ["ZE_AFFINITY_MASK=0,2 selects this run's devices"]
+
+
+@pytest.mark.claim("X2")
+def test_X2_inherited_mask_gets_a_warning_naming_it(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4, env={"ZE_AFFINITY_MASK": "1,3"})
+    plan = intelrt.plan(tiny_model)
+    assert plan.backend.device_count == 2  # the driver applied the inherited mask
+    warnings = [f for f in plan.warnings if f.claim == "X2"]
+    assert len(warnings) == 1
+    assert warnings[0].title == "ZE_AFFINITY_MASK inherited from the environment"
+    assert "ZE_AFFINITY_MASK=1,3" in warnings[0].detail and "wrong devices" in warnings[0].detail
+    assert "unset ZE_AFFINITY_MASK" in warnings[0].fix
+    assert "ZE_AFFINITY_MASK" not in _env(plan)  # intelrt does not touch a mask it was not asked about
+    with pytest.raises(PlanError, match=r"strict mode: ZE_AFFINITY_MASK=1,3 was not given to intelrt"):
+        intelrt.plan(tiny_model, strict=True)
+
+
+@pytest.mark.claim("X2")
+def test_X2_devices_replace_an_inherited_mask_with_a_warning(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4, env={"ZE_AFFINITY_MASK": "3"})
+    plan = intelrt.plan(tiny_model, devices=[0, 2])
+    mask = _env(plan)["ZE_AFFINITY_MASK"]
+    assert (mask.value, mask.action) == ("0,2", "replaced")
+    titles = {f.title for f in plan.warnings}
+    assert "ZE_AFFINITY_MASK replaced for this run" in titles
+    # this process sees only device 3, so it cannot vouch for ids 0 and 2: it says so
+    assert "devices=[0, 2] not checked against the machine" in titles
+
+
+@pytest.mark.claim("X2")
+def test_X2_devices_out_of_range_are_refused(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4)
+    with pytest.raises(PlanError, match=r"devices=\[0, 5\]: this machine has 4 Intel GPU\(s\), ids 0\.\.3"):
+        intelrt.plan(tiny_model, devices=[0, 5])
+
+
+@pytest.mark.claim("X3")
+def test_X3_users_own_pci_order_is_kept(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4, env={"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "0"})
+    plan = intelrt.plan(tiny_model, devices=[1, 3])
+    order = _env(plan)["ZE_ENABLE_PCI_ID_DEVICE_ORDER"]
+    assert (order.value, order.action, order.wanted) == ("0", "kept", "1")
+    assert "ZE_ENABLE_PCI_ID_DEVICE_ORDER" not in child_env(plan.env, base={})  # nothing to set: yours stays
+    assert child_env(plan.env, base={})["ZE_AFFINITY_MASK"] == "1,3"
+
+
+@pytest.mark.claim("X3")
+def test_X3_non_ascending_masks_get_a_note_that_order_is_not_applied(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4)
+    plan = intelrt.plan(tiny_model, devices=[2, 0])
+    notes = [f for f in plan.findings if f.claim == "X3"]
+    assert len(notes) == 1 and notes[0].severity == "info"
+    assert notes[0].title == "devices=[2, 0] is not ascending: order is not applied"
+    assert "xpu:0 is device 0, xpu:1 is device 2" in notes[0].detail
+    assert _env(plan)["ZE_AFFINITY_MASK"].value == "2,0"  # your order, verbatim
+
+
+@pytest.mark.claim("X3")
+def test_X3_inherited_non_ascending_mask_gets_the_note_too(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4, env={"ZE_AFFINITY_MASK": "3,1"})
+    plan = intelrt.plan(tiny_model)
+    assert [f.title for f in plan.findings if f.claim == "X3"] == [
+        "ZE_AFFINITY_MASK=3,1 is not ascending: order is not applied"]
+
+
+@pytest.mark.claim("X11")
+def test_X11_launch_env_shares_one_mask_for_all_ranks(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4)
+    plan = intelrt.plan(tiny_model, devices=[0, 2])
+    items = _launch(plan, nproc=2)
+    masks = [i for i in items if getattr(i, "name", None) == "ZE_AFFINITY_MASK"]
+    assert len(masks) == 1 and masks[0].value == "0,2" and masks[0].claim == "X11"
+    assert "all 2 rank(s)" in masks[0].reason and "per-rank mask hangs XCCL" in masks[0].reason
+    ranks = [i for i in items if getattr(i, "title", "").startswith("2 rank(s)")]
+    assert len(ranks) == 1 and "LOCAL_RANK" in ranks[0].title
+    assert plan.value("collective") == "xccl"
+
+
+@pytest.mark.claim("X11")
+def test_X11_more_ranks_than_selected_devices_is_refused(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4)
+    plan = intelrt.plan(tiny_model, devices=[0, 2])
+    with pytest.raises(PlanError, match=r"nproc=3: intelrt launches one process per Intel GPU, and this run has 2"):
+        _launch(plan, nproc=3)
+
+
+@pytest.mark.claim("X11")
+def test_X11_a_one_device_mask_for_several_ranks_names_the_xccl_hang(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=4, env={"ZE_AFFINITY_MASK": "1"})
+    plan = intelrt.plan(tiny_model)
+    with pytest.raises(PlanError, match="one device per rank hangs XCCL collectives"):
+        _launch(plan, nproc=2)
