@@ -40,7 +40,7 @@ def int64_items(env: Mapping[str, str]) -> list[EnvVar | Finding]:
                              f"your {INT64_VAR}={user!r} is kept, but transformers uses int64 token ids, which then "
                              "fail or are truncated on Gaudi", fix=f"export {INT64_VAR}=1 (or unset it and let intelrt "
                              "set it)", claim="H3"))
-    if stack_loaded() and os.environ.get(INT64_VAR) != "1":
+    if stack_loaded() and os.environ.get(INT64_VAR) is None:
         items.append(Finding("warning", f"the Gaudi stack was loaded before {INT64_VAR}=1",
                              f"habana_frameworks is already imported in this process (an earlier import, or "
                              f"`import torch` autoloading it) without {INT64_VAR}=1, so setting it now only reaches "

@@ -1,0 +1,178 @@
+"""Plan decisions on Gaudi: placement (H6), quantization (H7), training arguments (H8),
+collective (H10), kernels and attention, and the CLI refusing 4-bit on first-generation Gaudi."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intelrt
+from intelrt.errors import PlanError
+from intelrt.plugins import PluginHost
+from intelrt.types import Setting
+
+INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}
+GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
+
+
+def _settings(plan: intelrt.Plan, **overrides: Any) -> dict[str, list[Setting]]:
+    found: dict[str, list[Setting]] = {}
+    for _plugin, setting in PluginHost().call_all("intelrt_training_arguments", backend=plan.backend, plan=plan,
+                                                  overrides=overrides):
+        found.setdefault(setting.name, []).append(setting)
+    return found
+
+
+@pytest.mark.claim("H6")
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_H6_device_map_is_hpu(simulate, tiny_model: Path, generation: str) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation=generation, env=INT64)
+    placement = intelrt.plan(tiny_model).decisions["placement"]
+    assert placement.value == "hpu" and placement.plugin == "hpu" and placement.claim == "H6"
+    assert "'hpu:N' is not supported" in placement.reason
+
+
+@pytest.mark.claim("H6")
+def test_H6_too_big_for_one_gaudi_splits_with_auto(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 2, memory_gib=1e-6, env=INT64)
+    placement = intelrt.plan(tiny_model).decisions["placement"]
+    assert placement.value == "auto" and "across the 2 visible Gaudis" in placement.reason
+
+
+@pytest.mark.claim("H7")
+@pytest.mark.parametrize("generation, label", [("gaudi2", "Gaudi 2"), ("gaudi3", "Gaudi 3")])
+def test_H7_bitsandbytes_4bit_nf4_on_gaudi2_and_3(simulate, tiny_model: Path, generation: str, label: str) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation=generation, env=INT64)
+    decision = intelrt.plan(tiny_model, quantization="4bit").decisions["quantization"]
+    assert decision.value == {"method": "bitsandbytes", "bits": 4, "quant_type": "nf4",
+                              "compute_dtype": "bfloat16", "double_quant": True}
+    assert decision.claim == "H7" and decision.reason.endswith(f"4-bit runs on {label}")
+    assert any("registers only the NF4 4-bit dequantize kernel" in n for n in decision.notes)
+    eight = intelrt.plan(tiny_model, quantization="8bit").decisions["quantization"]
+    assert eight.value == {"method": "bitsandbytes", "bits": 8} and eight.claim == "H7"
+
+
+@pytest.mark.claim("H7")
+def test_H7_nf4_note_matches_bitsandbytes_hpu_backend() -> None:
+    """The note is a fact of bitsandbytes 0.50: its HPU kernel refuses every quant_type but nf4."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("bitsandbytes")
+    assert spec is not None and spec.origin is not None
+    source = (Path(spec.origin).parent / "backends" / "hpu" / "ops.py").read_text()
+    assert source.count("@register_kernel(") == 1 and '"bitsandbytes::dequantize_4bit", "hpu"' in source
+    assert "HPU backend only supports quant_type 'nf4'" in source
+
+
+@pytest.mark.claim("H7")
+@pytest.mark.parametrize("bits", ["4bit", "8bit"])
+def test_H7_first_generation_gaudi_refuses_bitsandbytes(simulate, tiny_model: Path, bits: str) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation="gaudi1", env=INT64)
+    with pytest.raises(PlanError, match="not on first-generation Gaudi"):
+        intelrt.plan(tiny_model, quantization=bits)
+
+
+@pytest.mark.claim("H7")
+def test_H7_cli_plan_4bit_on_gaudi1_exits_nonzero_naming_first_generation(
+        tiny_model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from intelrt.cli import main
+
+    monkeypatch.setenv("PT_ENABLE_INT64_SUPPORT", "1")
+    code = main(["plan", str(tiny_model), "--simulate", "hpu:8:gaudi1", "--quantization", "4bit"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "not on first-generation Gaudi (Gaudi 1)" in err and "Traceback" not in err
+    assert main(["plan", str(tiny_model), "--simulate", "hpu:8:gaudi2", "--quantization", "4bit"]) == 0
+
+
+@pytest.mark.claim("H8")
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_H8_bf16_on_every_generation(simulate, tiny_model: Path, generation: str) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation=generation, env=INT64)
+    plan = intelrt.plan(tiny_model)
+    assert plan.value("dtype") == "bfloat16" and plan.decisions["dtype"].claim == "H8"
+    settings = _settings(plan)
+    assert {s.value for s in settings["bf16"]} == {True}
+    assert any(s.claim == "H8" and s.reason == "every Gaudi generation supports bfloat16" for s in settings["bf16"])
+    assert [s.value for s in settings["ddp_backend"]] == ["hccl"]
+    assert "fp16" not in settings
+    assert _settings(plan, bf16=False).get("bf16") is None, "the user's keyword wins"
+
+
+@pytest.mark.claim("H8")
+def test_H8_float16_refused_on_first_generation_gaudi(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation="gaudi1", env=INT64)
+    with pytest.raises(PlanError, match="first-generation Gaudi has no float16"):
+        intelrt.plan(tiny_model, dtype="float16")
+    with pytest.raises(PlanError, match="use bf16=True"):
+        _settings(intelrt.plan(tiny_model), fp16=True)
+
+
+@pytest.mark.claim("H8")
+def test_H8_transformers_training_arguments_agree_on_gaudi1(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    """transformers' own TrainingArguments, against the simulated stack: Gaudi found, bf16 accepted,
+    hpu_backend chosen for torch_compile=True (the same values intelrt plans)."""
+    simulate("hpu", 8, generation="gaudi1", env=INT64)
+    from transformers import TrainingArguments
+
+    plan = intelrt.plan(tiny_model)
+    settings = _settings(plan, torch_compile=True)
+    kwargs = {name: found[0].value for name, found in settings.items()}
+    # ddp_backend is for launched ranks: given to a lone process, accelerate 1.15 expects a process group
+    assert kwargs.pop("ddp_backend") == "hccl"
+    args = TrainingArguments(output_dir=str(tiny_model.parent / "unused"), report_to=[], torch_compile=True, **kwargs)
+    assert args.device.type == "hpu" and args.bf16 is True
+    assert args.torch_compile_backend == "hpu_backend" == kwargs["torch_compile_backend"]
+
+
+@pytest.mark.claim("H9")
+def test_H9_training_compile_backend_is_hpu_backend_and_others_are_refused(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation="gaudi3", env=INT64)
+    plan = intelrt.plan(tiny_model)
+    backend = _settings(plan, torch_compile=True)["torch_compile_backend"]
+    assert [(s.value, s.claim) for s in backend] == [("hpu_backend", "H9")]
+    assert "torch_compile_backend" not in _settings(plan)
+    with pytest.raises(PlanError, match="torch_compile_backend='inductor' does not run on Gaudi"):
+        _settings(plan, torch_compile=True, torch_compile_backend="inductor")
+    assert "torch_compile_backend" not in _settings(plan, torch_compile=True, torch_compile_backend="eager")
+    on = intelrt.plan(tiny_model, compile="on").decisions["compile"]
+    assert on.value == {"enabled": True, "backend": "hpu_backend", "mode": None} and on.claim == "H9"
+    with pytest.raises(PlanError, match="only 'hpu_backend' and 'eager' run on Gaudi"):
+        intelrt.plan(tiny_model, compile="inductor")
+
+
+@pytest.mark.claim("H10")
+def test_H10_hccl_with_its_limits_in_the_plan(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, generation="gaudi2", env=INT64)
+    plan = intelrt.plan(tiny_model)
+    collective = plan.decisions["collective"]
+    assert collective.value == "hccl" and collective.plugin == "hpu" and collective.claim == "H10"
+    notes = " | ".join(collective.notes)
+    assert "one process per Gaudi" in notes and "accelerate launch" in notes
+    assert "sum, min, max only" in notes and "no int64" in notes
+    with pytest.raises(PlanError, match="ddp_backend='nccl' does not run on Gaudi"):
+        _settings(plan, ddp_backend="nccl")
+    assert "ddp_backend" not in _settings(plan, ddp_backend="hccl"), "explicit hccl works and is the user's"
+
+
+def test_kernels_are_off_on_gaudi_because_kernels_refuses_hpu(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    from kernels.layer.kernelize import _validate_device_type
+
+    with pytest.raises(ValueError, match="Unsupported device type 'hpu'"):
+        _validate_device_type("hpu")  # the library fact the decision rests on
+    simulate("hpu", 8, env=INT64)
+    kernels = intelrt.plan(tiny_model).decisions["kernels"]
+    assert kernels.value["use_kernels"] is False and kernels.plugin == "hpu"
+    assert "does not accept device type 'hpu'" in kernels.reason
+    with pytest.raises(PlanError, match="kernels=True"):
+        intelrt.plan(tiny_model, kernels=True)
+
+
+def test_flash_attention_is_refused_on_gaudi_and_sdpa_is_default(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, env=INT64)
+    assert intelrt.plan(tiny_model).value("attention") == "sdpa"
+    assert intelrt.plan(tiny_model, attention="eager").value("attention") == "eager"
+    with pytest.raises(PlanError, match="Optimum for Intel Gaudi"):
+        intelrt.plan(tiny_model, attention="flash_attention_2")
