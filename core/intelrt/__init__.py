@@ -25,10 +25,12 @@ from .plugins import hookimpl
 if TYPE_CHECKING:
     from .compiling import compile
     from .detection import Detection, detect
+    from .launching import launch
     from .loaded import Loaded
     from .loading import load, setup_env
     from .plan_data import Plan
     from .planning import plan
+    from .training import training_arguments
     from .types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 
 _LAZY = {
@@ -36,6 +38,7 @@ _LAZY = {
     "compile": "compiling", "Plan": "plan_data", "Loaded": "loaded", "Detection": "detection",
     "BackendStatus": "types", "Decision": "types", "DeviceInfo": "types", "EnvVar": "types",
     "Finding": "types", "Setting": "types",
+    "training_arguments": "training", "launch": "launching",
 }
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
     "ModelSourceError", "UnsafeModelError",
+    "training_arguments", "launch",
 ]
 
 
