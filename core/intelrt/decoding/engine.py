@@ -11,10 +11,11 @@ forward, same masks and positions; tests prove it on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,8 +124,10 @@ class FastDecoder:
     """Decodes with sessions per shape; ``graphs``/``compile`` come from the plan's decode decision."""
 
     def __init__(self, model: Any, *, graphs: str | None, compile_backend: str | None,
-                 capturer: Callable[..., Callable[[], object]] | None) -> None:
+                 capturer: Callable[..., Callable[[], object]] | None,
+                 compile_options: Mapping[str, Any] | None = None) -> None:
         self.model = model
+        self.compile_options = dict(compile_options or {})
         self.graphs = graphs if capturer is not None else None
         self.compile_backend = compile_backend
         self.capturer = capturer
@@ -150,6 +153,38 @@ class FastDecoder:
             self._compiled = torch.compile(self.model, backend=self.compile_backend, dynamic=False,
                                            fullgraph=False)
         return self._compiled
+
+    def _compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
+        """Inductor settings from the plan (e.g. ``freezing``: weights as constants, so inductor
+        concatenates the q/k/v and gate/up projections into one matmul each), active whenever
+        the step may compile."""
+        if self.compile_backend != "inductor" or not self.compile_options:
+            return contextlib.nullcontext()
+        import torch._inductor.config as inductor_config
+
+        options = dict(self.compile_options)
+        if options.get("freezing") and not self._room_for_frozen_weights():
+            options.pop("freezing")
+            note = ("weights not frozen into the compiled step: a second copy of the projection weights "
+                    "would not fit free device memory")
+            if note not in self.notes:
+                self.notes.append(note)
+        known = {k: v for k, v in options.items() if hasattr(inductor_config, k)}
+        return inductor_config.patch(known)
+
+    def _room_for_frozen_weights(self) -> bool:
+        import torch
+
+        device = self.model.device
+        info = getattr(getattr(torch, device.type, None), "mem_get_info", None)
+        if info is None or device.type == "cpu":
+            return True
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        try:
+            free, _total = info(device)
+        except Exception:  # noqa: BLE001 - unknown memory: do not risk an out-of-memory error
+            return False
+        return bool(free > 2 * weights)
 
     def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
         key = (rows, length, options.sampling_key, len(options.eos_token_ids))
@@ -178,7 +213,7 @@ class FastDecoder:
         ``model.generate``; stops when every row has finished or after ``max_new_tokens``."""
         import torch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), self._compiler_settings():
             for _ in range(3):
                 phase = "compile"
                 try:

@@ -91,7 +91,7 @@ class Generator:
                 host = self.host or get_host()
                 capturer, _plugin = host.call_first("intelrt_decode_graph", backend=self.plan.backend, kind=graphs)
             self._decoder = FastDecoder(self.model, graphs=graphs, compile_backend=value.get("compile"),
-                                        capturer=capturer)
+                                        capturer=capturer, compile_options=value.get("compile_options"))
         return self._decoder
 
     def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]

@@ -65,9 +65,11 @@ def decode_graphs(request: Request, backend: BackendStatus, kind: str | None, wh
 
 
 def fast_decode(graphs: str | None, compile_backend: str | None, reason: str, *, claim: str | None = None,
-                notes: tuple[str, ...] = ()) -> Decision:
-    """The decision for intelrt's fast decode loop."""
+                notes: tuple[str, ...] = (), compile_options: Mapping[str, JSONValue] | None = None) -> Decision:
+    """The decision for intelrt's fast decode loop (``compile_options``: inductor settings)."""
     value: dict[str, Any] = {"method": "fast", "cache": "static", "graphs": graphs, "compile": compile_backend}
+    if compile_options and compile_backend == "inductor":
+        value["compile_options"] = dict(compile_options)
     return Decision(value, reason, claim=claim, notes=notes)
 
 
