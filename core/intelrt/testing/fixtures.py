@@ -34,3 +34,34 @@ def tiny_model_path() -> Path:
     from intelrt.tiny import default_model_path
 
     return default_model_path()
+
+
+# -- the conformance suite's options (``pytest --pyargs intelrt.testing.conformance``) ----------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("intelrt", "intelrt plugin conformance (pytest --pyargs intelrt.testing.conformance)")
+    group.addoption("--intelrt-plugin", action="append", dest="intelrt_plugin", default=[], metavar="NAME",
+                    help="plugin to check (entry-point name, distribution or module); repeatable; "
+                         "default: every installed intelrt plugin")
+    group.addoption("--intelrt-scenario", action="append", dest="intelrt_scenario", default=[],
+                    metavar="MODULE:NAME", help="extra machines to check on: a Scenario, a list of them, or a "
+                                                "function returning a context manager; repeatable")
+    group.addoption("--intelrt-model", action="append", dest="intelrt_model", default=[], metavar="PATH",
+                    help="extra model directory (with config.json) to plan for; repeatable")
+
+
+@pytest.fixture
+def check_conformance(pytestconfig: pytest.Config) -> Callable[..., Any]:
+    """``check_conformance(plugin)`` → :class:`intelrt.testing.conformance.Report`, with the
+    ``--intelrt-scenario`` / ``--intelrt-model`` options applied."""
+    from .conformance import check_plugin, load_scenarios
+
+    extra = [s for spec in pytestconfig.getoption("intelrt_scenario") or () for s in load_scenarios(spec)]
+    models = list(pytestconfig.getoption("intelrt_model") or ())
+
+    def check(plugin: object, **kwargs: Any) -> Any:
+        kwargs.setdefault("extra_scenarios", extra)
+        kwargs.setdefault("models", models)
+        return check_plugin(plugin, **kwargs)
+
+    return check
