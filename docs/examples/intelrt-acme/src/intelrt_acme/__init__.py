@@ -1,0 +1,1 @@
+"""Example intelrt plugin: the ``acme`` backend (see ``plugin.py``; simulation in ``testing.py``)."""
