@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-v1
+EXAMPLES := docs/examples/intelrt-gemma2-eager docs/examples/intelrt-acme
+EXAMPLES_STAMP := $(VENV)/.examples-v1
 
-.PHONY: install run test lint unit clean
+.PHONY: install run test lint unit docs conformance clean
 
 $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,19 +16,36 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	$(PY) -m pip install -q -e ".[kernels,bitsandbytes,train,dev]" -e plugins/xpu -e plugins/hpu
 	touch $(STAMP)
 
-install: $(STAMP)
+# The example plugins of docs/plugins.md, installed so the suite exercises them as a user would.
+$(EXAMPLES_STAMP): $(STAMP) $(addsuffix /pyproject.toml,$(EXAMPLES))
+	$(PY) -m pip install -q --no-deps $(addprefix -e ,$(EXAMPLES))
+	touch $(EXAMPLES_STAMP)
 
+install: $(STAMP) $(EXAMPLES_STAMP)
+
+# The lifecycle on the embedded tiny model: plan, load, LoRA fine-tune on the bundled text, save,
+# reload, generate (`intelrt run` alone is load + generate).
 run: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/intelrt run
+	HF_HUB_OFFLINE=1 $(VENV)/bin/intelrt train --demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check core plugins tests benchmarks
+	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(EXAMPLES_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
 
-test: lint unit
+# The docs site, warnings as errors (broken links, pages missing from the nav), into a temp dir.
+docs: $(STAMP)
+	@out=$$(mktemp -d) && $(VENV)/bin/mkdocs build --strict -q -d $$out; rc=$$?; rm -rf $$out; exit $$rc
+
+# The plugin-author conformance suite as plugin authors run it (the unit suite runs it too).
+conformance: $(STAMP) $(EXAMPLES_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --pyargs intelrt.testing.conformance --intelrt-plugin xpu \
+		--intelrt-plugin hpu --intelrt-plugin gemma2_eager --intelrt-plugin acme \
+		--intelrt-scenario intelrt_acme.testing:scenarios
+
+test: lint unit docs
 
 clean:
 	rm -rf $(VENV)

@@ -30,6 +30,19 @@ def _demo_output() -> Path:
     return out
 
 
+def _one_thread_for_the_tiny_model() -> None:
+    """The demo's model is tiny: thread start-up costs more than the math, and on a busy 2-core
+    machine two threads thrash. Unless the user chose (OMP_NUM_THREADS), use one."""
+    import os
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    log.info("demo: one CPU thread (the tiny model trains fastest that way; set OMP_NUM_THREADS to choose)")
+
+
 def _train_request(args: argparse.Namespace) -> tuple[str, object, str, dict[str, Any]]:
     """(model, data, output_dir, train kwargs) from the command line, ``--demo`` filling the gaps."""
     from .tiny import corpus_text, default_model_path
@@ -43,6 +56,7 @@ def _train_request(args: argparse.Namespace) -> tuple[str, object, str, dict[str
     epochs = args.epochs
     extra: dict[str, Any] = {}
     if args.demo:
+        _one_thread_for_the_tiny_model()
         data = data or corpus_text().splitlines()
         output = output or str(_demo_output())
         epochs = epochs if epochs is not None else DEMO["epochs"]

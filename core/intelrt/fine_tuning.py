@@ -208,7 +208,8 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
                          mean_loss=float(output.training_loss), trainable_parameters=trainable,
                          total_parameters=total, examples=len(dataset), resumed_from=checkpoint,
                          settings=tuple(settings))
-    _write_summary(out, result)
+    if trainer.is_world_process_zero():  # in a launched job every rank trains; one writes
+        _write_summary(out, result)
     log.info("%s", result)
     return result
 

@@ -138,7 +138,8 @@ class Loaded:
         ``data``: a text file, a list of strings or a ``datasets.Dataset`` (``text`` or
         ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA adapters; a
         model loaded with ``quantization="4bit"`` trains them as QLoRA. ``resume=True`` continues
-        from the last ``checkpoint-N`` in ``output_dir``. Other keywords go to
+        from the last ``checkpoint-N`` in ``output_dir``. ``block_size=`` (tokens per example, default
+        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
         ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
         model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
         and returns a :class:`intelrt.fine_tuning.TrainResult`.
