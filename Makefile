@@ -37,7 +37,8 @@ unit: $(STAMP) $(EXAMPLES_STAMP)
 
 # The docs site, warnings as errors (broken links, pages missing from the nav), into a temp dir.
 docs: $(STAMP)
-	@out=$$(mktemp -d) && $(VENV)/bin/mkdocs build --strict -q -d $$out; rc=$$?; rm -rf $$out; exit $$rc
+	@out=$$(mktemp -d); $(VENV)/bin/mkdocs build --strict -d $$out/site > $$out/log 2>&1; rc=$$?; \
+		grep -v '^INFO' $$out/log; rm -rf $$out; exit $$rc
 
 # The plugin-author conformance suite as plugin authors run it (the unit suite runs it too).
 conformance: $(STAMP) $(EXAMPLES_STAMP)
