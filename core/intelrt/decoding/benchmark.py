@@ -219,22 +219,41 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
 
         config = GenerationConfig(**settings)
 
-        def batch() -> list[list[int]]:
-            with torch.inference_mode():
-                out = plain.generate_batch(prompts, generation_config=config)
-            return [list(o.generated_tokens) for o in out.values()]
+        def batch(rows: list[list[int]], cfg: Any) -> list[list[int]]:
+            # No inference_mode here: generate_batch decodes on its own thread, where it would not apply.
+            out = plain.generate_batch(rows, generation_config=cfg)
+            tokens = [list(o.generated_tokens) for o in out.values()]
+            failed = [o.error for o in out.values() if getattr(o, "error", None)]
+            if len(tokens) != len(rows) or failed or any(len(t) != cfg.max_new_tokens for t in tokens):
+                raise RuntimeError(f"generate_batch failed: {len(tokens)} of {len(rows)} results; "
+                                   f"{failed[:1] or 'short outputs'}")
+            return tokens
 
-        with torch.inference_mode():
-            plain.generate_batch(prompts[:4], generation_config=GenerationConfig(**{**settings, "max_new_tokens": 8}))
-        cont, seconds = timed(device, batch)
-        results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
-                                compare(cont, padded) + " vs padded"))
+        try:
+            batch(prompts[:4], GenerationConfig(**{**settings, "max_new_tokens": 8}))
+            cont, seconds = timed(device, lambda: batch(prompts, config))
+            results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
+                            compare(cont, padded) + " vs padded"))
+        except Exception as exc:  # noqa: BLE001 - reported in the table instead of ending the run
+            results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", None, None,
+                            f"FAILED: {str(exc)[:120]}"))
     # many requests: intelrt
     loaded.generate_ids(prompts, **settings)
     ours_many, seconds = timed(device, lambda: loaded.generate_ids(prompts, **settings))
     results.path["many"] = dict(loaded.last_generation or {})
     results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
-                            compare(ours_many, padded) + " vs padded"))
+                    compare(ours_many, padded) + " vs padded"))
+    if args.verify:
+        # Same kernels on both sides (eager forward, static cache): the outputs must be identical.
+        import intelrt
+
+        static_eager, seconds = timed(device, lambda: hf_generate(plain, prompts, cache_implementation="static",
+                                                                  disable_compile=True))
+        results.add(Row("verify", "padded static generate, eager", many / seconds, seconds))
+        plain_loop = intelrt.load(loaded.plan.model.local_dir, backend=device, graphs="off", compile="none")
+        ours_eager, seconds = timed(device, lambda: plain_loop.generate_ids(prompts, **settings))
+        results.add(Row("verify", "intelrt loop, eager, no graphs", many / seconds, seconds,
+                        compare(ours_eager, static_eager) + " vs padded static eager"))
 
 
 def check_targets(results: Results, requests: int, new: int) -> list[str]:
@@ -325,6 +344,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", default=None, help="where the random model is saved (default: a temp dir)")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
     parser.add_argument("--chart", default=None, help="also write a PNG bar chart here (needs matplotlib)")
+    parser.add_argument("--verify", action="store_true",
+                        help="also run the batch through HF's static cache and intelrt's loop, both eager: "
+                             "same kernels, so the tokens must be identical")
     parser.add_argument("--variants", action="store_true",
                         help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
 
