@@ -268,7 +268,7 @@ def _fake_distributions(packages: Mapping[str, str | None], patcher: _Patcher, r
 def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: str | None = None,
              memory_gib: float | None = None, bf16: bool | None = None, torch_version: str | None = None,
              packages: Mapping[str, str | None] | None = None, env: Mapping[str, str | None] | None = None,
-             xpu_build: bool = True) -> Iterator[Simulation]:
+             xpu_build: bool = True, xpu_graphs: bool = True) -> Iterator[Simulation]:
     """Pretend this machine has ``count`` devices of ``kind`` (``"xpu"`` or ``"hpu"``).
 
     :param generation: Gaudi generation, ``"gaudi1"``, ``"gaudi2"`` (default) or ``"gaudi3"``.
@@ -276,6 +276,7 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
     :param torch_version: what ``torch.__version__`` reports.
     :param packages: distribution → version to report, or ``None`` to make it not installed.
     :param env: environment variables to set (``None`` unsets) for the simulation's duration.
+    :param xpu_graphs: False simulates a torch without XPU graphs (``torch.xpu.XPUGraph`` absent).
     """
     global _active
     if kind not in KINDS:
@@ -305,6 +306,9 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
             for attr, fn in _xpu_namespace(sim).items():
                 patcher.setattr(torch.xpu, attr, fn)
             patcher.setattr(torch.version, "xpu", "20250301" if xpu_build else None)
+            if not xpu_graphs:  # a torch older than the XPU graph API
+                patcher.setattr(torch.xpu, "XPUGraph", None)
+                patcher.setattr(torch.xpu, "graph", None)
             _clear_cached_probes()  # transformers/accelerate cache "is there an XPU?" (lru_cache)
         else:
             packages.setdefault("habana-torch-plugin", "1.22.0")

@@ -24,3 +24,4 @@ __all__ = [
     "intelrt_select_placement", "intelrt_select_quantization", "intelrt_setup_env", "intelrt_training_arguments",
     "intelrt_wrap_compile",
 ]
+from .graphs import intelrt_decode_graph, intelrt_select_decode  # noqa: F401

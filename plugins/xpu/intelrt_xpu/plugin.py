@@ -24,3 +24,4 @@ __all__ = [
     "intelrt_select_placement", "intelrt_select_batching", "intelrt_select_collective",
     "intelrt_training_arguments", "intelrt_diagnose",
 ]
+from .graphs import intelrt_decode_graph, intelrt_select_decode  # noqa: F401

@@ -1,0 +1,52 @@
+"""Stand-in for ``habana_frameworks.torch.hpu.graphs`` (HPU graphs: capture once, replay).
+
+Records every capture and replay in the simulation's ``calls``; a replay does no work (there
+is no device), which is enough to prove what intelrt decided and how it drives the API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from intelrt.testing.simulation import current as _current
+
+
+class HPUGraph:
+    def __init__(self) -> None:
+        self.captured = False
+
+    def capture_begin(self) -> None:
+        _current().record("hpu.graph.capture_begin")
+
+    def capture_end(self) -> None:
+        _current().record("hpu.graph.capture_end")
+        self.captured = True
+
+    def replay(self) -> None:
+        if not self.captured:
+            raise RuntimeError("HPUGraph.replay() before capture_end() (simulated)")
+        _current().record("hpu.graph.replay")
+
+
+class Stream:
+    def wait_stream(self, other: Stream) -> None:
+        _current().record("hpu.stream.wait_stream")
+
+
+_default = Stream()
+
+
+def current_stream() -> Stream:
+    return _default
+
+
+@contextlib.contextmanager
+def stream(s: Stream) -> Iterator[None]:
+    _current().record("hpu.stream.enter")
+    yield
+
+
+def wrap_in_hpu_graph(module: object, *args: object, **kwargs: object) -> object:
+    _current().record("hpu.graph.wrap_in_hpu_graph")
+    return module

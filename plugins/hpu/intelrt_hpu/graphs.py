@@ -1,0 +1,66 @@
+"""Decoding on Intel Gaudi: HPU graphs in lazy mode, ``hpu_backend`` compile in eager mode (H1, H9).
+
+HPU graphs (``habana_frameworks.torch.hpu.graphs.HPUGraph``) record and replay lazy-mode work,
+so the decode step is captured once and replayed per token when ``PT_HPU_LAZY_MODE=1``. In
+eager mode (the stack's default) HPU graphs do not apply; ``torch.compile(backend="hpu_backend")``
+captures the step's graph instead. The decision reads only the environment: planning never
+imports the Gaudi stack (H3).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from intelrt import hookimpl
+from intelrt.decoding.capture import begin_end, stream_capturer
+from intelrt.decoding.policy import decode_blockers, decode_compile, decode_graphs, fast_decode
+from intelrt.model_source import ModelInfo
+from intelrt.request import Request
+from intelrt.types import BackendStatus, Decision, JSONValue
+
+from .facts import LAZY_VAR, owns
+
+
+@hookimpl
+def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
+                          env: Mapping[str, str], decisions: Mapping[str, JSONValue]) -> Decision | None:
+    """Lazy mode → HPU graph of an uncompiled step; eager mode → step compiled with ``hpu_backend``."""
+    if not owns(backend) or decode_blockers(model, decisions) is not None:
+        return None
+    lazy = env.get(LAZY_VAR) == "1"
+    graphs = decode_graphs(request, backend, "hpu" if lazy else None,
+                           f"HPU graphs record lazy-mode work and this run is eager ({LAZY_VAR}="
+                           f"{env.get(LAZY_VAR, 'unset')}); set {LAZY_VAR}=1")
+    if lazy:
+        if request.compile not in ("auto", "none"):
+            compiled = decode_compile(request, None)
+            reason = (f"lazy mode ({LAZY_VAR}=1); step compiled with {compiled} as asked"
+                      + ("; captured in an HPU graph" if graphs else ""))
+        else:
+            compiled = None
+            reason = (f"lazy mode ({LAZY_VAR}=1): the step is captured in an HPU graph and replayed per token, "
+                      "skipping lazy op accumulation on the host" if graphs else
+                      f"lazy mode ({LAZY_VAR}=1), graphs='off': ops accumulate lazily every token")
+        return fast_decode(graphs, compiled, reason, claim="H1")
+    compiled = decode_compile(request, "hpu_backend")
+    reason = (f"eager mode ({LAZY_VAR}={env.get(LAZY_VAR, 'unset')}): HPU graphs need lazy mode; "
+              + (f"the step is compiled with {compiled}, which captures its graph" if compiled
+                 else "the step runs eagerly (compile='none')"))
+    return fast_decode(None, compiled, reason, claim="H9" if compiled else "H1")
+
+
+@hookimpl
+def intelrt_decode_graph(backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
+    """The HPU graph capturer: ``HPUGraph.capture_begin()`` / ``capture_end()`` on a side stream."""
+    if not owns(backend) or kind != "hpu":
+        return None
+    hpu = importlib.import_module("habana_frameworks.torch.hpu")
+    graphs = importlib.import_module("habana_frameworks.torch.hpu.graphs")
+    streams = hpu if hasattr(hpu, "Stream") and hasattr(hpu, "stream") else graphs
+
+    def record(graph: Any, stream: Any) -> Any:
+        return begin_end(streams, graph, stream)
+
+    return stream_capturer(streams, graphs.HPUGraph, record)
