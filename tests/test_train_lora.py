@@ -73,6 +73,8 @@ def test_saved_adapter_reloads_with_the_same_greedy_output(trained: tuple[object
     ids = reloaded.tokenizer(PROMPT, return_tensors="pt")
     with torch.inference_mode():
         torch.testing.assert_close(reloaded.model(**ids).logits, loaded.model(**ids).logits)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match=r"loaded from the adapter directory.*train from the base model"):
+        reloaded.train(["more text"], lora=True, output_dir=out / "again")
 
 
 @pytest.mark.claim("X9")

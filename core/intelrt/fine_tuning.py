@@ -133,6 +133,12 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
     from transformers import set_seed
 
     model = loaded.model
+    adapter_of = loaded.plan.model.base
+    if adapter_of is not None and not isinstance(model, PeftModel):
+        raise ConfigurationError(
+            f"this model was loaded from the adapter directory {loaded.plan.model.source} (an adapter of "
+            f"{adapter_of.source}); train from the base model instead: intelrt.load({adapter_of.source!r}) and "
+            "lora=True (resume=True continues from the last checkpoint in that output_dir)")
     if isinstance(model, PeftModel):
         if not (lora is None or lora is True):
             raise ConfigurationError("this model already carries LoRA adapters (trained before); pass lora=True "
