@@ -13,13 +13,12 @@ import os
 from collections.abc import Mapping
 
 from .detection import choose_backend, detect_backends
-from .environment import EnvSetting, resolve_env
 from .model_source import ModelInfo
 from .plan_data import Plan, PlannedDecision
-from .planning import _decide
+from .planning import decide_concern, plan_env
 from .plugins import PluginHost, get_host
 from .request import AUTO, Request
-from .types import BackendStatus, EnvVar, Finding, JSONValue
+from .types import JSONValue
 
 #: Stands in for the model in a backend-only plan: no config, no weights, no tokenizer.
 NO_MODEL = ModelInfo(source="(no model: backend-only plan)", local_dir=None, config={}, weight_files=(),
@@ -27,20 +26,6 @@ NO_MODEL = ModelInfo(source="(no model: backend-only plan)", local_dir=None, con
 
 #: The selection hooks whose answers do not depend on a model.
 BACKEND_CONCERNS = (("dtype", "intelrt_select_dtype"), ("compile", "intelrt_select_compile"))
-
-
-def plan_env(host: PluginHost, backend_status: BackendStatus, request: Request,
-             env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
-    """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
-    wanted: list[tuple[str, EnvVar]] = []
-    findings: list[Finding] = []
-    for plugin, item in host.call_all("intelrt_setup_env", backend=backend_status, request=request, env=env):
-        if isinstance(item, EnvVar):
-            wanted.append((plugin, item))
-        else:
-            findings.append(item)
-    settings, env_findings = resolve_env(wanted, env, host.describe)
-    return settings, findings + env_findings
 
 
 def plan_backend(*, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
@@ -64,7 +49,7 @@ def plan_backend(*, backend: str = AUTO, devices: object = None, dtype: str = AU
     values: dict[str, JSONValue] = {}
     for concern, hook in BACKEND_CONCERNS:
         kwargs = {"backend": status, "request": request, "model": NO_MODEL, "env": env, "decisions": dict(values)}
-        decisions[concern] = _decide(host, concern, hook, request, kwargs)
+        decisions[concern] = decide_concern(host, concern, hook, request, kwargs)
         values[concern] = decisions[concern].value
     collective, decider = host.call_first("intelrt_select_collective", backend=status, request=request, env=env)
     if collective is not None and decider is not None:

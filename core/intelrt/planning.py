@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .detection import choose_backend, detect_backends
-from .environment import resolve_env
+from .environment import EnvSetting, resolve_env
 from .errors import PlanError
 from .model_source import ModelInfo, check_safety, resolve_model
 from .plan_data import Plan, PlannedDecision
 from .plugins import PluginHost, get_host
 from .request import AUTO, Request
-from .types import EnvVar, Finding, JSONValue
+from .types import BackendStatus, EnvVar, Finding, JSONValue
 
 #: Selection hooks in the order they run; later hooks see earlier values in ``decisions``.
 SELECTION_HOOKS = (
@@ -47,7 +47,7 @@ def decide_task(request: Request, model: ModelInfo) -> PlannedDecision:
                     "task='text-generation', 'feature-extraction' or 'sequence-classification'")
 
 
-def _decide(host: PluginHost, concern: str, hook: str, request: Request,
+def decide_concern(host: PluginHost, concern: str, hook: str, request: Request,
             kwargs: Mapping[str, Any]) -> PlannedDecision:
     result, plugin = host.call_first(hook, **kwargs)
     forced = request.is_forced(concern)
@@ -59,6 +59,20 @@ def _decide(host: PluginHost, concern: str, hook: str, request: Request,
                         f"to {result.value!r}; intelrt never overrides what you set. Report it to the "
                         "plugin's authors, or block the plugin with INTELRT_DISABLE_PLUGINS.")
     return PlannedDecision(concern, result.value, result.reason, plugin, forced, result.claim, result.notes)
+
+
+def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
+             env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
+    """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
+    wanted: list[tuple[str, EnvVar]] = []
+    findings: list[Finding] = []
+    for plugin, item in host.call_all("intelrt_setup_env", backend=backend, request=request, env=env):
+        if isinstance(item, EnvVar):
+            wanted.append((plugin, item))
+        else:
+            findings.append(item)
+    settings, env_findings = resolve_env(wanted, env, host.describe)
+    return settings, findings + env_findings
 
 
 def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
@@ -73,21 +87,13 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
     detected = detect_backends(host, env)
     backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
 
-    wanted: list[tuple[str, EnvVar]] = []
-    findings: list[Finding] = []
-    for plugin, item in host.call_all("intelrt_setup_env", backend=backend, request=request, env=env):
-        if isinstance(item, EnvVar):
-            wanted.append((plugin, item))
-        else:
-            findings.append(item)
-    settings, env_findings = resolve_env(wanted, env, host.describe)
-    findings.extend(env_findings)
+    settings, findings = plan_env(host, backend, request, env)
 
     decisions: dict[str, PlannedDecision] = {"task": decide_task(request, model)}
     values: dict[str, JSONValue] = {"task": decisions["task"].value}
     for concern, hook in SELECTION_HOOKS:
         kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
-        decisions[concern] = _decide(host, concern, hook, request, kwargs)
+        decisions[concern] = decide_concern(host, concern, hook, request, kwargs)
         values[concern] = decisions[concern].value
     collective, decider = host.call_first("intelrt_select_collective", backend=backend, request=request, env=env)
     if collective is not None and decider is not None:
