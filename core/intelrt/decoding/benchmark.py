@@ -141,7 +141,12 @@ def run(args: argparse.Namespace) -> Results:
         AutoTokenizer.from_pretrained(workdir)
         return model
 
-    _speed(args, results, loaded, plain_load(), prompts, settings, device)
+    if not args.only_verify:
+        _speed(args, results, loaded, plain_load(), prompts, settings, device)
+    if args.verify or args.only_verify:
+        _verify(results, workdir, prompts, settings, device)
+    if args.only_verify:
+        return results
 
     # load wall time, alternating, median of N (the same from_pretrained keywords as the plan's)
     del loaded
@@ -243,17 +248,36 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     results.path["many"] = dict(loaded.last_generation or {})
     results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
                     compare(ours_many, padded) + " vs padded"))
-    if args.verify:
-        # Same kernels on both sides (eager forward, static cache): the outputs must be identical.
-        import intelrt
 
-        static_eager, seconds = timed(device, lambda: hf_generate(plain, prompts, cache_implementation="static",
-                                                                  disable_compile=True))
-        results.add(Row("verify", "padded static generate, eager", many / seconds, seconds))
-        plain_loop = intelrt.load(loaded.plan.model.local_dir, backend=device, graphs="off", compile="none")
-        ours_eager, seconds = timed(device, lambda: plain_loop.generate_ids(prompts, **settings))
-        results.add(Row("verify", "intelrt loop, eager, no graphs", many / seconds, seconds,
-                        compare(ours_eager, static_eager) + " vs padded static eager"))
+
+def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings: dict[str, Any],
+            device: str) -> None:
+    """Token-for-token check in float32, where argmax has no bf16 ties: intelrt's fast path
+    (compiled, graph-captured) against plain ``generate``, at batch 1 and for the whole batch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import intelrt
+    from intelrt.pretrained_kwargs import from_pretrained_kwargs
+
+    ours = intelrt.load(workdir, backend=device, dtype="float32")
+    plain = AutoModelForCausalLM.from_pretrained(workdir, **from_pretrained_kwargs(ours.plan)).eval()
+    group = "verify fp32"
+    for label, rows in (("batch 1", prompts[:1]), (f"{len(prompts)} x {settings['max_new_tokens']}", prompts)):
+        ids = torch.tensor(rows, device=plain.device)
+        with torch.inference_mode():
+            out = plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
+        reference = out[:, ids.shape[1]:].tolist()
+
+        def run_ours(r: list[list[int]] = rows) -> Any:
+            return [ours.generate_ids(r[0], **settings)] if len(r) == 1 else ours.generate_ids(r, **settings)
+
+        run_ours()  # warm-up: compile and capture
+        mine, seconds = timed(device, run_ours)
+        info = ours.last_generation or {}
+        results.add(Row(group, f"intelrt {label}", len(rows) * settings["max_new_tokens"] / seconds, seconds,
+                        f"{compare(mine, reference)} vs plain generate (path {info.get('path')}, "
+                        f"graphs={info.get('graphs')}, compiled={info.get('compiled')})"))
 
 
 def check_targets(results: Results, requests: int, new: int) -> list[str]:
@@ -345,8 +369,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
     parser.add_argument("--chart", default=None, help="also write a PNG bar chart here (needs matplotlib)")
     parser.add_argument("--verify", action="store_true",
-                        help="also run the batch through HF's static cache and intelrt's loop, both eager: "
-                             "same kernels, so the tokens must be identical")
+                        help="also compare intelrt's fast path with plain generate in float32 (no bf16 argmax "
+                             "ties), at batch 1 and for the whole batch: the tokens must be identical")
+    parser.add_argument("--only-verify", action="store_true", help="run only the float32 comparison")
     parser.add_argument("--variants", action="store_true",
                         help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
 
