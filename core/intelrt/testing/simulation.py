@@ -121,7 +121,7 @@ def _parse_visibility(value: str | None, count: int) -> list[int]:
     ids: list[int] = []
     for part in value.split(","):
         part = part.strip().split(".")[0]
-        if part.isdigit() and int(part) < count and int(part) not in ids:
+        if part.isascii() and part.isdigit() and int(part) < count and int(part) not in ids:
             ids.append(int(part))
     return ids
 

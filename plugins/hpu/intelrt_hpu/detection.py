@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from intelrt import hookimpl
 from intelrt.types import BackendStatus, DeviceInfo
 from intelrt.versions import at_least, package_version
+from intelrt.visibility import parse_device_list
 
 from .facts import (
     ACCELERATE_FLOOR,
@@ -79,8 +80,10 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
         return _unavailable(f"the Gaudi stack is installed but could not be queried ({answer.how}): {answer.error}",
                             versions, tuple(notes))
     if not answer.available:
-        return _unavailable(f"the Gaudi stack sees no device (check `hl-smi`, and {MODULES_VAR} / {DEVICES_VAR})",
-                            versions, tuple(notes))
+        selecting = next((name for name in (MODULES_VAR, DEVICES_VAR) if env.get(name) is not None), None)
+        problems = parse_device_list(selecting, env[selecting]).problems if selecting else ()
+        return _unavailable(f"the Gaudi stack sees no device (check `hl-smi`, and {MODULES_VAR} / {DEVICES_VAR})"
+                            + "".join(f"; {selecting}: {p}" for p in problems), versions, tuple(notes))
     if answer.generation:
         versions[GENERATION_KEY] = answer.generation
     devices = tuple(DeviceInfo(i, name, answer.total_memory, True) for i, name in enumerate(answer.names))

@@ -9,6 +9,7 @@ from intelrt.types import BackendStatus, Finding
 from intelrt.versions import at_least, package_version
 
 from .detection import mode_note
+from .environment import malformed_visibility
 from .facts import ACCELERATE_FLOOR, BACKEND, DEVICES_VAR, HL_SMI_MAP, INT64_VAR, MODULES_VAR
 
 
@@ -38,6 +39,9 @@ def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]) 
         findings.append(Finding("warning", f"{INT64_VAR}={value}",
                                 "transformers uses int64 token ids, which need int64 support on Gaudi",
                                 fix=f"export {INT64_VAR}=1", claim="H3"))
+    malformed = malformed_visibility(env, status.device_count if status.available else None)
+    if malformed is not None:
+        findings.append(malformed)
     if env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
         findings.append(Finding("warning", f"{DEVICES_VAR} selects Gaudis by index",
                                 f"{DEVICES_VAR}={env[DEVICES_VAR]}: indices can change after a reboot or driver "

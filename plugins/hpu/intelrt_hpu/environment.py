@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from intelrt import hookimpl
 from intelrt.errors import PlanError
 from intelrt.types import BackendStatus, EnvVar, Finding
+from intelrt.visibility import parse_device_list
 
 from .facts import (
     DEVICES_VAR,
@@ -50,11 +51,29 @@ def int64_items(env: Mapping[str, str]) -> list[EnvVar | Finding]:
     return items
 
 
+def visibility_var(env: Mapping[str, str]) -> str | None:
+    """The variable that selects this process's Gaudis (modules win over device indices), if any."""
+    return next((name for name in (MODULES_VAR, DEVICES_VAR) if env.get(name) is not None), None)
+
+
+def malformed_visibility(env: Mapping[str, str], visible: int | None) -> Finding | None:
+    """H5: a warning naming each entry of the selecting variable that the Gaudi stack skips."""
+    name = visibility_var(env)
+    if name is None:
+        return None
+    problems = parse_device_list(name, env[name]).summary(visible)
+    if not problems:
+        return None
+    seen = f"; this process sees {visible} Gaudi(s)" if visible is not None else ""
+    return Finding("warning", f"{name} has entries the driver ignores", f"{name}={env[name]!r}: "
+                   f"{'; '.join(problems)}{seen}", fix=f"correct or unset {name} (module ids as `{HL_SMI_MAP}` "
+                   "shows them, e.g. 0,1), or pass devices= to intelrt", claim="H5")
+
+
 def known_module_ids(backend: BackendStatus, env: Mapping[str, str]) -> tuple[int, ...] | None:
     """Module ids visible to this process, when they can be known without hl-smi."""
-    modules = parse_ids(env.get(MODULES_VAR))
-    if modules is not None:
-        return modules
+    if env.get(MODULES_VAR) is not None:
+        return parse_device_list(MODULES_VAR, env[MODULES_VAR]).ids  # what the stack keeps of it
     if env.get(DEVICES_VAR) is not None or not backend.devices:
         return None  # index-based selection: module ids unknown without hl-smi
     return tuple(range(backend.device_count))
@@ -99,7 +118,13 @@ def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str
         partial = partial_server_item(ids, request.strict, f"devices={list(ids)}")
         if partial is not None:
             items.append(partial)
-    elif env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
+    else:
+        malformed = malformed_visibility(env, backend.device_count)
+        if malformed is not None:
+            if request.strict:
+                raise PlanError(f"strict mode: {malformed.detail}. Fix: {malformed.fix}")
+            items.append(malformed)
+    if request.devices is None and env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
         items.append(Finding("warning", f"{DEVICES_VAR} selects Gaudis by index",
                              f"{DEVICES_VAR}={env[DEVICES_VAR]} uses device indices, which can change after a reboot "
                              "or driver reinstall", fix=f"use {MODULES_VAR} with module ids instead (`{HL_SMI_MAP}` "

@@ -57,7 +57,7 @@ def parse_ids(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         return None
     return tuple(int(p) for p in parts)
 

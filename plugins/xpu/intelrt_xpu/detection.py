@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from intelrt import hookimpl
 from intelrt.types import BackendStatus, DeviceInfo
 from intelrt.versions import at_least
+from intelrt.visibility import parse_device_list
 
 from .facts import ACCELERATE_TORCH_FLOOR, MASK_VAR, NAME, PRIORITY, TRANSFORMERS_TORCH_FLOOR
 
@@ -46,8 +47,9 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
                               PRIORITY, versions=versions)]
     mask = env.get(MASK_VAR)
     if not torch.xpu.is_available() or torch.xpu.device_count() == 0:
+        problems = parse_device_list(MASK_VAR, mask, subdevices=True).problems if mask is not None else ()
         why = (f"{MASK_VAR}={mask} selects no device the driver knows" if mask is not None
-               else "check the driver with xpu-smi")
+               else "check the driver with xpu-smi") + "".join(f"; {p}" for p in problems)
         return [BackendStatus(NAME, "xpu", False,
                               f"torch.xpu.is_available() is False: no Intel GPU visible ({why})",
                               PRIORITY, versions=versions, notes=tuple(torch_floor_notes(version)))]

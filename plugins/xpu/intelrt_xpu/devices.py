@@ -17,6 +17,7 @@ from intelrt import hookimpl
 from intelrt.errors import PlanError
 from intelrt.request import Request
 from intelrt.types import BackendStatus, EnvVar, Finding
+from intelrt.visibility import parse_device_list
 
 from .facts import (
     MARK_VAR,
@@ -33,13 +34,24 @@ SET_ON_COMMAND_LINE = (f"set it on the run's own command line ({MASK_VAR}=0,2 to
 
 
 def mask_device_ids(mask: str) -> list[int]:
-    """Device ids named by a mask (``"0,2"`` → ``[0, 2]``; a sub-device ``"1.0"`` counts as device 1)."""
-    ids = []
-    for part in mask.split(","):
-        head = part.strip().split(".")[0]
-        if head.isdigit():
-            ids.append(int(head))
-    return ids
+    """Device ids named by a mask (``"0,2"`` → ``[0, 2]``; a sub-device ``"1.0"`` counts as device 1),
+    each once; entries the driver skips (``"abc"``, ``"-1"``, ``"²"``) are left out."""
+    return list(parse_device_list(MASK_VAR, mask, subdevices=True).ids)
+
+
+def malformed_mask(env: Mapping[str, str], visible: int | None) -> Finding | None:
+    """A warning naming each entry of the environment's mask that the driver skips (``None``: all fine)."""
+    mask = env.get(MASK_VAR)
+    if mask is None:
+        return None
+    problems = parse_device_list(MASK_VAR, mask, subdevices=True).summary(visible)
+    if not problems:
+        return None
+    seen = f"; this process sees {visible} Intel GPU(s)" if visible is not None else ""
+    return Finding("warning", f"{MASK_VAR} has entries the driver ignores",
+                   f"{MASK_VAR}={mask!r}: {'; '.join(problems)}{seen}",
+                   fix=f"correct or unset {MASK_VAR} (ids as `xpu-smi discovery` lists them, e.g. 0,1), or pass "
+                       "devices= to intelrt", claim="X2")
 
 
 def ascending(ids: Sequence[int]) -> bool:
@@ -59,6 +71,11 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
     if mask is None:
         return None
     items: list[EnvVar | Finding] = []
+    malformed = malformed_mask(env, backend.device_count)
+    if malformed is not None:
+        if request.strict:
+            raise PlanError(f"strict mode: {malformed.detail}. Fix: {malformed.fix}")
+        items.append(malformed)
     if env.get(MARK_VAR) == mask:
         items.append(Finding("info", f"{MASK_VAR}={mask} selects this run's devices",
                              "intelrt set it for this run (devices=, intelrt launch)", claim="X2"))

@@ -10,7 +10,7 @@ from intelrt.types import BackendStatus, Finding
 from intelrt.versions import at_least
 
 from .detection import XPU_INDEX
-from .devices import SET_ON_COMMAND_LINE
+from .devices import SET_ON_COMMAND_LINE, malformed_mask
 from .facts import (
     ACCELERATE_TORCH_FLOOR,
     MARK_VAR,
@@ -48,11 +48,16 @@ def _floors(status: BackendStatus) -> list[Finding]:
     return []
 
 
-def _mask(env: Mapping[str, str]) -> list[Finding]:
+def _mask(env: Mapping[str, str], status: BackendStatus) -> list[Finding]:
     mask = env.get(MASK_VAR)
-    if mask is None or env.get(MARK_VAR) == mask:
+    if mask is None:
         return []
-    return [Finding("warning", f"{MASK_VAR}={mask} is set in the environment",
+    xpu_build = status.versions.get("xpu_build") not in (None, "None")
+    malformed = malformed_mask(env, status.device_count if xpu_build else None)
+    problems = [malformed] if malformed is not None else []
+    if env.get(MARK_VAR) == mask:
+        return problems
+    return problems + [Finding("warning", f"{MASK_VAR}={mask} is set in the environment",
                     "an exported mask (perhaps a stale one) decides which Intel GPUs every later run sees; "
                     "a forgotten export silently routes runs to the wrong devices", fix=SET_ON_COMMAND_LINE,
                     claim="X2")]
@@ -79,7 +84,7 @@ def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]) 
     status = next((b for b in backends if b.name == NAME), None)
     if status is None:
         return None
-    findings = _mask(env)
+    findings = _mask(env, status)
     if not status.available:
         return _build(status) + _floors(status) + findings if "torch" in status.versions else findings
     return _floors(status) + findings + _fa2(status, env)
