@@ -7,13 +7,13 @@ the error (or the fallback to fp16) comes before ``TrainingArguments`` exists.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from intelrt import hookimpl
 from intelrt.errors import PlanError
 from intelrt.request import Request
+from intelrt.training import is_distributed_launch, world_size
 from intelrt.types import BackendStatus, Decision, Setting
 
 from .facts import XCCL_TORCH_FLOOR, device_label, mine, torch_at_least, torch_version
@@ -42,7 +42,7 @@ def intelrt_select_collective(backend: BackendStatus, request: Request, env: Map
                                "one process per Intel GPU (torchrun / accelerate launch); DDP, FSDP2, DeepSpeed ZeRO "
                                "and tensor parallel run on top; every rank shares one ZE_AFFINITY_MASK and picks "
                                "xpu:LOCAL_RANK"))
-    if int(env.get("WORLD_SIZE") or 1) > 1:
+    if world_size(env) > 1:
         raise PlanError(f"WORLD_SIZE={env['WORLD_SIZE']}: {_xccl_missing(backend)}")
     return Decision(None, f"no collective backend: {_xccl_missing(backend)}", claim="X11",
                     notes=("single-process runs are unaffected",))
@@ -102,7 +102,7 @@ def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Map
     settings: list[Setting] = []
     if "bf16" not in overrides and "fp16" not in overrides:
         settings += _precision(backend, plan, bf16_ok)
-    launched = os.environ.get("LOCAL_RANK") is not None or int(os.environ.get("WORLD_SIZE") or 1) > 1
+    launched = is_distributed_launch()
     if "ddp_backend" not in overrides and launched and plan.value("collective") == "xccl":
         # Only in a launched rank: in a single process an explicit ddp_backend makes accelerate
         # look for a process group that does not exist.
