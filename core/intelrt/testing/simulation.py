@@ -33,6 +33,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..errors import ConfigurationError
+
 KINDS = ("xpu", "hpu")
 GAUDI_GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
 _STUBS = Path(__file__).parent / "_vendor_stubs"
@@ -144,10 +146,18 @@ def current() -> Simulation:
 
 
 def _from_parent(description: str) -> Simulation:
-    facts = json.loads(description)
-    sim = Simulation(kind=facts["kind"], count=facts["count"], generation=facts.get("generation"),
-                     name=facts.get("name"), memory_gib=facts.get("memory_gib"), bf16=facts.get("bf16", True),
-                     child_log=facts.get("child_log"))
+    try:
+        facts = json.loads(description)
+        sim = Simulation(kind=facts["kind"], count=facts["count"], generation=facts.get("generation"),
+                         name=facts.get("name"), memory_gib=facts.get("memory_gib"), bf16=facts.get("bf16", True),
+                         child_log=facts.get("child_log"))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{CHILD_VAR}={description[:80]!r} does not describe a simulated machine ({type(exc).__name__}: {exc}); "
+            f"intelrt.testing.simulate sets it for its child processes only: unset {CHILD_VAR}") from None
+    if sim.kind not in KINDS or not isinstance(sim.count, int) or isinstance(sim.count, bool) or sim.count < 0:
+        raise ConfigurationError(f"{CHILD_VAR}={description[:80]!r}: kind must be one of {KINDS} and count an "
+                                 f"int >= 0; unset {CHILD_VAR}")
 
     def report() -> None:
         if sim.child_log and (sim.import_env is not None or sim.calls):
@@ -340,18 +350,19 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
 
 
 def parse_spec(spec: str) -> dict[str, Any]:
-    """``"xpu:4"``, ``"hpu:8:gaudi1"`` → keyword arguments for :func:`simulate` (CLI ``--simulate``)."""
+    """``"xpu:4"``, ``"hpu:8:gaudi1"`` → keyword arguments for :func:`simulate` (CLI ``--simulate``);
+    anything else → :class:`~intelrt.errors.ConfigurationError` (a ``ValueError``)."""
     parts = spec.split(":")
     kind = parts[0]
     if kind not in KINDS or len(parts) > 3:
-        raise ValueError(f"--simulate {spec!r}: use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2 or hpu:8:gaudi3")
+        raise ConfigurationError(f"--simulate {spec!r}: use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2 or hpu:8:gaudi3")
     kwargs: dict[str, Any] = {"kind": kind, "count": 1}
     if len(parts) > 1:
-        if not parts[1].isdigit():
-            raise ValueError(f"--simulate {spec!r}: COUNT must be a whole number")
+        if not (parts[1].isascii() and parts[1].isdigit()):
+            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be a whole number")
         kwargs["count"] = int(parts[1])
     if len(parts) > 2:
         if parts[2] not in GAUDI_GENERATIONS:
-            raise ValueError(f"--simulate {spec!r}: GENERATION must be one of {', '.join(GAUDI_GENERATIONS)}")
+            raise ConfigurationError(f"--simulate {spec!r}: GENERATION must be one of {', '.join(GAUDI_GENERATIONS)}")
         kwargs["generation"] = parts[2]
     return kwargs
