@@ -82,6 +82,19 @@ class TrainResult:
         return "\n".join(lines)
 
 
+PEFT_MISSING = ("lora= trains LoRA adapters with PEFT, which is not installed: pip install 'intelrt[peft]' "
+                "(peft>=0.15), or leave lora unset to train the whole model")
+
+
+def _peft() -> Any:
+    """The ``peft`` module, or ``None`` when it is not installed (full training does not need it)."""
+    try:
+        import peft
+    except ImportError:
+        return None
+    return peft
+
+
 def _lora_config(lora: object) -> Any:
     from peft import LoraConfig
 
@@ -129,17 +142,18 @@ def _quiet_progress() -> Any:
 
 
 def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradient_checkpointing: bool) -> tuple[Any, bool]:
-    from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training
     from transformers import set_seed
 
+    peft = _peft()
     model = loaded.model
+    is_peft = peft is not None and isinstance(model, peft.PeftModel)
     adapter_of = loaded.plan.model.base
-    if adapter_of is not None and not isinstance(model, PeftModel):
+    if adapter_of is not None and not is_peft:
         raise ConfigurationError(
             f"this model was loaded from the adapter directory {loaded.plan.model.source} (an adapter of "
             f"{adapter_of.source}); train from the base model instead: intelrt.load({adapter_of.source!r}) and "
             "lora=True (resume=True continues from the last checkpoint in that output_dir)")
-    if isinstance(model, PeftModel):
+    if is_peft:
         if not (lora is None or lora is True):
             raise ConfigurationError("this model already carries LoRA adapters (trained before); pass lora=True "
                                      "to keep training them, or reload the base model for a new LoraConfig")
@@ -150,11 +164,13 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
                 f"the model was loaded {loaded.plan.request.quantization} (quantized): its weights cannot be trained "
                 "directly. Pass lora=True to train LoRA adapters on top of it (QLoRA, SPEC X9).")
         return model, False
+    if peft is None:
+        raise ConfigurationError(PEFT_MISSING)
     config = _lora_config(lora)
     if quantized:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     set_seed(seed)  # adapter initialisation is random: the same seed gives the same run
-    peft_model = get_peft_model(model, config)
+    peft_model = peft.get_peft_model(model, config)
     source = loaded.plan.model
     base = os.path.abspath(source.local_dir) if os.path.isdir(source.source) and source.local_dir else source.source
     for adapter_config in peft_model.peft_config.values():
