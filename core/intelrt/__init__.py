@@ -18,6 +18,7 @@ from .errors import (
     ModelSourceError,
     PlanError,
     PluginError,
+    SaveError,
     UnsafeModelError,
 )
 from .plugins import hookimpl
@@ -45,7 +46,7 @@ __all__ = [
     "__version__", "hookimpl", "load", "plan", "detect", "setup_env", "compile",
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
-    "ModelSourceError", "UnsafeModelError",
+    "ModelSourceError", "UnsafeModelError", "SaveError",
     "training_arguments", "launch",
 ]
 

@@ -38,3 +38,8 @@ class UnsafeModelError(IntelrtError, PermissionError):
 
 class GenerationError(IntelrtError, RuntimeError):
     """Generation ran and failed (e.g. continuous batching lost requests); says what to try instead."""
+
+
+class SaveError(IntelrtError, OSError):
+    """Writing a result failed (disk full, read-only or missing directory). What was being written
+    is removed, so nothing is left looking complete; what was there before is kept."""

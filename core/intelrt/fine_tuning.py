@@ -8,7 +8,6 @@ prepares its arguments from the plan (:mod:`intelrt.training`), the data and the
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -17,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, SaveError
+from .saving import (
+    CHECKPOINT_COMPLETE,
+    check_writable,
+    discard_incomplete,
+    last_complete_checkpoint,
+    save_model_atomically,
+    write_json_atomically,
+)
 from .training import USER, TrainingSetting, build_training_arguments, training_settings
 from .training_data import DEFAULT_BLOCK_SIZE, causal_lm_blocks
 
@@ -106,9 +113,10 @@ def _lora_config(lora: object) -> Any:
 
 
 def _resume_checkpoint(resume: object, output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    last, skipped = last_complete_checkpoint(output_dir)
+    if skipped and resume is True:
+        log.warning("%s: skipping incomplete %s (no %s: its save was cut short); resuming from %s", output_dir,
+                    ", ".join(skipped), CHECKPOINT_COMPLETE, os.path.basename(last) if last else "the start")
     if resume is False or resume is None:
         if last:
             log.warning("%s holds %s from an earlier run; this run starts over (pass resume=True to continue it)",
@@ -117,8 +125,8 @@ def _resume_checkpoint(resume: object, output_dir: str) -> str | None:
     if resume is True:
         if last is None:
             found = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-            raise ConfigurationError(f"resume=True, but {output_dir} holds no checkpoint-N directory "
-                                     f"(it has: {', '.join(found) or 'nothing'}); save checkpoints with "
+            raise ConfigurationError(f"resume=True, but {output_dir} holds no checkpoint-N directory with "
+                                     f"{CHECKPOINT_COMPLETE} (it has: {', '.join(found) or 'nothing'}); save checkpoints with "
                                      "save_steps=N, or leave resume unset to start over")
         return str(last)
     if isinstance(resume, (str, os.PathLike)):
@@ -202,6 +210,7 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     settings = training_settings(loaded.plan, overrides)
     args = build_training_arguments(out, loaded.plan, settings)
     checkpoint = _resume_checkpoint(resume, out)
+    check_writable(out)  # before training: a full or read-only disk must not cost the whole run
     model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
 
     from transformers import DataCollatorForLanguageModeling, Trainer
@@ -216,12 +225,20 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     loaded.model = model  # generate() now uses what is being trained
     started = time.perf_counter()
     model.train()  # kernels switch to their training mode (SPEC X8)
+    since = time.time()
     try:
         output = trainer.train(resume_from_checkpoint=checkpoint)
+    except Exception as exc:  # noqa: BLE001 - re-raised; a checkpoint cut short must not look resumable
+        removed = discard_incomplete(out, since) if trainer.is_world_process_zero() else []
+        if removed:
+            raise SaveError(f"training stopped while writing {', '.join(removed)} to {out} ({type(exc).__name__}: "
+                            f"{exc}): disk full, quota or read-only? Removed the incomplete checkpoint; free space, "
+                            "then train(..., resume=True) continues from the last complete one.") from exc
+        raise
     finally:
         model.eval()  # …and back to inference
     seconds = time.perf_counter() - started
-    trainer.save_model(out)
+    save_model_atomically(trainer, out)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     losses = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
@@ -238,5 +255,4 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
 
 def _write_summary(output_dir: str, result: TrainResult) -> None:
     """``intelrt_train.json`` next to the saved model: what the run did, for later reading."""
-    with open(os.path.join(output_dir, "intelrt_train.json"), "w", encoding="utf-8") as f:
-        json.dump(result.to_dict(), f, indent=2)
+    write_json_atomically(os.path.join(output_dir, "intelrt_train.json"), result.to_dict())
