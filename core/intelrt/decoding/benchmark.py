@@ -383,8 +383,10 @@ def main(args: argparse.Namespace) -> int:
         except ImportError:
             raise ConfigurationError("--chart needs matplotlib, which is not installed: pip install matplotlib "
                                      "(or leave --chart out)") from None
-    args.requests = args.requests or (8 if args.tiny else 64)
-    args.new_tokens = args.new_tokens or (32 if args.tiny else 256)
+    if args.requests is None:
+        args.requests = 8 if args.tiny else 64
+    if args.new_tokens is None:
+        args.new_tokens = 32 if args.tiny else 256
     for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1")

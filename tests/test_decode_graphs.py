@@ -1,0 +1,146 @@
+"""The device-graph hook: which backend captures the decode step and how (issue 6).
+
+CUDA is measured for real (docs/performance.md); XPU graphs and HPU graphs are decided under
+simulation. The engine's use of a capturer (warm-up steps count as real tokens, one capture per
+shape, a failed capture falls back without graphs and says so) is checked on the CPU with a
+capturer whose "graph" re-runs the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import intelrt
+from intelrt.errors import PlanError
+from intelrt.plugins import get_host
+from intelrt.request import Request
+from intelrt.testing.simulation import simulate
+from intelrt.types import BackendStatus, DeviceInfo
+
+CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
+                     devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),))
+
+
+def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
+    """The built-in cuda answers: CUDA graphs around an inductor-compiled, weight-frozen step."""
+    from intelrt.backends import graphs
+    from intelrt.model_source import resolve_model
+
+    model = resolve_model(str(tiny_model))
+    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {"task": "text-generation"})
+    assert decision is not None
+    assert decision.value == {"method": "fast", "cache": "static", "graphs": "cuda", "compile": "inductor",
+                              "compile_options": {"freezing": True, "coordinate_descent_tuning": True}}
+    assert "CUDA graph" in decision.reason
+    off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {})
+    assert off is not None and off.value["graphs"] is None and off.value["compile"] is None
+    assert "graphs='off'" in off.reason and "compile='none'" in off.reason
+    assert callable(graphs.intelrt_decode_graph(CUDA, "cuda"))
+    assert graphs.intelrt_decode_graph(CUDA, "xpu") is None
+
+
+def test_decode_graphs_xpu_under_simulation(tiny_model: Path) -> None:
+    with simulate("xpu", 1):
+        plan = intelrt.plan(tiny_model)
+        capture, plugin = get_host().call_first("intelrt_decode_graph", backend=plan.backend, kind="xpu")
+    decode = plan.decisions["decode"]
+    assert (decode.plugin, decode.value["graphs"], decode.value["compile"]) == ("xpu", "xpu", "inductor")
+    assert "XPU graph (torch.xpu.XPUGraph)" in decode.reason
+    assert callable(capture) and plugin == "xpu"
+
+
+def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: Path) -> None:
+    with simulate("xpu", 1, xpu_graphs=False):
+        decode = intelrt.plan(tiny_model).decisions["decode"]
+        with pytest.raises(PlanError, match="has no torch.xpu.XPUGraph"):
+            intelrt.plan(tiny_model, graphs="on")
+    assert decode.value["method"] == "fast" and decode.value["graphs"] is None
+    assert "no XPU graph" in decode.reason
+
+
+@pytest.mark.claim("H1")
+def test_decode_graphs_hpu_lazy_mode_captures_hpu_graphs(tiny_model: Path) -> None:
+    with simulate("hpu", 1, env={"PT_HPU_LAZY_MODE": "1"}) as sim:
+        plan = intelrt.plan(tiny_model)
+        decode = plan.decisions["decode"]
+        assert (decode.plugin, decode.value["graphs"], decode.value["compile"]) == ("hpu", "hpu", None)
+        assert "habana_frameworks.import" not in sim.calls  # planning never loads the stack (H3)
+        capture, _ = get_host().call_first("intelrt_decode_graph", backend=plan.backend, kind="hpu")
+        steps: list[int] = []
+        replay = capture(lambda: steps.append(len(steps)), warmup=2)
+        recorded = [c for c in sim.calls if c.startswith("hpu.graph")]
+        assert recorded == ["hpu.graph.capture_begin", "hpu.graph.capture_end"]
+        assert len(steps) == 3  # two real warm-up steps, one recorded
+        replay()
+        assert sim.calls[-1] == "hpu.graph.replay"
+
+
+@pytest.mark.claim("H9")
+def test_decode_graphs_hpu_eager_mode_compiles_with_hpu_backend(tiny_model: Path) -> None:
+    with simulate("hpu", 1):
+        decode = intelrt.plan(tiny_model).decisions["decode"]
+        with pytest.raises(PlanError, match="set PT_HPU_LAZY_MODE=1"):
+            intelrt.plan(tiny_model, graphs="on")
+    assert (decode.value["graphs"], decode.value["compile"], decode.claim) == (None, "hpu_backend", "H9")
+    assert "HPU graphs need lazy mode" in decode.reason
+
+
+# -- the engine with a capturer ----------------------------------------------------------------
+
+def _rerun_capturer(log: list[str]) -> Callable[..., Callable[[], object]]:
+    """A 'graph' that re-runs the step: what a capturer must do, minus the device."""
+
+    def capture(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
+        log.append("capture")
+        for _ in range(warmup):
+            step()
+        return step
+
+    return capture
+
+
+def _decode(decoder: Any, loaded: intelrt.Loaded, prompts: list[str], max_new: int) -> Any:
+    import torch
+
+    from intelrt.decoding.generation import left_pad
+    from intelrt.decoding.options import DecodeOptions
+
+    ids, mask = left_pad([loaded.tokenizer(p)["input_ids"] for p in prompts], 1, torch.device("cpu"))
+    options = DecodeOptions(max_new, False, 1.0, 0, 1.0, (), 1)
+    return decoder.decode(ids, mask, options)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model: Path) -> intelrt.Loaded:
+    return intelrt.load(tiny_model)
+
+
+def test_decode_engine_counts_warmup_steps_and_captures_once(loaded: intelrt.Loaded) -> None:
+    from intelrt.decoding.engine import FastDecoder
+
+    log: list[str] = []
+    plain = FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None)
+    graphed = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=_rerun_capturer(log))
+    expected, _ = _decode(plain, loaded, ["Intel GPUs are", "hi"], 20)
+    for _ in range(2):
+        tokens, report = _decode(graphed, loaded, ["Intel GPUs are", "hi"], 20)
+        assert tokens.tolist() == expected.tolist() and tokens.shape[1] == 20
+    assert log == ["capture"] and report.graphs == "test" and not report.captured  # reused, not re-captured
+
+
+def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: intelrt.Loaded) -> None:
+    from intelrt.decoding.engine import FastDecoder
+
+    def broken(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    expected, _ = _decode(FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None),
+                          loaded, ["Gaudi"], 12)
+    decoder = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=broken)
+    tokens, report = _decode(decoder, loaded, ["Gaudi"], 12)
+    assert tokens.tolist() == expected.tolist()
+    assert report.graphs is None and any("graph capture (test) failed" in n for n in report.notes)
