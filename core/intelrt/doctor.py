@@ -13,7 +13,7 @@ from .errors import IntelrtError
 from .plugins import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, PluginHost
 from .redaction import MASK, is_secret_name, redact
 from .types import Finding
-from .versions import package_version
+from .versions import floor_findings, package_version
 
 PACKAGES = ("intelrt", "torch", "transformers", "accelerate", "huggingface_hub", "pluggy", "kernels",
             "bitsandbytes", "peft", "datasets")
@@ -29,7 +29,7 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
 def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = None) -> dict[str, Any]:
     """The doctor report as data (``intelrt doctor --json`` prints it)."""
     env = dict(os.environ) if env is None else dict(env)
-    findings: list[Finding] = []
+    findings: list[Finding] = floor_findings("error")
     host = host or PluginHost(env, on_error="record")
     for record in host.records:
         if record.status == "failed":

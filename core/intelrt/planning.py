@@ -14,6 +14,7 @@ from .plan_data import Plan, PlannedDecision
 from .plugins import PluginHost, get_host
 from .request import AUTO, Request
 from .types import BackendStatus, EnvVar, Finding, JSONValue
+from .versions import floor_findings
 
 #: Selection hooks in the order they run; later hooks see earlier values in ``decisions``.
 SELECTION_HOOKS = (
@@ -65,7 +66,7 @@ def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
              env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
     """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
     wanted: list[tuple[str, EnvVar]] = []
-    findings: list[Finding] = []
+    findings: list[Finding] = floor_findings("warning")
     for plugin, item in host.call_all("intelrt_setup_env", backend=backend, request=request, env=env):
         if isinstance(item, EnvVar):
             wanted.append((plugin, item))

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from importlib import metadata
+from typing import TYPE_CHECKING, Literal
 
 from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from .types import Finding
 
 
 def package_version(distribution: str, module: str | None = None) -> str | None:
@@ -44,3 +49,31 @@ def torch_version() -> str | None:
     except ImportError:
         return None
     return str(torch.__version__)
+
+
+#: What intelrt itself needs (``pyproject.toml`` dependencies). Older versions fail far from the
+#: cause (an unknown ``dtype=`` keyword, a missing ``KernelConfig``), so doctor and plans say so first.
+FLOORS = {"torch": "2.6", "transformers": "5.0", "accelerate": "1.5", "huggingface_hub": "1.0"}
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version; for torch, its ``__version__`` once imported (what runs: XPU and
+    Gaudi builds carry local version tags, and the simulation reports its torch there)."""
+    module = sys.modules.get(distribution) if distribution == "torch" else None
+    version = getattr(module, "__version__", None) if module is not None else None
+    return str(version) if version else package_version(distribution)
+
+
+def floor_findings(severity: Literal["error", "warning"] = "error") -> list[Finding]:
+    """A finding per dependency below :data:`FLOORS` (not installed is left to the import that needs it)."""
+    from .types import Finding
+
+    findings = []
+    for name, floor in FLOORS.items():
+        version = installed_version(name)
+        if version is not None and not at_least(version, floor):
+            findings.append(Finding(severity, f"{name} {version} is older than intelrt needs",
+                                    f"intelrt needs {name} >= {floor} (see its pyproject dependencies); with "
+                                    f"{name} {version}, loading and training fail in ways far from this cause",
+                                    fix=f"pip install --upgrade '{name}>={floor}'"))
+    return findings
