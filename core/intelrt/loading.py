@@ -11,7 +11,7 @@ from .compiling import compile as compile_with_plan
 from .compiling import install_compile_wrapper
 from .environment import apply_env
 from .loaded import Loaded
-from .model_source import resolve_model
+from .model_source import require_weights, resolve_model
 from .plan_data import Plan
 from .planning import make_plan
 from .plugins import PluginHost, get_host
@@ -76,5 +76,6 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
                             **from_pretrained_kwargs)
     host = get_host()
     info = resolve_model(request.model, download=True)
+    require_weights(info)
     plan = make_plan(request, host=host, model=info)
     return apply_plan(plan, host)

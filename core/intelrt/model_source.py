@@ -190,3 +190,14 @@ def check_safety(info: ModelInfo, *, trust_remote_code: bool, allow_pickle: bool
                 "the checkpoint to safetensors, or pass allow_pickle=True (CLI: --allow-pickle) if you trust it.")
         notes.append("pickle weights allowed by the caller (allow_pickle=True)")
     return notes
+
+
+def require_weights(info: ModelInfo) -> None:
+    """A local directory with ``config.json`` (or ``adapter_config.json``) but no weight files cannot
+    load: a copy or a save that was cut short. Say so before transformers' "no file named" error."""
+    if info.weights_format != "none" or not os.path.isdir(os.path.expanduser(info.source)):
+        return  # a hub id's cached snapshot may hold only config.json until load() fetches the weights
+    expected = "adapter_model.safetensors" if info.base is not None else "model.safetensors (or its shards)"
+    raise ModelSourceError(
+        f"{info.source} holds {'adapter_config.json' if info.base is not None else 'config.json'} but no weights "
+        f"({expected}): a copy or a save that was cut short (disk full?). Save or copy the model again.")
