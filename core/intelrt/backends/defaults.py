@@ -34,6 +34,10 @@ def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: f
 @hookimpl(trylast=True)
 def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision:
     if request.is_forced("dtype"):
+        lacking = [d for d in backend.devices if d.bf16 is False] if request.dtype == "bfloat16" else []
+        if lacking:
+            raise PlanError(f"dtype='bfloat16', but {lacking[0].name} ({backend.name} device {lacking[0].index}) "
+                            "has no bfloat16 support; use dtype='float16' or 'float32', or leave dtype to intelrt")
         return Decision(request.dtype, "requested by the user")
     if backend.device_type == "cpu":
         return Decision("float32", "CPU: float32 is exact and fast on every CPU; pass dtype='bfloat16' to halve memory")
