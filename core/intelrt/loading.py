@@ -16,6 +16,7 @@ from .plan_data import Plan
 from .planning import make_plan
 from .plugins import PluginHost, get_host
 from .pretrained_kwargs import from_pretrained_kwargs
+from .redaction import redact
 from .request import AUTO, Request
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
     auto_class = getattr(transformers, AUTO_CLASSES[plan.task])
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
-    log.info("loading %s with %s", source, {k: v for k, v in kwargs.items() if k != "kernel_config"})
+    log.info("loading %s with %s", source, redact({k: v for k, v in kwargs.items() if k != "kernel_config"}))
     model = auto_class.from_pretrained(source, **kwargs)
     model.eval()
     tokenizer = _load_tokenizer(plan, source)
