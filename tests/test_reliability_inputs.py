@@ -74,6 +74,10 @@ def test_missing_optional_extras_are_named_with_the_install_command(simulate, ti
 
 def test_lora_without_peft_names_the_extra_and_full_training_needs_no_peft(simulate, loaded: intelrt.Loaded,  # type: ignore[no-untyped-def]
                                                                            tmp_path: Path) -> None:
+    # A real process without peft imports Trainer without it; import it before hiding peft, or
+    # transformers would keep a Trainer that lacks PeftModel after the simulation ends.
+    import transformers.trainer  # noqa: F401
+
     simulate("xpu", count=0, packages={"peft": None})
     with pytest.raises(ConfigurationError, match=r"not installed: pip install 'intelrt\[peft\]'"):
         loaded.train(["some text to train on"], lora=True, output_dir=tmp_path / "lora", max_steps=1)
