@@ -29,6 +29,7 @@ from intelrt_hpu import environment as hpu_environment
 from intelrt_hpu.detection import mode_note, visibility_note
 from intelrt_hpu.facts import parse_ids
 from intelrt_xpu import devices as xpu_devices
+from intelrt_xpu import diagnosis as xpu_diagnosis
 from intelrt_xpu.hubkernels import local_kernels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,18 +176,20 @@ def _status(name: str, count: int) -> BackendStatus:
 
 
 @settings(max_examples=60)
-@given(st.one_of(st.none(), list_text), st.one_of(st.none(), id_lists), st.booleans(), st.integers(0, 8))
-def test_xpu_environment_hooks_never_crash_on_any_mask(mask: str | None, devices: list[int] | None, strict: bool,
+@given(st.dictionaries(st.sampled_from(["ZE_AFFINITY_MASK", "INTELRT_ZE_AFFINITY_MASK"]), list_text),
+       st.one_of(st.none(), id_lists), st.booleans(), st.integers(0, 8))
+def test_xpu_environment_hooks_never_crash_on_any_mask(env: dict[str, str], devices: list[int] | None, strict: bool,
                                                        count: int) -> None:
-    env = {} if mask is None else {"ZE_AFFINITY_MASK": mask}
     request = Request.build("m", devices=devices, strict=strict)
+    findings = xpu_diagnosis.intelrt_diagnose(backends=[BackendStatus("xpu", "xpu", False, "test")], env=env)
+    assert all(isinstance(f, Finding) for f in findings or ())
+    malformed = xpu_devices.malformed_mask(env, count)
+    assert malformed is None or "ZE_AFFINITY_MASK" in malformed.detail
     try:
         items = xpu_devices.intelrt_setup_env(backend=_status("xpu", count), request=request, env=env)
     except PlanError:
         return
     assert items is None or all(isinstance(i, (Finding, intelrt.EnvVar)) for i in items)
-    malformed = xpu_devices.malformed_mask(env, count)
-    assert malformed is None or "ZE_AFFINITY_MASK" in malformed.detail
 
 
 @settings(max_examples=60)
