@@ -22,6 +22,17 @@ DEFAULT_MAX_PADDED_BATCH = 64
 """Prompts per padded batch when a backend does not size it; longer lists go in several batches."""
 
 
+BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+
+
+def bytes_per_parameter(decisions: Mapping[str, JSONValue]) -> float | None:
+    """Bytes one weight takes under the decisions made so far (quantization, then dtype)."""
+    quantization = decisions.get("quantization")
+    if isinstance(quantization, dict):
+        return 0.5 if quantization.get("bits") == 4 else 1.0
+    return BYTES_PER_PARAM.get(str(decisions.get("dtype")))
+
+
 def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
     """Whether the weights fit the smallest visible device (``None`` when memory is unknown)."""
     memories = [d.total_memory for d in backend.devices if d.total_memory]
@@ -50,12 +61,7 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision:
 
 @hookimpl(trylast=True)
 def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, JSONValue]) -> Decision:
-    dtype = decisions.get("dtype")
-    per_param = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}.get(str(dtype))
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, dict):
-        per_param = 0.5 if quantization.get("bits") == 4 else 1.0
-    fits = fits_one_device(backend, model, per_param)
+    fits = fits_one_device(backend, model, bytes_per_parameter(decisions))
     if fits is False and backend.device_count > 1:
         return Decision("auto", f"the weights do not fit one {backend.name} device; accelerate splits them "
                                 f"across the {backend.device_count} visible devices")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from intelrt import hookimpl
-from intelrt.backends.defaults import fits_one_device
+from intelrt.backends.defaults import BYTES_PER_PARAM, bytes_per_parameter, fits_one_device
 from intelrt.errors import PlanError
 from intelrt.types import BackendStatus, Decision, JSONValue
 from intelrt.versions import package_version
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from intelrt.model_source import ModelInfo
     from intelrt.request import Request
 
-BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 NF4_NOTE = ("bitsandbytes' HPU backend registers only the NF4 4-bit dequantize kernel (quant_type 'nf4', uint8 or "
             "bfloat16 storage; FP4 is refused there); the other bitsandbytes ops run on its generic torch kernels")
 
@@ -56,11 +55,7 @@ def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions
     """H6: ``device_map="hpu"`` (never ``hpu:N``); ``auto`` when one Gaudi is too small."""
     if not owns(backend):
         return None
-    per_param = BYTES_PER_PARAM.get(str(decisions.get("dtype")))
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, dict):
-        per_param = 0.5 if quantization.get("bits") == 4 else 1.0
-    if fits_one_device(backend, model, per_param) is False and backend.device_count > 1:
+    if fits_one_device(backend, model, bytes_per_parameter(decisions)) is False and backend.device_count > 1:
         return Decision("auto", f"the weights do not fit one Gaudi; accelerate splits them across the "
                                 f"{backend.device_count} visible Gaudis", claim="H6")
     return Decision(BACKEND, "device_map='hpu' loads onto the Gaudi (the device is 'hpu'; an index 'hpu:N' is not "

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from intelrt import hookimpl
-from intelrt.backends.defaults import FIT_HEADROOM, fits_one_device
+from intelrt.backends.defaults import FIT_HEADROOM, bytes_per_parameter, fits_one_device
 from intelrt.model_source import ModelInfo
 from intelrt.request import Request
 from intelrt.types import BackendStatus, Decision, JSONValue
 
 from .facts import mine, size
 
-_BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 _PIPELINE = "pipeline() without device= also picks the Intel GPU (transformers' default device order)"
 
 
@@ -23,10 +22,7 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
     them) when they do not and the run has several."""
     if not mine(backend):
         return None
-    per_param = _BYTES_PER_PARAM.get(str(decisions.get("dtype")))
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, dict):
-        per_param = 0.5 if quantization.get("bits") == 4 else 1.0
+    per_param = bytes_per_parameter(decisions)
     need = model.parameter_count * per_param if per_param else model.weight_bytes
     memories = [d.total_memory for d in backend.devices if d.total_memory]
     room = (f"{size(need)} of weights, x{FIT_HEADROOM} headroom, vs {size(min(memories))} per device"
