@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hub_cache_layout import cache_kernel
 
 import intelrt
 from intelrt.errors import PlanError
@@ -20,16 +21,6 @@ from intelrt.errors import PlanError
 FA2 = "kernels-community/flash-attn2"
 KERNELS_OK = {"kernels": "0.18.2"}
 
-
-def cache_kernel(root: Path, repo: str, version: int) -> Path:
-    """Lay out a cached kernel snapshot as the hub cache holds it (refs/v<N> → snapshots/<commit>)."""
-    folder = root / f"kernels--{repo.replace('/', '--')}"
-    commit = f"{version:040d}"
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / f"v{version}").write_text(commit)
-    snapshot = folder / "snapshots" / commit
-    (snapshot / "build").mkdir(parents=True, exist_ok=True)
-    return snapshot
 
 
 @pytest.mark.claim("X4")

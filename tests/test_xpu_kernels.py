@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from hub_cache_layout import cache_kernel
 from torch import nn
 
 import intelrt
@@ -18,15 +19,6 @@ KERNELS_OK = {"kernels": "0.18.2"}
 # transformers 5.24's XPU kernels for the tiny Qwen3's layers (RMSNorm, SiLU activation, rotary)
 TINY_KERNELS = {"kernels-community/rmsnorm": 1, "kernels-community/activation": 1, "kernels-community/rotary": 2}
 
-
-def cache_kernel(root: Path, repo: str, version: int) -> Path:
-    folder = root / f"kernels--{repo.replace('/', '--')}"
-    commit = f"{version:040d}"
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / f"v{version}").write_text(commit)
-    snapshot = folder / "snapshots" / commit
-    (snapshot / "build").mkdir(parents=True, exist_ok=True)
-    return snapshot
 
 
 def layers_model(*names: str) -> nn.Module:
