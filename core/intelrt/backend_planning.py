@@ -14,11 +14,10 @@ from collections.abc import Mapping
 
 from .detection import choose_backend, detect_backends
 from .model_source import ModelInfo
-from .plan_data import Plan, PlannedDecision
-from .planning import decide_concern, plan_env
+from .plan_data import Plan
+from .planning import decide_all, plan_env
 from .plugins import PluginHost, get_host
 from .request import AUTO, Request
-from .types import JSONValue
 
 #: Stands in for the model in a backend-only plan: no config, no weights, no tokenizer.
 NO_MODEL = ModelInfo(source="(no model: backend-only plan)", local_dir=None, config={}, weight_files=(),
@@ -45,16 +44,7 @@ def plan_backend(*, backend: str = AUTO, devices: object = None, dtype: str = AU
     status, reason, forced = choose_backend(detected, request.backend, env)
     settings, findings = plan_env(host, status, request, env)
 
-    decisions: dict[str, PlannedDecision] = {}
-    values: dict[str, JSONValue] = {}
-    for concern, hook in BACKEND_CONCERNS:
-        kwargs = {"backend": status, "request": request, "model": NO_MODEL, "env": env, "decisions": dict(values)}
-        decisions[concern] = decide_concern(host, concern, hook, request, kwargs)
-        values[concern] = decisions[concern].value
-    collective, decider = host.call_first("intelrt_select_collective", backend=status, request=request, env=env)
-    if collective is not None and decider is not None:
-        decisions["collective"] = PlannedDecision("collective", collective.value, collective.reason, decider,
-                                                  False, collective.claim, collective.notes)
+    decisions = decide_all(host, BACKEND_CONCERNS, backend=status, request=request, model=NO_MODEL, env=env)
     return Plan(request=request, model=NO_MODEL, backend=status, backend_reason=reason, backend_forced=forced,
                 decisions=decisions, env=tuple(settings), findings=tuple(findings),
                 detected=detected, notes=("backend-only plan: no model was given",))

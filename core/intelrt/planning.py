@@ -62,6 +62,24 @@ def decide_concern(host: PluginHost, concern: str, hook: str, request: Request,
     return PlannedDecision(concern, result.value, result.reason, plugin, forced, result.claim, result.notes)
 
 
+def decide_all(host: PluginHost, concerns: tuple[tuple[str, str], ...], *, backend: BackendStatus,
+               request: Request, model: ModelInfo, env: Mapping[str, str],
+               decided: Mapping[str, PlannedDecision] | None = None) -> dict[str, PlannedDecision]:
+    """Ask each selection hook in ``concerns`` in order (later hooks see earlier values), then the
+    collective backend; ``decided`` holds decisions made before (the task)."""
+    decisions: dict[str, PlannedDecision] = dict(decided or {})
+    values: dict[str, JSONValue] = {k: d.value for k, d in decisions.items()}
+    for concern, hook in concerns:
+        kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
+        decisions[concern] = decide_concern(host, concern, hook, request, kwargs)
+        values[concern] = decisions[concern].value
+    collective, decider = host.call_first("intelrt_select_collective", backend=backend, request=request, env=env)
+    if collective is not None and decider is not None:
+        decisions["collective"] = PlannedDecision("collective", collective.value, collective.reason, decider,
+                                                  False, collective.claim, collective.notes)
+    return decisions
+
+
 def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
              env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
     """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
@@ -90,16 +108,8 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
 
     settings, findings = plan_env(host, backend, request, env)
 
-    decisions: dict[str, PlannedDecision] = {"task": decide_task(request, model)}
-    values: dict[str, JSONValue] = {"task": decisions["task"].value}
-    for concern, hook in SELECTION_HOOKS:
-        kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
-        decisions[concern] = decide_concern(host, concern, hook, request, kwargs)
-        values[concern] = decisions[concern].value
-    collective, decider = host.call_first("intelrt_select_collective", backend=backend, request=request, env=env)
-    if collective is not None and decider is not None:
-        decisions["collective"] = PlannedDecision("collective", collective.value, collective.reason, decider,
-                                                  False, collective.claim, collective.notes)
+    decisions = decide_all(host, SELECTION_HOOKS, backend=backend, request=request, model=model, env=env,
+                           decided={"task": decide_task(request, model)})
     return Plan(request=request, model=model, backend=backend, backend_reason=backend_reason,
                 backend_forced=backend_forced, decisions=decisions, env=tuple(settings),
                 findings=tuple(findings), detected=detected, notes=tuple(notes))
