@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, PlanError
+from .types import Finding
 
 AUTO = "auto"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -78,6 +79,12 @@ class Request:
     strict: bool = False
     """Turn warnings that may hide a misconfiguration (e.g. unsupported device sets) into errors."""
     from_pretrained_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def warn_or_refuse(self, finding: Finding) -> Finding:
+        """Return the warning ``finding``; in strict mode raise it as a :class:`PlanError` instead."""
+        if self.strict:
+            raise PlanError(f"strict mode: {finding.detail}. Fix: {finding.fix}")
+        return finding
 
     def is_forced(self, concern: str) -> bool:
         """True when the user set ``concern`` to something other than auto."""

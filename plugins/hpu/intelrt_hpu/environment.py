@@ -79,16 +79,15 @@ def known_module_ids(backend: BackendStatus, env: Mapping[str, str]) -> tuple[in
     return tuple(range(backend.device_count))
 
 
-def partial_server_item(ids: tuple[int, ...], strict: bool, what: str) -> Finding | None:
+def partial_server_item(ids: tuple[int, ...], request: Request, what: str) -> Finding | None:
     """H5: distributed work on part of a server is supported only for listed module-id sets."""
     if is_supported_set(ids):
         return None
     message = (f"{what} selects Gaudi modules {format_ids(ids)}: on part of a server, distributed work is supported "
                f"only for 2 or 4 Gaudis with module ids {supported_sets_text()}")
     fix = "pick one of those sets (or the whole server) for multi-Gaudi work"
-    if strict:
-        raise PlanError(f"{message}. Fix: {fix} (strict mode turns this warning into an error)")
-    return Finding("warning", "unsupported Gaudi set for distributed work", message, fix=fix, claim="H5")
+    return request.warn_or_refuse(Finding("warning", "unsupported Gaudi set for distributed work", message,
+                                          fix=fix, claim="H5"))
 
 
 @hookimpl
@@ -115,15 +114,13 @@ def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str
             items.append(Finding("info", f"{DEVICES_VAR} left in place",
                                  f"{DEVICES_VAR}={env[DEVICES_VAR]} (device indices) stays in the environment; inside "
                                  f"the process {MODULES_VAR}={format_ids(ids)} selects the modules", claim="H5"))
-        partial = partial_server_item(ids, request.strict, f"devices={list(ids)}")
+        partial = partial_server_item(ids, request, f"devices={list(ids)}")
         if partial is not None:
             items.append(partial)
     else:
         malformed = malformed_visibility(env, backend.device_count)
         if malformed is not None:
-            if request.strict:
-                raise PlanError(f"strict mode: {malformed.detail}. Fix: {malformed.fix}")
-            items.append(malformed)
+            items.append(request.warn_or_refuse(malformed))
     if request.devices is None and env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
         items.append(Finding("warning", f"{DEVICES_VAR} selects Gaudis by index",
                              f"{DEVICES_VAR}={env[DEVICES_VAR]} uses device indices, which can change after a reboot "
@@ -158,10 +155,9 @@ def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mappi
         items.append(Finding("info", f"{nproc} process(es) on {count} visible Gaudis",
                              f"one process per Gaudi: ranks take Gaudis in order and {count - nproc} stay idle",
                              claim="H10"))
-    request = getattr(plan, "request", None)
     # a devices= set was already checked by intelrt_setup_env; an inherited one is checked here
-    if modules is not None and nproc >= 2 and getattr(request, "devices", None) is None:
-        partial = partial_server_item(modules, bool(getattr(request, "strict", False)), f"{MODULES_VAR}={chosen}")
+    if modules is not None and nproc >= 2 and plan.request.devices is None:
+        partial = partial_server_item(modules, plan.request, f"{MODULES_VAR}={chosen}")
         if partial is not None:
             items.append(partial)
     return items

@@ -73,9 +73,7 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
     items: list[EnvVar | Finding] = []
     malformed = malformed_mask(env, backend.device_count)
     if malformed is not None:
-        if request.strict:
-            raise PlanError(f"strict mode: {malformed.detail}. Fix: {malformed.fix}")
-        items.append(malformed)
+        items.append(request.warn_or_refuse(malformed))
     if env.get(MARK_VAR) == mask:
         items.append(Finding("info", f"{MASK_VAR}={mask} selects this run's devices",
                              "intelrt set it for this run (devices=, intelrt launch)", claim="X2"))
@@ -83,10 +81,8 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
         detail = (f"{MASK_VAR}={mask} was not given to intelrt for this run, yet it decides which Intel GPUs the "
                   f"run sees ({backend.device_count} visible); a forgotten export silently routes later runs to "
                   "the wrong devices")
-        if request.strict:
-            raise PlanError(f"strict mode: {detail}. Fix: {SET_ON_COMMAND_LINE}")
-        items.append(Finding("warning", f"{MASK_VAR} inherited from the environment", detail,
-                             fix=SET_ON_COMMAND_LINE, claim="X2"))
+        items.append(request.warn_or_refuse(Finding("warning", f"{MASK_VAR} inherited from the environment",
+                                                    detail, fix=SET_ON_COMMAND_LINE, claim="X2")))
     ids = mask_device_ids(mask)
     if not ascending(ids):
         items.append(_order_note(f"{MASK_VAR}={mask}", ids))
@@ -111,11 +107,10 @@ def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) 
             detail = (f"this process sees only the devices of the inherited {MASK_VAR}={inherited}, so intelrt "
                       f"cannot tell whether device(s) {', '.join(map(str, unchecked))} exist; the driver drops "
                       "ids that do not")
-            if request.strict:
-                raise PlanError(f"strict mode: {detail}. Check the ids with `xpu-smi discovery`, or unset {MASK_VAR}")
-            items.append(Finding("warning", f"devices={ids} not checked against the machine", detail,
-                                 fix=f"check the ids with `xpu-smi discovery`, or plan without {MASK_VAR} in the "
-                                     "environment", claim="X2"))
+            items.append(request.warn_or_refuse(Finding(
+                "warning", f"devices={ids} not checked against the machine", detail,
+                fix=f"check the ids with `xpu-smi discovery`, or plan without {MASK_VAR} in the environment",
+                claim="X2")))
     mask = ",".join(map(str, ids))
     items += [
         EnvVar(MASK_VAR, mask, f"devices={ids} selects these Intel GPUs; Level Zero reads it when the driver "
