@@ -11,6 +11,10 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"  # SPEC C4: no test reaches the hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+#: tests/interpreted/ runs only under Triton's interpreter, in the process that
+#: tests/test_decode_attention_kernel.py starts with TRITON_INTERPRET=1.
+collect_ignore = [] if os.environ.get("TRITON_INTERPRET") == "1" else ["interpreted"]
+
 #: Variables from the developer's shell that would change what intelrt decides (INTELRT_CACHE
 #: only says where the tiny model is built, so it is kept).
 _LEAKY_PREFIXES = ("INTELRT_", "ZE_", "HABANA_", "PT_HPU_", "PT_ENABLE_INT64", "CUDA_VISIBLE", "LOCAL_RANK",

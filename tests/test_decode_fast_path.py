@@ -4,11 +4,11 @@ token — a loop that fed back the wrong token or position would not match."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from varied_weights import varied_copy
 
 import intelrt
 from intelrt.errors import ConfigurationError, PlanError
@@ -18,18 +18,7 @@ PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then", "x"]
 
 @pytest.fixture(scope="module")
 def varied_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    directory = tmp_path_factory.mktemp("varied")
-    shutil.copytree(tiny_model, directory, dirs_exist_ok=True)
-    model = AutoModelForCausalLM.from_pretrained(directory)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
-    model.save_pretrained(directory)
-    return directory
+    return varied_copy(tiny_model, tmp_path_factory.mktemp("varied"), seed=1)
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +50,17 @@ def ids_of(loaded: intelrt.Loaded, prompts: list[str]) -> list[list[int]]:
 
 def test_decode_plan_names_the_fast_path_on_cpu(loaded: intelrt.Loaded) -> None:
     decision = loaded.plan.decisions["decode"]
-    assert decision.value == {"method": "fast", "cache": "static", "graphs": None, "compile": None}
+    assert decision.value == {"method": "fast", "cache": "static", "graphs": None, "compile": None,
+                              "step": "compact"}
     assert decision.plugin == "graphs" and "static-KV-cache decode loop" in decision.reason
+    assert "qwen3 layers run as intelrt's compact step" in decision.reason
     assert "decode" in str(loaded.plan) and "method=fast" in str(loaded.plan)
 
 
 def test_decode_greedy_batch_1_equals_generate_token_for_token(loaded: intelrt.Loaded) -> None:
     ours = loaded.generate_ids(ids_of(loaded, PROMPTS[:1])[0], max_new_tokens=24)
     assert loaded.last_generation is not None and loaded.last_generation["path"] == "fast"
+    assert loaded.last_generation["step"] == "compact" and not loaded.last_generation["notes"]
     assert loaded.last_generation["reason"] == loaded.plan.decisions["decode"].reason
     theirs = plain_generate(loaded, PROMPTS[:1])[0]
     assert len(set(theirs)) > 4, "the model must vary its tokens for this test to mean anything"
@@ -80,7 +72,7 @@ def test_decode_greedy_batch_1_equals_generate_token_for_token(loaded: intelrt.L
 def test_decode_greedy_batch_4_with_padding_equals_generate(loaded: intelrt.Loaded) -> None:
     ours = loaded.generate_ids(ids_of(loaded, PROMPTS), max_new_tokens=24)
     report = loaded.last_generation or {}
-    assert (report["path"], report["batches"], report["prompts"]) == ("fast", 1, 4)
+    assert (report["path"], report["step"], report["batches"], report["prompts"]) == ("fast", "compact", 1, 4)
     assert ours == plain_generate(loaded, PROMPTS)
     texts = loaded.generate(PROMPTS, max_new_tokens=24)
     assert texts == [loaded.tokenizer.decode(row, skip_special_tokens=True) for row in ours]

@@ -26,7 +26,10 @@ CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
 
 
 def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
-    """The built-in cuda answers: CUDA graphs around an inductor-compiled, weight-frozen step."""
+    """The built-in cuda answers: CUDA graphs around an inductor-compiled step — the compact step
+    for a Qwen3, the model's own forward with frozen weights for an architecture it does not cover."""
+    import dataclasses
+
     from intelrt.backends import graphs
     from intelrt.model_source import resolve_model
 
@@ -34,8 +37,13 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {"task": "text-generation"})
     assert decision is not None
     assert decision.value == {"method": "fast", "cache": "static", "graphs": "cuda", "compile": "inductor",
-                              "compile_options": {"freezing": True, "coordinate_descent_tuning": True}}
-    assert "CUDA graph" in decision.reason
+                              "step": "compact", "compile_options": {"coordinate_descent_tuning": True}}
+    assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
+    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"})
+    fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {"task": "text-generation"})
+    assert fallback is not None and fallback.value["step"] == "model"
+    assert fallback.value["compile_options"] == {"freezing": True, "coordinate_descent_tuning": True}
+    assert "phi3 is not one of the architectures the compact step reproduces" in fallback.reason
     off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {})
     assert off is not None and off.value["graphs"] is None and off.value["compile"] is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason

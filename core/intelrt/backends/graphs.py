@@ -14,6 +14,7 @@ from typing import Any
 from ..decoding.capture import stream_capturer
 from ..decoding.policy import (
     batching_value,
+    compact_step,
     decode_blockers,
     decode_compile,
     decode_graphs,
@@ -28,8 +29,11 @@ CUDA_MAX_PADDED_BATCH = 256
 """Prompts per padded batch on CUDA (fewer when the KV cache would not fit free memory)."""
 CPU_MAX_PADDED_BATCH = 64
 CUDA_INDUCTOR_OPTIONS = {"freezing": True, "coordinate_descent_tuning": True}
-"""Measured on an H200 (Qwen3-0.6B shape, batch 1): 2.33 ms/token by default, 1.81 with these
-(fewer, fused kernels: 533 → 389 per step). See docs/performance.md."""
+"""For the model's own forward. Measured on an H200 (Qwen3-0.6B shape, batch 1): 2.33 ms/token by
+default, 1.81 with these (fewer, fused kernels: 533 → 389 per step). See docs/performance.md."""
+CUDA_COMPACT_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
+"""For the compact step, which fuses its projections itself: freezing only slowed it (1.36 → 1.44
+ms/token on the H200) and would copy the weights once more."""
 
 
 def _mine(backend: BackendStatus) -> bool:
@@ -41,23 +45,26 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
                           decisions: Mapping[str, JSONValue]) -> Decision | None:
     if not _mine(backend) or decode_blockers(model, decisions) is not None:
         return None  # the generic default explains the fallback
+    step, step_reason = compact_step(model)
     if backend.name == "cuda":
         graphs = decode_graphs(request, backend, "cuda", "")
         compiled = decode_compile(request, "inductor")
-        parts = ["static KV cache"]
-        parts.append(f"step compiled with {compiled}" + (" (weights frozen: q/k/v and gate/up projections "
-                                                          "concatenated; coordinate-descent-tuned kernels)"
-                                                          if compiled == "inductor" else "")
+        parts = ["static KV cache", step_reason]
+        compact = step == "compact"
+        tuned = (" (coordinate-descent-tuned kernels)" if compact else
+                 " (weights frozen: q/k/v and gate/up projections concatenated; coordinate-descent-tuned kernels)")
+        parts.append(f"step compiled with {compiled}" + (tuned if compiled == "inductor" else "")
                      if compiled else "step runs eagerly (compile='none')")
         parts.append("captured in a CUDA graph: one launch per token, no host sync per token" if graphs
                      else "no CUDA graph (graphs='off'): one kernel launch per op")
-        return fast_decode(graphs, compiled, "; ".join(parts), compile_options=CUDA_INDUCTOR_OPTIONS)
+        options = CUDA_COMPACT_INDUCTOR_OPTIONS if compact else CUDA_INDUCTOR_OPTIONS
+        return fast_decode(graphs, compiled, "; ".join(parts), compile_options=options, step=step)
     graphs = decode_graphs(request, backend, None, "the CPU has no device graphs")
     compiled = decode_compile(request, None)
     reason = ("static-KV-cache decode loop without generate's per-token bookkeeping; the CPU has no device "
               "graphs" + (f"; step compiled with {compiled}" if compiled else
                           ", and compile warm-up outweighs its gain"))
-    return fast_decode(graphs, compiled, reason)
+    return fast_decode(graphs, compiled, f"{reason}; {step_reason}", step=step)
 
 
 @hookimpl

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .compact import CompactModel, Unsupported
+from .forwards import CompactForward, ModelForward
 from .options import DecodeOptions
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ CACHE_LENGTH_BUCKET = 128
 MAX_SESSIONS = 4
 """Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
 
+StepForward = ModelForward | CompactForward
+
 
 @dataclass
 class DecodeReport:
@@ -39,6 +43,10 @@ class DecodeReport:
 
     graphs: str | None
     compiled: str | None
+    step: str = "model"
+    """``compact`` (intelrt's compact step) or ``model`` (the model's own forward)."""
+    attention_kernel: bool = False
+    """The compact step's decode attention ran as one Triton kernel per layer (``triton_attention``)."""
     captured: bool = False
     """A graph was captured during this call (first call of this shape)."""
     steps: int = 0
@@ -48,17 +56,16 @@ class DecodeReport:
 class _Session:
     """Device buffers, cache and (once captured) the graph replay for one shape."""
 
-    def __init__(self, model: Any, rows: int, length: int, options: DecodeOptions, device: Any,
-                 forward: Callable[..., Any], cache_kwarg: str, keep_logits: bool) -> None:
+    def __init__(self, rows: int, length: int, options: DecodeOptions, device: Any, forward: StepForward) -> None:
         import torch
-        from transformers import StaticCache
 
         self.rows, self.length = rows, length
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.forward = forward
         long = {"dtype": torch.long, "device": device}
         self.mask = torch.ones((rows, length), **long)
         self.token = torch.zeros((rows, 1), **long)
         self.position = torch.zeros((rows, 1), **long)
+        self.slot = torch.zeros((1,), **long)
         self.index = torch.zeros((1,), **long)
         self.out = torch.zeros((rows, length), **long)
         self.done = torch.zeros((rows,), dtype=torch.bool, device=device)
@@ -69,18 +76,8 @@ class _Session:
         self.top_k = options.top_k
         self.sampling = options.do_sample
         self.use_top_p = options.top_p < 1.0
-        self.forward = forward
-        self.cache_kwarg = cache_kwarg
-        self.keep_logits = keep_logits
         self.replay: Callable[[], object] | None = None
         self.calls = 0
-
-    def model_inputs(self, input_ids: Any, attention_mask: Any, position_ids: Any) -> dict[str, Any]:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-                  self.cache_kwarg: self.cache, "use_cache": True}
-        if self.keep_logits:
-            inputs["logits_to_keep"] = 1
-        return inputs
 
     def choose(self, logits: Any) -> Any:
         """Next token per row: argmax, or temperature / top-k / top-p sampling as transformers does."""
@@ -115,9 +112,10 @@ class _Session:
     def step(self) -> None:
         """One decode step, device work only (this is what the graph records)."""
         self.calls += 1
-        logits = self.forward(**self.model_inputs(self.token, self.mask, self.position)).logits[:, -1, :]
+        logits = self.forward.logits(self.token, self.mask, self.position, self.slot)
         self.accept(self.choose(logits))
         self.position.add_(1)
+        self.slot.add_(1)
 
 
 class FastDecoder:
@@ -125,8 +123,11 @@ class FastDecoder:
 
     def __init__(self, model: Any, *, graphs: str | None, compile_backend: str | None,
                  capturer: Callable[..., Callable[[], object]] | None,
-                 compile_options: Mapping[str, Any] | None = None) -> None:
+                 compile_options: Mapping[str, Any] | None = None, step: str = "model") -> None:
         self.model = model
+        self.step = step
+        """``compact`` (intelrt's compact step, when the model's layout allows) or ``model``."""
+        self._compact: CompactModel | None = None
         self.compile_options = dict(compile_options or {})
         self.graphs = graphs if capturer is not None else None
         self.compile_backend = compile_backend
@@ -142,6 +143,45 @@ class FastDecoder:
         self.keep_logits = "logits_to_keep" in parameters
 
     # -- the step's forward --------------------------------------------------------------
+    def _compact_model(self) -> CompactModel | None:
+        """The compact step for this model (built once; its fused weights follow the model's)."""
+        if self.step != "compact":
+            return None
+        if self._compact is not None and not self._compact.matches(self.model):
+            log.info("intelrt fast decode: the model's modules changed (e.g. adapters); rebuilding the compact step")
+            self._compact, self._compiled = None, None
+            self._sessions.clear()
+        if self._compact is None:
+            try:
+                if not self._room_for(self._fused_bytes()):
+                    raise Unsupported("its fused q/k/v and gate/up weights would not fit free device memory")
+                self._compact = CompactModel(self.model)
+            except Unsupported as why:
+                self.step = "model"
+                self.notes.append(f"compact step off: {why}; the step runs the model's own forward")
+                return None
+        elif self._compact.refresh_if_changed():
+            log.info("intelrt fast decode: the model's weights changed; fused weights refreshed")
+        return self._compact
+
+    def _fused_bytes(self) -> int:
+        fused = tuple(f".{name}.{kind}" for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+                      for kind in ("weight", "bias"))
+        return sum(p.numel() * p.element_size() for n, p in self.model.named_parameters() if n.endswith(fused))
+
+    def _new_forward(self, rows: int, length: int, device: Any) -> StepForward:
+        compact = self._compact_model()
+        if compact is not None:
+            forward: Callable[..., Any] = compact
+            if self.compile_backend:
+                if self._compiled is None:
+                    import torch
+
+                    self._compiled = torch.compile(compact.__call__, backend=self.compile_backend, dynamic=False)
+                forward = self._compiled
+            return CompactForward(compact, rows, length, device, forward, compiled=bool(self.compile_backend))
+        return ModelForward(self.model, rows, length, self._forward(), self.cache_kwarg, self.keep_logits)
+
     def _forward(self) -> Callable[..., Any]:
         if not self.compile_backend:
             return self.model
@@ -163,7 +203,8 @@ class FastDecoder:
         import torch._inductor.config as inductor_config
 
         options = dict(self.compile_options)
-        if options.get("freezing") and not self._room_for_frozen_weights():
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if options.get("freezing") and not self._room_for(weights):
             options.pop("freezing")
             note = ("weights not frozen into the compiled step: a second copy of the projection weights "
                     "would not fit free device memory")
@@ -172,26 +213,26 @@ class FastDecoder:
         known = {k: v for k, v in options.items() if hasattr(inductor_config, k)}
         return inductor_config.patch(known)
 
-    def _room_for_frozen_weights(self) -> bool:
+    def _room_for(self, nbytes: int) -> bool:
+        """Free device memory exceeds twice ``nbytes`` (a copy of that many bytes of weights fits
+        with room to spare); always true on the CPU."""
         import torch
 
         device = self.model.device
         info = getattr(getattr(torch, device.type, None), "mem_get_info", None)
         if info is None or device.type == "cpu":
             return True
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         try:
             free, _total = info(device)
         except Exception:  # noqa: BLE001 - unknown memory: do not risk an out-of-memory error
             return False
-        return bool(free > 2 * weights)
+        return bool(free > 2 * nbytes)
 
     def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
         key = (rows, length, options.sampling_key, len(options.eos_token_ids))
         session = self._sessions.pop(key, None)
         if session is None:
-            session = _Session(self.model, rows, length, options, device, self._forward(), self.cache_kwarg,
-                               self.keep_logits)
+            session = _Session(rows, length, options, device, self._new_forward(rows, length, device))
             while len(self._sessions) >= MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         self._sessions[key] = session
@@ -200,32 +241,40 @@ class FastDecoder:
     def _disable(self, what: str, exc: BaseException) -> None:
         message = f"{what} failed ({type(exc).__name__}: {str(exc)[:300]}); decoding without it from now on"
         log.warning("intelrt fast decode: %s", message)
+        log.debug("intelrt fast decode: %s failed", what, exc_info=exc)
         self.notes.append(message)
         if what.startswith("graph"):
             self.graphs = None
-        else:
+        elif what.startswith("compile"):
             self.compile_backend = None
+        else:
+            self.step = "model"
         self._sessions.clear()
 
     # -- decoding ------------------------------------------------------------------------
     def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
         """New tokens for each row of left-padded ``input_ids``: shape (rows, n), EOS-padded like
-        ``model.generate``; stops when every row has finished or after ``max_new_tokens``."""
+        ``model.generate``; stops when every row has finished or after ``max_new_tokens``.
+
+        A failing graph capture, compilation or compact step is turned off (in that order) with a
+        note, and the call retried without it."""
         import torch
 
         with torch.inference_mode(), self._compiler_settings():
-            for _ in range(3):
-                phase = "compile"
+            for _ in range(4):
                 try:
                     return self._decode(input_ids, attention_mask, options)
                 except _CaptureFailed as failed:
-                    phase, error = "graph capture", failed.__cause__ or failed
+                    what, error = f"graph capture ({self.graphs})", failed.__cause__ or failed
                 except Exception as exc:
-                    if not self.compile_backend:
+                    if self.compile_backend:
+                        what = f"compile ({self.compile_backend})"
+                    elif self.step == "compact":
+                        what = "compact step"
+                    else:
                         raise
                     error = exc
-                self._disable(f"{phase} ({self.graphs if phase.startswith('graph') else self.compile_backend})",
-                              error)
+                self._disable(what, error)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
@@ -234,10 +283,13 @@ class FastDecoder:
         rows, prompt_length = input_ids.shape
         need = prompt_length + options.max_new_tokens
         length = -(-need // CACHE_LENGTH_BUCKET) * CACHE_LENGTH_BUCKET
+        self._compact_model()  # built, or its fused weights refreshed when the model's changed
         s = self._session(rows, length, options, input_ids.device)
-        report = DecodeReport(self.graphs, self.compile_backend, notes=list(self.notes))
+        report = DecodeReport(self.graphs, self.compile_backend, self.step,
+                              attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
+                              notes=list(self.notes))
 
-        s.cache.reset()
+        s.forward.reset()
         s.mask.fill_(1)
         s.mask[:, :prompt_length].copy_(attention_mask)
         s.done.zero_()
@@ -254,8 +306,10 @@ class FastDecoder:
         # Prefill: eager, like transformers' generate (positions from the padding mask).
         positions = attention_mask.long().cumsum(-1) - 1
         positions = positions.masked_fill(attention_mask == 0, 0)
-        logits = self.model(**s.model_inputs(input_ids, s.mask, positions)).logits[:, -1, :]
+        slots = torch.arange(prompt_length, device=input_ids.device)
+        logits = s.forward.prefill(input_ids, s.mask, positions, slots)
         s.position.copy_(positions[:, -1:] + 1)
+        s.slot.fill_(prompt_length)
         s.accept(s.choose(logits))
 
         produced = 1

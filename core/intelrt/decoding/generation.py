@@ -91,7 +91,8 @@ class Generator:
                 host = self.host or get_host()
                 capturer, _plugin = host.call_first("intelrt_decode_graph", backend=self.plan.backend, kind=graphs)
             self._decoder = FastDecoder(self.model, graphs=graphs, compile_backend=value.get("compile"),
-                                        capturer=capturer, compile_options=value.get("compile_options"))
+                                        capturer=capturer, compile_options=value.get("compile_options"),
+                                        step=value.get("step") or "model")
         return self._decoder
 
     def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
@@ -100,7 +101,8 @@ class Generator:
         options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
         route = choose_route(self.plan, len(prompts), as_list, unsupported)
         report: dict[str, Any] = {"path": route.path, "reason": route.reason, "prompts": len(prompts),
-                                  "batches": 0, "graphs": None, "compiled": None, "captured": False, "notes": []}
+                                  "batches": 0, "graphs": None, "compiled": None, "step": None,
+                                  "attention_kernel": False, "captured": False, "notes": []}
         if route.path == "fast" and options is not None:
             outputs = self._fast(prompts, route, options, report)
         elif route.path == "continuous" and options is not None:
@@ -132,7 +134,8 @@ class Generator:
             outputs.extend(until_eos(tokens.tolist(), options.eos_token_ids))
             report["batches"] += 1
             report["captured"] = report["captured"] or decoded.captured
-            report["graphs"], report["compiled"] = decoded.graphs, decoded.compiled
+            report["graphs"], report["compiled"], report["step"] = decoded.graphs, decoded.compiled, decoded.step
+            report["attention_kernel"] = decoded.attention_kernel
             report["notes"] = sorted(set(report["notes"]) | set(decoded.notes))
         return outputs
 

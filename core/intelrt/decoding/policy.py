@@ -12,6 +12,7 @@ from ..errors import PlanError
 from ..model_source import ModelInfo
 from ..request import Request
 from ..types import BackendStatus, Decision, JSONValue
+from .compact import compact_blocker
 
 DECODE_METHODS = ("fast", "generate")
 #: Cache layer kinds the static-cache loop handles (transformers' ``config.layer_types``).
@@ -64,10 +65,26 @@ def decode_graphs(request: Request, backend: BackendStatus, kind: str | None, wh
     return kind
 
 
+def compact_step(model: ModelInfo) -> tuple[str, str]:
+    """(``compact`` or ``model``, why): which forward the fast loop's step runs for this model.
+
+    ``compact`` is intelrt's compact step (``decoding/compact.py``) for Llama-family layers;
+    ``model`` is the model's own forward. Decided from the config; the loaded modules are checked
+    again at the first call (adapters or replaced projections fall back, with a note)."""
+    blocker = compact_blocker(model.model_type, model.config)
+    if blocker is None:
+        return "compact", (f"{model.model_type} layers run as intelrt's compact step (fused q/k/v and gate/up "
+                           "projections, grouped-query attention without expanding K/V, its own KV cache)")
+    return "model", blocker
+
+
 def fast_decode(graphs: str | None, compile_backend: str | None, reason: str, *, claim: str | None = None,
-                notes: tuple[str, ...] = (), compile_options: Mapping[str, JSONValue] | None = None) -> Decision:
-    """The decision for intelrt's fast decode loop (``compile_options``: inductor settings)."""
-    value: dict[str, Any] = {"method": "fast", "cache": "static", "graphs": graphs, "compile": compile_backend}
+                notes: tuple[str, ...] = (), compile_options: Mapping[str, JSONValue] | None = None,
+                step: str = "model") -> Decision:
+    """The decision for intelrt's fast decode loop (``compile_options``: inductor settings;
+    ``step``: ``compact`` or ``model``, see ``compact_step``)."""
+    value: dict[str, Any] = {"method": "fast", "cache": "static", "graphs": graphs, "compile": compile_backend,
+                             "step": step}
     if compile_options and compile_backend == "inductor":
         value["compile_options"] = dict(compile_options)
     return Decision(value, reason, claim=claim, notes=notes)

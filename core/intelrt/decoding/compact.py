@@ -1,0 +1,312 @@
+"""The compact decode step: Llama-family decoder layers as few, fusable operations.
+
+transformers' modeling code is written for every use (training, any cache, any attention
+backend); a decode step needs less. For decoder layers shaped like Llama's (Llama, Mistral,
+Qwen2, Qwen3) this module runs the same computation with:
+
+* the q/k/v and the gate/up projections concatenated into one weight each (a copy, refreshed
+  whenever the model's own weights change, so training or loading new weights is never ignored);
+* its own KV cache, one tensor per layer, written in place at the step's cache slot;
+* grouped-query attention computed per key/value head, with no expansion of K and V to every
+  query head;
+* for a compiled step with few rows, projections written as multiply-and-sum, which the compiler
+  fuses with the norm before them and the residual or activation after them.
+
+The norms, rotary embedding, activation, embedding and LM head are the model's own modules, so
+their numerics are the model's. Greedy output equals ``model.generate``'s (tests prove it on the
+CPU; ``benchmarks/bench_generate.py --verify`` on a GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+COMPACT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+"""Architectures whose decoder layers the compact step reproduces."""
+DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+"""Rotary embeddings whose frequencies change with the sequence length (not reproduced)."""
+FUSED_ATTENTION_DEVICES = ("cuda",)
+"""Devices the one-kernel decode attention is measured on (docs/performance.md); the CPU runs it
+only under Triton's interpreter (``TRITON_INTERPRET=1``), as the test suite does."""
+GEMV_MAX_ROWS = 4
+"""At most this many token rows per step use multiply-and-sum projections (when compiled)."""
+
+
+def compact_blocker(model_type: str, config: Mapping[str, Any]) -> str | None:
+    """Why the compact step cannot run this model (from its config alone), or ``None``."""
+    if model_type not in COMPACT_MODEL_TYPES:
+        return (f"{model_type or 'this model'} is not one of the architectures the compact step reproduces "
+                f"({', '.join(COMPACT_MODEL_TYPES)}); the step runs the model's own forward")
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type") or rope.get("type") if isinstance(rope, Mapping) else None
+    if rope_type in DYNAMIC_ROPE_TYPES:
+        return (f"{rope_type} rotary embeddings change with the sequence length; the step runs the model's "
+                "own forward")
+    layer_types = set(config.get("layer_types") or ())
+    sliding = config.get("sliding_window") if model_type == "mistral" else None
+    if layer_types - {"full_attention"} or sliding:
+        return "sliding-window attention layers; the step runs the model's own forward"
+    return None
+
+
+class Unsupported(Exception):
+    """The loaded model's modules are not the plain Llama-family layout (e.g. adapters, quantized
+    or kernel-replaced projections): the decoder falls back to the model's own forward."""
+
+
+def _plain_linear(module: Any, where: str) -> Any:
+    import torch
+
+    if type(module) is not torch.nn.Linear:
+        raise Unsupported(f"{where} is a {type(module).__name__}, not a plain torch.nn.Linear")
+    return module
+
+
+def _decoder_parts(model: Any) -> tuple[Any, Any]:
+    """(the inner decoder with embed/layers/norm/rotary, the LM head), or ``Unsupported``."""
+    if getattr(model, "peft_config", None) or getattr(model, "_hf_peft_config_loaded", False):
+        raise Unsupported("the model carries PEFT adapters")
+    model_type = str(getattr(model.config, "model_type", ""))
+    blocker = compact_blocker(model_type, model.config.to_dict())
+    if blocker is not None:
+        raise Unsupported(blocker)
+    inner: Any = getattr(model, "model", None)
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, name):
+            raise Unsupported(f"the model has no model.{name}")
+    if getattr(inner.rotary_emb, "rope_type", "default") in DYNAMIC_ROPE_TYPES:
+        raise Unsupported("the rotary embedding is dynamic")
+    head = _plain_linear(getattr(model, "lm_head", None), "lm_head")
+    return inner, head
+
+
+def _layout(model: Any) -> tuple[Any, ...]:
+    """The modules the compact step reads, in a fixed order (compared by identity)."""
+    inner = getattr(model, "model", None)
+    parts: list[Any] = [getattr(model, "lm_head", None)]
+    parts += [getattr(inner, name, None) for name in ("embed_tokens", "norm", "rotary_emb")]
+    for layer in getattr(inner, "layers", ()):
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        parts += [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")]
+        parts += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        parts += [getattr(layer, n, None) for n in ("input_layernorm", "post_attention_layernorm")]
+    return tuple(parts)
+
+
+class CompactLayer:
+    """One decoder layer's fused weights and references to its own norms and activation."""
+
+    def __init__(self, layer: Any, index: int) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        where = f"layer {index}"
+        self.sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
+                        for n in ("q_proj", "k_proj", "v_proj")]
+        self.up = [_plain_linear(getattr(mlp, n, None), f"{where} mlp.{n}") for n in ("gate_proj", "up_proj")]
+        self.o_proj = _plain_linear(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
+        self.down_proj = _plain_linear(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.q_norm: Any = getattr(attn, "q_norm", None)
+        self.k_norm: Any = getattr(attn, "k_norm", None)
+        if (self.q_norm is None) != (self.k_norm is None):
+            raise Unsupported(f"{where} normalises only one of its queries and keys")
+        self.qk_eps = float(getattr(self.q_norm, "variance_epsilon", 0.0) or 0.0)
+        self.q_heads = int(self.sources[0].out_features) // int(attn.head_dim)
+        self.act = mlp.act_fn
+        self.scaling = float(attn.scaling)
+        self.head_dim = int(attn.head_dim)
+        self.split = [int(m.out_features) for m in self.sources]
+        self.qkv_weight, self.qkv_bias = _fuse(self.sources)
+        self.gate_up_weight, self.gate_up_bias = _fuse(self.up)
+
+    def tracked(self) -> list[Any]:
+        """The model parameters the fused copies are made from."""
+        return [p for m in (*self.sources, *self.up) for p in m.parameters()]
+
+    def refresh(self) -> None:
+        _refuse(self.sources, self.qkv_weight, self.qkv_bias)
+        _refuse(self.up, self.gate_up_weight, self.gate_up_bias)
+
+
+def _fuse(linears: list[Any]) -> tuple[Any, Any]:
+    import torch
+
+    weight = torch.cat([m.weight.detach() for m in linears])
+    has_bias = [m.bias is not None for m in linears]
+    if any(has_bias) and not all(has_bias):
+        raise Unsupported("some projections have a bias and some do not")
+    bias = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+    return weight, bias
+
+
+def _refuse(linears: list[Any], weight: Any, bias: Any) -> None:
+    import torch
+
+    torch.cat([m.weight.detach() for m in linears], out=weight)
+    if bias is not None:
+        torch.cat([m.bias.detach() for m in linears], out=bias)
+
+
+def _linear(x: Any, weight: Any, bias: Any, gemv: bool) -> Any:
+    """``x @ weight.T + bias``; as multiply-and-sum when ``gemv`` (fusable by the compiler)."""
+    import torch
+
+    if gemv:
+        y = (x.unsqueeze(-2).float() * weight.float()).sum(-1).to(x.dtype)
+        return y if bias is None else y + bias
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def _rotate_half(x: Any) -> Any:
+    import torch
+
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float) -> Any:
+    """Grouped-query attention of ``q`` (rows, q_heads, T, D) over the cache (rows, kv_heads, L, D):
+    each key/value head serves its group of query heads directly, with no expanded K or V."""
+    import torch
+
+    rows, q_heads, steps, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    groups = q_heads // kv_heads
+    grouped = q.reshape(rows, kv_heads, groups * steps, dim)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)) * scaling
+    mask = allowed[:, None, None].expand(rows, 1, groups, steps, length).reshape(rows, 1, groups * steps, length)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.matmul(weights, values)  # (rows, kv_heads, groups * T, D)
+    return out.reshape(rows, q_heads, steps, dim).transpose(1, 2).reshape(rows, steps, q_heads * dim)
+
+
+class CompactModel:
+    """The compact forward of one loaded model; call it like a function (compile it as one)."""
+
+    def __init__(self, model: Any) -> None:
+        inner, head = _decoder_parts(model)
+        self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, head
+        self.layers = [CompactLayer(layer, i) for i, layer in enumerate(inner.layers)]
+        config = model.config
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        self.dtype = model.dtype
+        self._layout = _layout(model)
+        self._versions = self._state()
+
+    def matches(self, model: Any) -> bool:
+        """The model still has the modules this step was built from (adapters injected by training,
+        or a replaced projection, make a new step necessary)."""
+        now = _layout(model)
+        return len(now) == len(self._layout) and all(a is b for a, b in zip(now, self._layout, strict=True))
+
+    def _state(self) -> list[tuple[int, int]]:
+        return [(p._version, p.data_ptr()) for layer in self.layers for p in layer.tracked()]
+
+    def refresh_if_changed(self) -> bool:
+        """Copy the model's current q/k/v and gate/up weights into the fused ones when they changed
+        (training, ``load_state_dict``); in place, so captured graphs stay valid."""
+        import torch
+
+        state = self._state()
+        if state == self._versions:
+            return False
+        with torch.no_grad():
+            for layer in self.layers:
+                layer.refresh()
+        self._versions = self._state()
+        return True
+
+    def new_cache(self, rows: int, length: int, device: Any) -> tuple[list[Any], list[Any]]:
+        """Zeroed key and value caches, one (rows, kv_heads, length, head_dim) tensor per layer."""
+        import torch
+
+        shape = (rows, self.kv_heads, length, self.layers[0].head_dim)
+        keys = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
+        values = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
+        return keys, values
+
+    def fused_attention_ok(self, device: Any) -> bool:
+        """The one-kernel decode attention (``triton_attention``) can serve this model on ``device``:
+        Triton is installed, head_dim is a power of two >= 16, the rotary embedding covers the whole
+        head, and the device is one the kernel runs on."""
+        import os
+        from importlib.util import find_spec
+
+        import torch
+
+        kind = torch.device(device).type
+        interpreted = kind == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        if kind not in FUSED_ATTENTION_DEVICES and not interpreted:
+            return False
+        layer = self.layers[0]
+        dim = layer.head_dim
+        if find_spec("triton") is None or dim < 16 or dim & (dim - 1):
+            return False
+        if int(self.rotary.inv_freq.numel()) * 2 != dim:
+            return False  # a partial rotary embedding
+        from . import triton_attention  # noqa: F401 - registers torch.ops.intelrt.decode_attention
+
+        return True
+
+    def __call__(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
+                 values: list[Any], gemv: bool = False, fused_attention: bool = False) -> Any:
+        """Logits of the last position of each row.
+
+        ``input_ids``/``positions``: (rows, T); ``slots``: the T cache slots these tokens fill;
+        ``key_mask``: (rows, L), 1 where a cache slot holds a real (not padding) token.
+        ``gemv``: multiply-and-sum projections (only for a compiled step: eagerly it would
+        materialise rows × out × in products). ``fused_attention``: one-token steps run each
+        layer's attention block as one Triton kernel (see ``fused_attention_ok``).
+        """
+        import torch
+
+        hidden = self.embed(input_ids)
+        rotary_cos, rotary_sin = self.rotary(hidden, positions)
+        cos, sin = rotary_cos[:, None], rotary_sin[:, None]
+        rows, steps, _ = hidden.shape
+        one_kernel = fused_attention and steps == 1
+        if one_kernel:  # registered when fused_attention_ok() said yes
+            decode_attention = torch.ops.intelrt.decode_attention
+            cos_1, sin_1 = rotary_cos[:, 0].contiguous(), rotary_sin[:, 0].contiguous()
+        slot_ids = torch.arange(key_mask.shape[1], device=key_mask.device)
+        # A slot is visible to a query when it is at or before the query's slot and holds a real
+        # token; each query also sees its own slot, so padding queries never attend to nothing.
+        causal = slot_ids[None, None, :] <= slots[None, :, None]
+        allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
+        residual = hidden
+        for layer, k_cache, v_cache in zip(self.layers, keys, values, strict=True):
+            x = layer.input_norm(residual)
+            qkv = _linear(x, layer.qkv_weight, layer.qkv_bias, gemv)
+            if one_kernel:
+                attended = decode_attention(
+                    qkv[:, 0], layer.q_norm.weight if layer.q_norm is not None else None,
+                    layer.k_norm.weight if layer.k_norm is not None else None, cos_1, sin_1, k_cache, v_cache,
+                    slots, key_mask, layer.q_heads, layer.qk_eps, layer.scaling)[:, None]
+            else:
+                attended = self._attention(layer, qkv, cos, sin, k_cache, v_cache, slots, allowed)
+            residual = residual + _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
+            x = layer.post_norm(residual)
+            gate, up = _linear(x, layer.gate_up_weight, layer.gate_up_bias, gemv).chunk(2, dim=-1)
+            residual = residual + _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias,
+                                          gemv)
+        last = self.norm(residual[:, -1:])
+        return _linear(last, self.lm_head.weight, self.lm_head.bias, gemv)[:, -1]
+
+    @staticmethod
+    def _attention(layer: CompactLayer, qkv: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slots: Any,
+                   allowed: Any) -> Any:
+        """One layer's attention block in torch operations (any device, any number of tokens)."""
+        rows, steps, _ = qkv.shape
+        q, k, v = qkv.split(layer.split, dim=-1)
+        q = q.view(rows, steps, -1, layer.head_dim)
+        k = k.view(rows, steps, -1, layer.head_dim)
+        if layer.q_norm is not None:
+            q, k = layer.q_norm(q), layer.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(rows, steps, -1, layer.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k_cache.index_copy_(2, slots, k)
+        v_cache.index_copy_(2, slots, v)
+        return _attend(q, k_cache, v_cache, allowed, layer.scaling)

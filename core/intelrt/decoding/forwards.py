@@ -1,0 +1,67 @@
+"""The forward a decode session runs per token, with the KV cache it owns.
+
+``ModelForward``: the model's own forward over a transformers ``StaticCache`` (any decoder-only
+model). ``CompactForward``: intelrt's compact step (``compact.py``) over its own per-layer cache.
+Both give ``logits(input_ids, mask, positions, slots)`` for the last position of each row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .compact import GEMV_MAX_ROWS, CompactModel
+
+FUSED_ATTENTION = True
+"""Decode steps use the one-kernel attention where ``CompactModel.fused_attention_ok`` allows."""
+
+
+class ModelForward:
+    """The model's forward (compiled or not) with a transformers ``StaticCache``."""
+
+    def __init__(self, model: Any, rows: int, length: int, forward: Callable[..., Any], cache_kwarg: str,
+                 keep_logits: bool) -> None:
+        from transformers import StaticCache
+
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        self.model, self.forward = model, forward
+        self.cache_kwarg, self.keep_logits = cache_kwarg, keep_logits
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def _inputs(self, input_ids: Any, mask: Any, positions: Any) -> dict[str, Any]:
+        inputs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions,
+                  self.cache_kwarg: self.cache, "use_cache": True}
+        if self.keep_logits:
+            inputs["logits_to_keep"] = 1
+        return inputs
+
+    def prefill(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
+        """The prompt's pass: eager, like transformers' generate."""
+        return self.model(**self._inputs(input_ids, mask, positions)).logits[:, -1, :]
+
+    def logits(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
+        return self.forward(**self._inputs(input_ids, mask, positions)).logits[:, -1, :]
+
+
+class CompactForward:
+    """The compact step with its own cache; ``forward`` is ``compact`` itself or its compiled form."""
+
+    def __init__(self, compact: CompactModel, rows: int, length: int, device: Any, forward: Callable[..., Any],
+                 compiled: bool) -> None:
+        self.compact, self.forward = compact, forward
+        self.keys, self.values = compact.new_cache(rows, length, device)
+        self.gemv = compiled and rows <= GEMV_MAX_ROWS
+        self.fused_attention = FUSED_ATTENTION and compact.fused_attention_ok(device)
+
+    def reset(self) -> None:
+        for cache in (*self.keys, *self.values):
+            cache.zero_()
+
+    def prefill(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
+        return self.compact(input_ids, positions, slots, mask, self.keys, self.values)
+
+    def logits(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
+        return self.forward(input_ids, positions, slots, mask, self.keys, self.values, self.gemv,
+                            self.fused_attention)

@@ -1,0 +1,210 @@
+"""One Triton kernel for a decode step's attention block (one new token per row).
+
+Given the fused q/k/v projection output of one layer, a program per (row, key/value head):
+applies the per-head q/k RMSNorm (Qwen3) and the rotary embedding, writes the new key and
+value into the layer's cache at the step's slot, and attends the head's group of query heads
+over the cache with an online softmax. transformers' modeling code runs this as about six
+kernels per layer (norms, rotary, cache writes, two matmuls, softmax) plus an expansion of K/V
+to every query head.
+
+Which models and devices use it: ``CompactModel.fused_attention_ok``. Registered as the custom op ``intelrt::decode_attention`` (``torch.library.custom_op``):
+``torch.compile`` calls it as one opaque kernel (its fake below gives the output's shape), and a
+device graph records its launch. Importing this module imports torch
+and triton.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+MIN_DOT_ROWS = 16
+"""A query group is padded to this many rows: tensor-core dots need at least 16."""
+CONFIGS = [triton.Config({"BLOCK": block}, num_warps=warps) for block in (16, 32, 64, 128, 256) for warps in (4, 8)]
+"""Cache slots per loop iteration and warps per program, tuned at the first call per shape."""
+INTERPRETER_BLOCK = 64
+"""Cache slots per loop iteration under the interpreter (fewer, larger steps run faster there)."""
+SPLIT_TARGET_PROGRAMS = 64
+"""The cache is split so that about this many programs share the work (flash-decoding): one row
+has only a few key/value heads, too few programs to keep a GPU busy."""
+MAX_SPLITS = 16
+@triton.jit
+def _normed(x, x_rot, w_ptr, rot, d, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):  # type: ignore[no-untyped-def]
+    """RMSNorm of the rows of ``x`` (and the same rows rotated by half, ``x_rot``)."""
+    if HAS_NORM:
+        scale = tl.rsqrt(tl.sum(x * x, axis=-1, keep_dims=True) / D + eps)
+        x = x * scale * tl.load(w_ptr + d).to(tl.float32)
+        x_rot = x_rot * scale * tl.load(w_ptr + rot).to(tl.float32)
+    return x, x_rot
+
+
+@triton.jit
+def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache, mask_ptr,  # type: ignore[no-untyped-def]
+                  stride_cl, d, BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+    """Online-softmax update with the cache slots ``start .. start + BLOCK`` inside ``lo .. hi``
+    (``q``: the group's query heads, padded to 16 rows for the tensor-core dots)."""
+    j = start + tl.arange(0, BLOCK)
+    inside = (j >= lo) & (j < hi)
+    visible = inside & (tl.load(mask_ptr + j, mask=inside, other=0) != 0)
+    keys = tl.load(k_cache_ptr + cache + j[:, None] * stride_cl + d[None, :], mask=inside[:, None], other=0.0)
+    scores = tl.dot(q, tl.trans(keys), input_precision=PRECISION)
+    scores = tl.where(visible[None, :], scores, float("-inf"))
+    new_best = tl.maximum(best, tl.max(scores, axis=1))
+    alpha = tl.exp(best - new_best)
+    weights = tl.exp(scores - new_best[:, None])
+    values = tl.load(v_cache_ptr + cache + j[:, None] * stride_cl + d[None, :], mask=inside[:, None], other=0.0)
+    total = total * alpha + tl.sum(weights, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
+    return new_best, total, acc
+
+
+@triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS"])
+@triton.jit
+def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
+                            slot_ptr, mask_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling, stride_qkv,
+                            stride_cb, stride_ch, stride_cl, stride_mask, stride_out, HQ: tl.constexpr, HKV: tl.constexpr,
+                            G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
+                            SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
+                            STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr):
+    """One (row, key/value head, split of the cache): partial softmax state of the head's group
+    (with one split, the group's attention output itself)."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid // HKV
+    h = pid % HKV
+    d = tl.arange(0, D)
+    half = D // 2
+    rot = tl.where(d < half, d + half, d - half)
+    sign = tl.where(d < half, -1.0, 1.0)
+    cos = tl.load(cos_ptr + b * D + d).to(tl.float32)
+    sin = tl.load(sin_ptr + b * D + d).to(tl.float32)
+    slot = tl.load(slot_ptr)
+    row = qkv_ptr + b * stride_qkv
+    cache_dtype = k_cache_ptr.dtype.element_ty
+    cache = b * stride_cb + h * stride_ch
+
+    # The new key and value: norm, rotary (split 0 writes them into the cache at `slot`).
+    k = tl.load(row + (HQ + h) * D + d).to(tl.float32)
+    k_rot = tl.load(row + (HQ + h) * D + rot).to(tl.float32)
+    k, k_rot = _normed(k, k_rot, k_norm_ptr, rot, d, eps, D, HAS_NORM)
+    k = (k * cos + sign * k_rot * sin).to(cache_dtype)
+    v = tl.load(row + (HQ + HKV + h) * D + d).to(cache_dtype)
+    first = split == 0
+    tl.store(k_cache_ptr + cache + slot * stride_cl + d, k, mask=(d < D) & first)
+    tl.store(v_cache_ptr + cache + slot * stride_cl + d, v, mask=(d < D) & first)
+
+    # This head's group of query heads (padded to GP rows).
+    g = tl.arange(0, GP)
+    live = g < G
+    q_offsets = (h * G + g)[:, None] * D
+    q = tl.load(row + q_offsets + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    q_rot = tl.load(row + q_offsets + rot[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    q, q_rot = _normed(q, q_rot, q_norm_ptr, rot[None, :], d[None, :], eps, D, HAS_NORM)
+    q = ((q * cos[None, :] + sign[None, :] * q_rot * sin[None, :]) * scaling).to(cache_dtype)
+
+    # Split 0 starts from the new slot (always visible); the others from nothing (a finite floor
+    # keeps an empty split's state NaN-free).
+    own = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], axis=1)
+    best = tl.where(first, own, -1.0e30)
+    total = tl.where(first, 1.0, 0.0) + tl.zeros((GP,), tl.float32)
+    acc = tl.where(first, 1.0, 0.0) * (tl.zeros((GP, D), tl.float32) + v.to(tl.float32)[None, :])
+    chunk = tl.cdiv(tl.cdiv(slot, SPLITS), BLOCK) * BLOCK
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, slot)
+    # Compiled kernels loop over their chunk. Triton's interpreter (TRITON_INTERPRET=1, the CPU
+    # tests) cannot loop to a bound read from memory, so there the whole cache is walked, masked.
+    if STOP_AT_SLOT:
+        for start in range(lo, hi, BLOCK):
+            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
+                                             mask_ptr + b * stride_mask, stride_cl, d, BLOCK, PRECISION)
+    else:
+        for start in tl.static_range(0, SLOTS, BLOCK):
+            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
+                                             mask_ptr + b * stride_mask, stride_cl, d, BLOCK, PRECISION)
+
+    if SPLITS == 1:  # the whole cache in this program: its state is the output
+        out = acc / total[:, None]
+        tl.store(out_ptr + b * stride_out + q_offsets + d[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=live[:, None])
+        return
+    # Keep the first GS (>= G) rows of the state for the combine.
+    state = (pid * SPLITS + split) * GS
+    kept = g < GS
+    tl.store(best_ptr + state + g, best, mask=kept)
+    tl.store(total_ptr + state + g, total, mask=kept)
+    tl.store(acc_ptr + (state + g)[:, None] * D + d[None, :], acc, mask=kept[:, None])
+
+
+@triton.jit
+def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,  # type: ignore[no-untyped-def]
+                              HKV: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
+                              SPLITS: tl.constexpr):
+    """One (row, key/value head): merge the splits' softmax states into the group's output."""
+    pid = tl.program_id(0)
+    b = pid // HKV
+    h = pid % HKV
+    splits = tl.arange(0, SPLITS)
+    gs = tl.arange(0, GS)
+    d = tl.arange(0, D)
+    state = (pid * SPLITS + splits)[:, None] * GS + gs[None, :]  # (SPLITS, GS)
+    best = tl.load(best_ptr + state)
+    overall = tl.max(best, axis=0)
+    scale = tl.exp(best - overall[None, :])
+    total = tl.sum(tl.load(total_ptr + state) * scale, axis=0)
+    acc = tl.load(acc_ptr + state[:, :, None] * D + d[None, None, :])
+    out = tl.sum(acc * scale[:, :, None], axis=0) / total[:, None]
+    tl.store(out_ptr + b * stride_out + (h * G + gs)[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=(gs < G)[:, None])
+
+
+@torch.library.custom_op("intelrt::decode_attention", mutates_args={"k_cache", "v_cache"})
+def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
+                     cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     slot: torch.Tensor, key_mask: torch.Tensor, q_heads: int, eps: float,
+                     scaling: float) -> torch.Tensor:
+    """Attention output (rows, q_heads * head_dim) of one new token per row.
+
+    ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
+    ``q_norm``/``k_norm``: per-head RMSNorm weights (head_dim,) or ``None``; ``cos``/``sin``:
+    (rows, head_dim); ``k_cache``/``v_cache``: (rows, kv_heads, slots, head_dim), written at
+    ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
+    real token.
+    """
+    rows = qkv.shape[0]
+    kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    groups = q_heads // kv_heads
+    heads = rows * kv_heads
+    splits = max(1, min(MAX_SPLITS, triton.next_power_of_2(max(1, SPLIT_TARGET_PROGRAMS // heads))))
+    kept = triton.next_power_of_2(groups)
+    out = qkv.new_empty((rows, q_heads * head_dim))
+    state = (heads, splits, kept) if splits > 1 else (1, 1, 1)  # one split writes `out` directly
+    best = torch.empty(state, dtype=torch.float32, device=qkv.device)
+    total = torch.empty_like(best)
+    acc = torch.empty((*state, head_dim if splits > 1 else 1), dtype=torch.float32, device=qkv.device)
+    has_norm = q_norm is not None and k_norm is not None
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    # The interpreter has no device to time configs on: it runs the plain kernel with one of them.
+    split_kernel = _decode_attention_split.fn if interpreted else _decode_attention_split
+    tuned = {"BLOCK": INTERPRETER_BLOCK} if interpreted else {}
+    split_kernel[(heads, splits)](
+        qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, slot,
+        key_mask, best, total, acc, out, eps, scaling, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), key_mask.stride(0), out.stride(0), HQ=q_heads, HKV=kv_heads, G=groups,
+        GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
+        STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
+        PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", **tuned)
+    if splits > 1:
+        _decode_attention_combine[(heads,)](best, total, acc, out, out.stride(0), HKV=kv_heads, G=groups,
+                                            GS=kept, D=head_dim, SPLITS=splits)
+    return out
+
+
+@decode_attention.register_fake
+def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
+                            cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            slot: torch.Tensor, key_mask: torch.Tensor, q_heads: int, eps: float,
+                            scaling: float) -> torch.Tensor:
+    return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))

@@ -1,0 +1,108 @@
+"""The compact step's one-kernel decode attention (``intelrt::decode_attention``), run for real on
+the CPU through Triton's interpreter: against attention written in torch operations, and inside
+the decode loop against plain ``model.generate`` (issue 6).
+
+Collected only in a process started with ``TRITON_INTERPRET=1`` (Triton reads it when it is first
+imported): ``tests/test_decode_attention_kernel.py`` starts that process. float32 only: the
+interpreter's bfloat16 dot is not faithful (numpy has no bfloat16); bfloat16 is checked on a GPU
+by ``benchmarks/profile_decode.py`` (docs/performance.md)."""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+import pytest
+from varied_weights import vary
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_decode_attention_kernel.py"
+
+
+@pytest.fixture(scope="module")
+def kernel() -> ModuleType:
+    import importlib
+
+    return importlib.import_module("intelrt.decoding.triton_attention")
+
+
+def reference(qkv: Any, q_norm: Any, k_norm: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slot: int,
+              key_mask: Any, q_heads: int, eps: float, scaling: float) -> Any:
+    """The same attention block in torch operations: what the kernel must compute."""
+    import torch
+
+    from intelrt.decoding.compact import _attend, _rotate_half
+
+    rows, _ = qkv.shape
+    kv_heads, slots, dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    q, k, v = qkv.split([q_heads * dim, kv_heads * dim, kv_heads * dim], -1)
+    q, k, v = q.view(rows, q_heads, dim), k.view(rows, kv_heads, dim), v.view(rows, kv_heads, dim)
+    if q_norm is not None:
+        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * q_norm
+        k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * k_norm
+    q = q * cos[:, None] + _rotate_half(q) * sin[:, None]
+    k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
+    k_cache[:, :, slot], v_cache[:, :, slot] = k, v
+    positions = torch.arange(slots)
+    allowed = ((positions <= slot)[None] & key_mask.bool()) | (positions == slot)[None]
+    return _attend(q[:, :, None], k_cache, v_cache, allowed[:, None], scaling).reshape(rows, q_heads * dim)
+
+
+@pytest.mark.parametrize("slots, slot, split_target", [(40, 21, 64), (300, 250, 64), (300, 250, 1), (64, 0, 64)])
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.MonkeyPatch, slots: int, slot: int,
+                                       split_target: int, qk_norm: bool) -> None:
+    """Cases: one split of the cache and several (some of them empty), the first slot, per-head
+    q/k norms (Qwen3) or none (Llama), left padding of different lengths per row."""
+    import torch
+
+    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", split_target)
+    generator = torch.Generator().manual_seed(slots + slot)
+    rows, q_heads, kv_heads, dim = 3, 6, 2, 16
+    qkv = torch.randn(rows, (q_heads + 2 * kv_heads) * dim, generator=generator)
+    q_norm = torch.rand(dim, generator=generator) + 0.5 if qk_norm else None
+    k_norm = torch.rand(dim, generator=generator) + 0.5 if qk_norm else None
+    positions = torch.tensor([slot, max(0, slot - 3), 3], dtype=torch.float32)
+    freqs = positions[:, None] / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+    angles = torch.cat([freqs, freqs], -1)
+    cos, sin = angles.cos(), angles.sin()
+    k_cache = torch.randn(rows, kv_heads, slots, dim, generator=generator)
+    v_cache = torch.randn(rows, kv_heads, slots, dim, generator=generator)
+    key_mask = torch.ones(rows, slots, dtype=torch.long)
+    key_mask[1, :4] = 0
+    key_mask[2, :18] = 0
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    expected = reference(qkv, q_norm, k_norm, cos, sin, k_expected, v_expected, slot, key_mask, q_heads, 1e-6,
+                         dim ** -0.5)
+    out = kernel.decode_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, torch.tensor([slot]),
+                                  key_mask, q_heads, 1e-6, dim ** -0.5)
+    torch.testing.assert_close(k_cache, k_expected, rtol=1e-5, atol=1e-5)  # the new key written at `slot`
+    assert torch.equal(v_cache, v_expected)  # the new value, and nothing else touched
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_model: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole loop on the tiny Qwen3 with the kernel in every layer: one prompt, and three
+    left-padded prompts of different lengths (one split per head: splits are covered above, and
+    the interpreter runs every program one after the other)."""
+    import torch
+
+    import intelrt
+
+    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", 1)
+    loaded = intelrt.load(tiny_model)
+    vary(loaded.model, seed=3)
+    tokenizer = loaded.tokenizer
+    tokenizer.padding_side = "left"
+    for prompts in (["Intel GPUs are"], ["Intel GPUs are", "hi", "the cat sat on the mat"]):
+        inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+        with torch.inference_mode():
+            out = loaded.model.generate(**inputs, max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                        pad_token_id=tokenizer.pad_token_id)
+        expected = out[:, inputs["input_ids"].shape[1]:].tolist()
+        got = loaded.generate_ids([tokenizer(p)["input_ids"] for p in prompts], max_new_tokens=12,
+                                  eos_token_id=None)
+        report = loaded.last_generation or {}
+        assert (report["step"], report["attention_kernel"]) == ("compact", True)
+        assert got == expected

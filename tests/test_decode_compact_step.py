@@ -1,0 +1,129 @@
+"""intelrt's compact decode step on the CPU (issue 6): which models it serves, that it follows the
+model's weights when they change, and that it steps aside — with a note — for modules it does not
+reproduce. Every output is compared with plain ``model.generate`` on the same model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from varied_weights import varied_copy
+
+import intelrt
+from intelrt.decoding.compact import compact_blocker
+
+PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then"]
+
+
+@pytest.fixture()
+def varied_model(tiny_model: Path, tmp_path: Path) -> Path:
+    return varied_copy(tiny_model, tmp_path, seed=2)
+
+
+def plain_generate(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
+    import torch
+
+    tokenizer = loaded.tokenizer
+    tokenizer.padding_side = "left"
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        out = loaded.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
+    return out[:, inputs["input_ids"].shape[1]:].tolist()
+
+
+def ours(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
+    ids = [loaded.tokenizer(p)["input_ids"] for p in prompts]
+    result = loaded.generate_ids(ids, max_new_tokens=max_new_tokens, eos_token_id=None)
+    assert isinstance(result[0], list)
+    return result  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("model_type, config, named", [
+    ("gpt2", {}, "not one of the architectures"),
+    ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic rotary embeddings"),
+    ("qwen3", {"rope_parameters": {"rope_type": "longrope"}}, "longrope rotary embeddings"),
+    ("mistral", {"sliding_window": 4096}, "sliding-window attention"),
+    ("qwen2", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding-window attention"),
+])
+def test_compact_step_is_refused_for_layers_it_does_not_reproduce(model_type: str, config: dict[str, Any],
+                                                                  named: str) -> None:
+    blocker = compact_blocker(model_type, config)
+    assert blocker is not None and named in blocker and "model's own forward" in blocker
+
+
+@pytest.mark.parametrize("model_type, config", [
+    ("qwen3", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+    ("mistral", {"sliding_window": None}),
+    ("qwen2", {"layer_types": ["full_attention"] * 4}),
+])
+def test_compact_step_serves_llama_family_layers(model_type: str, config: dict[str, Any]) -> None:
+    assert compact_blocker(model_type, config) is None
+
+
+def test_compact_step_follows_weights_changed_in_place(varied_model: Path) -> None:
+    """Training updates parameters in place: the fused q/k/v and gate/up copies must follow."""
+    import torch
+
+    loaded = intelrt.load(varied_model)
+    before = ours(loaded, PROMPTS)
+    assert (loaded.last_generation or {})["step"] == "compact"
+    assert before == plain_generate(loaded, PROMPTS)
+    with torch.no_grad():
+        for name, parameter in loaded.model.named_parameters():
+            if name.endswith(("q_proj.weight", "up_proj.weight")):
+                parameter.mul_(-1.5)
+    after = ours(loaded, PROMPTS)
+    assert after == plain_generate(loaded, PROMPTS)
+    assert after != before, "the weight change must change the output for this test to mean anything"
+
+
+def test_compact_step_follows_weights_replaced_by_assignment(varied_model: Path) -> None:
+    """``param.data = ...`` (as some loaders do) swaps the storage without an in-place write."""
+    import torch
+
+    loaded = intelrt.load(varied_model)
+    before = ours(loaded, PROMPTS[:1])
+    gate = loaded.model.model.layers[0].mlp.gate_proj
+    gate.weight.data = torch.randn(gate.weight.shape, generator=torch.Generator().manual_seed(9))
+    after = ours(loaded, PROMPTS[:1])
+    assert after == plain_generate(loaded, PROMPTS[:1]) and after != before
+
+
+@pytest.mark.parametrize("decoded_before", [False, True])
+def test_compact_step_steps_aside_for_a_replaced_projection(varied_model: Path, decoded_before: bool) -> None:
+    """A projection that is not a plain Linear (a kernel-replaced or adapter-wrapped module, e.g.
+    LoRA injected by training after a first generate) may compute something else: the step runs
+    the model's own forward and says why."""
+    import torch
+
+    class ScaledLinear(torch.nn.Linear):
+        def forward(self, x: Any) -> Any:
+            return super().forward(x) * 1.5
+
+    loaded = intelrt.load(varied_model)
+    if decoded_before:
+        ours(loaded, PROMPTS)
+        assert (loaded.last_generation or {})["step"] == "compact"
+    layer = loaded.model.model.layers[1].mlp
+    replaced = ScaledLinear(layer.down_proj.in_features, layer.down_proj.out_features, bias=False)
+    replaced.weight = layer.down_proj.weight
+    layer.down_proj = replaced
+    got = ours(loaded, PROMPTS)
+    report = loaded.last_generation or {}
+    assert report["path"] == "fast" and report["step"] == "model"
+    assert any("layer 1 mlp.down_proj is a ScaledLinear" in note for note in report["notes"])
+    assert got == plain_generate(loaded, PROMPTS)
+
+
+def test_compiled_compact_step_equals_generate(varied_model: Path, one_torch_thread: None) -> None:
+    """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
+    (the form used for few rows), still token for token."""
+    loaded = intelrt.load(varied_model, compile="inductor")
+    assert (loaded.plan.value("decode") or {})["compile"] == "inductor"
+    got = ours(loaded, PROMPTS[:1], max_new_tokens=12)
+    report = loaded.last_generation or {}
+    assert (report["compiled"], report["step"], report["notes"]) == ("inductor", "compact", [])
+    assert got == plain_generate(loaded, PROMPTS[:1], max_new_tokens=12)
