@@ -14,19 +14,33 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, object]] = {
+    # the model's own forward
     "default": {},
     "freezing": {"freezing": True},
     "freezing+eager-attn": {"freezing": True, "_attention": "eager"},
     "freezing+cdt": {"freezing": True, "coordinate_descent_tuning": True},
     "freezing+cdt+autotune": {"freezing": True, "coordinate_descent_tuning": True, "max_autotune_gemm": True},
+    # intelrt's compact step (decoding/compact.py); "mm": projections as matmuls, not multiply-and-sum
+    "compact": {"_step": "compact"},
+    "compact+cdt": {"_step": "compact", "coordinate_descent_tuning": True},
+    "compact+cdt+mm": {"_step": "compact", "coordinate_descent_tuning": True, "_gemv_rows": 0},
+    "compact+freezing+cdt": {"_step": "compact", "freezing": True, "coordinate_descent_tuning": True},
+    "compact+cdt+split64": {"_step": "compact", "coordinate_descent_tuning": True, "_split_target": 64},
+    "compact+cdt+onesplit": {"_step": "compact", "coordinate_descent_tuning": True, "_split_target": 1},
+    "compact+cdt+unfused": {"_step": "compact", "coordinate_descent_tuning": True, "_fused": False},
+    "compact+cdt+mm+unfused": {"_step": "compact", "coordinate_descent_tuning": True, "_gemv_rows": 0,
+                               "_fused": False},
 }
+"""``_fused``: the one-kernel decode attention (decoding/triton_attention.py) where available;
+``_split_target``: its ``SPLIT_TARGET_PROGRAMS`` (1: no split of the cache, no combine kernel)."""
 
 
 def main() -> None:
     import torch
 
     import intelrt
+    import intelrt.decoding.forwards as forwards
     from intelrt.decoding.benchmark import build_model
     from intelrt.decoding.engine import FastDecoder
     from intelrt.decoding.options import DecodeOptions
@@ -34,9 +48,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tiny", action="store_true")
-    parser.add_argument("--variants", default="default,freezing,freezing+eager-attn,freezing+cdt,freezing+cdt+autotune")
+    parser.add_argument("--top", type=int, default=12, help="kernels listed per variant")
+    parser.add_argument("--variants", default="compact+cdt,compact+cdt+mm")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; later variants are skipped")
     args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("intelrt.decoding.engine").setLevel(logging.DEBUG)  # full tracebacks of fallbacks
     start = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="intelrt-probe-"))
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,6 +67,7 @@ def main() -> None:
     ids = torch.randint(2, 384, (1, 32), generator=torch.Generator().manual_seed(0)).to(model.device)
     mask = torch.ones_like(ids)
     options = DecodeOptions(256, False, 1.0, 0, 1.0, (), 1)
+    check_fused_attention(model, ids)
     reference = None
     for name in args.variants.split(","):
         if time.perf_counter() - start > args.budget:
@@ -55,9 +75,16 @@ def main() -> None:
             continue
         torch._dynamo.reset()
         settings = dict(VARIANTS[name])
-        model.set_attn_implementation(settings.pop("_attention", "sdpa"))
+        model.set_attn_implementation(str(settings.pop("_attention", "sdpa")))
+        step = str(settings.pop("_step", "model"))
+        forwards.GEMV_MAX_ROWS = int(settings.pop("_gemv_rows", 4))  # type: ignore[call-overload]
+        forwards.FUSED_ATTENTION = bool(settings.pop("_fused", True))
+        if "_split_target" in settings:
+            from intelrt.decoding import triton_attention
+
+            triton_attention.SPLIT_TARGET_PROGRAMS = int(settings.pop("_split_target"))  # type: ignore[call-overload]
         decoder = FastDecoder(model, graphs=kind, compile_backend="inductor", capturer=capturer,
-                              compile_options=settings)
+                              compile_options=settings, step=step)
         t0 = time.perf_counter()
         tokens, report = decoder.decode(ids, mask, options)
         warm = time.perf_counter() - t0
@@ -73,7 +100,9 @@ def main() -> None:
             f"differs from token {int((tokens != reference).int().argmax())}")
         reference = tokens if reference is None else reference
         print(f"{name}: warm-up {warm:.1f} s, {256 / seconds:,.0f} tok/s ({seconds * 1000 / 256:.3f} ms/token), "
-              f"graphs={report.graphs} compiled={report.compiled} notes={report.notes} tokens {same}", flush=True)
+              f"graphs={report.graphs} compiled={report.compiled} step={report.step} "
+              f"fused={getattr(next(reversed(decoder._sessions.values())).forward, 'fused_attention', None)} "
+              f"notes={report.notes} tokens {same}", flush=True)
         session = next(reversed(decoder._sessions.values()))
         if session.replay is None or device == "cpu":
             continue
@@ -88,9 +117,35 @@ def main() -> None:
         total = sum(getattr(e, "self_device_time_total", 0) for e in rows) / 20
         count = sum(e.count for e in rows) / 20
         print(f"  per step: {count:.0f} kernels, {total / 1000:.3f} ms device time")
-        for e in sorted(rows, key=lambda e: -getattr(e, "self_device_time_total", 0))[:12]:
+        for e in sorted(rows, key=lambda e: -getattr(e, "self_device_time_total", 0))[:args.top]:
             print(f"    {getattr(e, 'self_device_time_total', 0) / 20:8.1f} us  x{e.count / 20:5.1f}  {e.key[:110]}")
         del decoder, session
+
+
+def check_fused_attention(model: object, ids: object) -> None:
+    """Logits of one decode step with the one-kernel attention against the torch-ops attention, on
+    this model and device (prints the largest difference relative to the largest logit)."""
+    import torch
+
+    from intelrt.decoding.compact import CompactModel
+
+    compact = CompactModel(model)
+    device = ids.device  # type: ignore[attr-defined]
+    if not compact.fused_attention_ok(device):
+        print("fused attention: not available here")
+        return
+    with torch.inference_mode():
+        keys, values = compact.new_cache(1, 128, device)
+        mask = torch.ones((1, 128), dtype=torch.long, device=device)
+        prompt = ids.shape[1]  # type: ignore[attr-defined]
+        positions = torch.arange(prompt, device=device)[None]
+        first = compact(ids, positions, torch.arange(prompt, device=device), mask, keys, values).argmax(-1)
+        step = (first[:, None], positions[:, -1:] + 1, torch.tensor([prompt], device=device), mask)
+        plain = compact(*step, [k.clone() for k in keys], [v.clone() for v in values])
+        fused = compact(*step, keys, values, fused_attention=True)
+    error = float((fused.float() - plain.float()).abs().max() / plain.float().abs().max())
+    print(f"fused attention: {model.dtype} relative max logit difference {error:.2e}, "  # type: ignore[attr-defined]
+          f"argmax {'equal' if torch.equal(fused.argmax(-1), plain.argmax(-1)) else 'differs'}")
 
 
 if __name__ == "__main__":

@@ -277,7 +277,8 @@ def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings:
         info = ours.last_generation or {}
         results.add(Row(group, f"intelrt {label}", len(rows) * settings["max_new_tokens"] / seconds, seconds,
                         f"{compare(mine, reference)} vs plain generate (path {info.get('path')}, "
-                        f"graphs={info.get('graphs')}, compiled={info.get('compiled')})"))
+                        f"graphs={info.get('graphs')}, compiled={info.get('compiled')}, step={info.get('step')}, "
+                        f"attention kernel={info.get('attention_kernel')})"))
 
 
 def check_targets(results: Results, requests: int, new: int) -> list[str]:
