@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +126,67 @@ def intelrt_detect(env):
     assert "plugin broken failed to load" in capsys.readouterr().out
     with pytest.raises(PluginError, match="intelrt-rel-broken"):  # outside doctor, the broken plugin stops intelrt
         PluginHost()
+
+
+@pytest.mark.claim("C6")
+def test_C6_a_plugin_hook_that_calls_hooks_itself_does_not_wait_on_itself(third_party: Install,
+                                                                           tiny_model: Path) -> None:
+    """Plugin hooks run on reused worker threads under the time limit; a hook that plans again
+    from inside (a framework plugin asking intelrt for a plan) gets its answer inline."""
+    third_party("nested", '''
+from intelrt.planning import make_plan
+from intelrt.plugins import get_host
+from intelrt.request import Request
+
+seen = []
+
+@hookimpl
+def intelrt_diagnose(backends, env):
+    plan = make_plan(Request.build(env["INTELRT_TEST_MODEL"]), host=get_host())
+    seen.append(plan.backend.name)
+    return [Finding("info", "nested plan", plan.backend.name)]
+''')
+    import os
+
+    os.environ["INTELRT_TEST_MODEL"] = str(tiny_model)
+    try:
+        from intelrt.plugins import reset_host
+
+        reset_host()
+        report = diagnose()
+    finally:
+        del os.environ["INTELRT_TEST_MODEL"]
+    nested = [f for f in report["findings"] if f["title"] == "nested plan"]
+    assert nested and nested[0]["detail"] == "cpu"
+
+
+def test_builtin_decisions_run_on_the_callers_thread_and_plugins_on_a_worker(third_party: Install,
+                                                                             tiny_model: Path) -> None:
+    """intelrt's own decision hooks are called directly (no thread hop per decision, which made
+    planning slower than loading needed); installed plugins' hooks keep the time limit."""
+    import threading
+
+    third_party("watcher", '''
+import threading
+threads = []
+
+@hookimpl
+def intelrt_select_dtype(backend, request):
+    threads.append(threading.current_thread().name)
+''')
+    import intelrt_rel_watcher  # type: ignore[import-not-found]
+
+    from intelrt.backends import BUILTIN_PLUGINS
+
+    seen: list[str] = []
+    host = PluginHost()
+    builtin = {name for name, _module in BUILTIN_PLUGINS}
+    for impl in host._pm.hook.intelrt_select_dtype.get_hookimpls():
+        if impl.plugin_name in builtin:  # record the thread each built-in answer is computed on
+            def spy(*args: object, _original: Any = impl.function, **kwargs: object) -> object:
+                seen.append(threading.current_thread().name)
+                return _original(*args, **kwargs)
+            impl.function = spy
+    make_plan(Request.build(tiny_model), host=host)
+    assert seen and set(seen) == {threading.current_thread().name}
+    assert intelrt_rel_watcher.threads == ["intelrt-hook"]

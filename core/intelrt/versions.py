@@ -22,9 +22,20 @@ def package_version(distribution: str, module: str | None = None) -> str | None:
     except (ImportError, ValueError):
         return None
     try:
-        return metadata.version(distribution)
+        found = metadata.distribution(distribution)
     except metadata.PackageNotFoundError:
         return None
+    return _version_from_folder(found) or found.version
+
+
+def _version_from_folder(found: metadata.Distribution) -> str | None:
+    """The version in a ``<name>-<version>.dist-info`` folder's name: reading it there skips parsing
+    the whole METADATA file (torch's is long; planning reads several versions per plan)."""
+    folder = getattr(getattr(found, "_path", None), "name", "")
+    if not folder.endswith(".dist-info") or "-" not in folder:
+        return None
+    version = folder[: -len(".dist-info")].split("-", 1)[1]
+    return version if parse(version) is not None else None
 
 
 def parse(version: str | None) -> Version | None:
