@@ -114,7 +114,8 @@ def test_compact_step_steps_aside_for_a_replaced_projection(varied_model: Path, 
     got = ours(loaded, PROMPTS)
     report = loaded.last_generation or {}
     assert report["path"] == "fast" and report["step"] == "model"
-    assert any("layer 1 mlp.down_proj is a ScaledLinear" in note for note in report["notes"])
+    assert "layer 1 mlp.down_proj is a ScaledLinear" in report["step_reason"]
+    assert report["notes"] == []  # an informed choice, not a failure: nothing is logged as a warning
     assert got == plain_generate(loaded, PROMPTS)
 
 

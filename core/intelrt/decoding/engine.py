@@ -47,6 +47,8 @@ class DecodeReport:
     """``compact`` (intelrt's compact step) or ``model`` (the model's own forward)."""
     attention_kernel: bool = False
     """The compact step's decode attention ran as one Triton kernel per layer (``triton_attention``)."""
+    step_reason: str | None = None
+    """Why the plan's compact step ran as the model's own forward in this call (else ``None``)."""
     captured: bool = False
     """A graph was captured during this call (first call of this shape)."""
     steps: int = 0
@@ -127,6 +129,8 @@ class FastDecoder:
         self.model = model
         self.step = step
         """``compact`` (intelrt's compact step, when the model's layout allows) or ``model``."""
+        self.step_reason: str | None = None
+        """Why a planned compact step runs the model's forward instead (adapters, a replaced module)."""
         self._compact: CompactModel | None = None
         self.compile_options = dict(compile_options or {})
         self.graphs = graphs if capturer is not None else None
@@ -158,7 +162,8 @@ class FastDecoder:
                 self._compact = CompactModel(self.model)
             except Unsupported as why:
                 self.step = "model"
-                self.notes.append(f"compact step off: {why}; the step runs the model's own forward")
+                self.step_reason = f"compact step off: {why}; the step runs the model's own forward"
+                log.info("intelrt fast decode: %s", self.step_reason)
                 return None
         elif self._compact.refresh_if_changed():
             log.info("intelrt fast decode: the model's weights changed; fused weights refreshed")
@@ -287,7 +292,7 @@ class FastDecoder:
         s = self._session(rows, length, options, input_ids.device)
         report = DecodeReport(self.graphs, self.compile_backend, self.step,
                               attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
-                              notes=list(self.notes))
+                              step_reason=self.step_reason, notes=list(self.notes))
 
         s.forward.reset()
         s.mask.fill_(1)

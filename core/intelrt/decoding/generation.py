@@ -102,7 +102,7 @@ class Generator:
         route = choose_route(self.plan, len(prompts), as_list, unsupported)
         report: dict[str, Any] = {"path": route.path, "reason": route.reason, "prompts": len(prompts),
                                   "batches": 0, "graphs": None, "compiled": None, "step": None,
-                                  "attention_kernel": False, "captured": False, "notes": []}
+                                  "attention_kernel": False, "step_reason": None, "captured": False, "notes": []}
         if route.path == "fast" and options is not None:
             outputs = self._fast(prompts, route, options, report)
         elif route.path == "continuous" and options is not None:
@@ -135,7 +135,7 @@ class Generator:
             report["batches"] += 1
             report["captured"] = report["captured"] or decoded.captured
             report["graphs"], report["compiled"], report["step"] = decoded.graphs, decoded.compiled, decoded.step
-            report["attention_kernel"] = decoded.attention_kernel
+            report["attention_kernel"], report["step_reason"] = decoded.attention_kernel, decoded.step_reason
             report["notes"] = sorted(set(report["notes"]) | set(decoded.notes))
         return outputs
 
