@@ -129,8 +129,8 @@ def intelrt_detect(env):
 
 
 @pytest.mark.claim("C6")
-def test_C6_a_plugin_hook_that_calls_hooks_itself_does_not_wait_on_itself(third_party: Install,
-                                                                           tiny_model: Path) -> None:
+def test_C6_a_plugin_hook_that_calls_hooks_itself_does_not_wait_on_itself(
+        third_party: Install, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Plugin hooks run on reused worker threads under the time limit; a hook that plans again
     from inside (a framework plugin asking intelrt for a plan) gets its answer inline."""
     third_party("nested", '''
@@ -146,16 +146,8 @@ def intelrt_diagnose(backends, env):
     seen.append(plan.backend.name)
     return [Finding("info", "nested plan", plan.backend.name)]
 ''')
-    import os
-
-    os.environ["INTELRT_TEST_MODEL"] = str(tiny_model)
-    try:
-        from intelrt.plugins import reset_host
-
-        reset_host()
-        report = diagnose()
-    finally:
-        del os.environ["INTELRT_TEST_MODEL"]
+    monkeypatch.setenv("INTELRT_TEST_MODEL", str(tiny_model))
+    report = diagnose()
     nested = [f for f in report["findings"] if f["title"] == "nested plan"]
     assert nested and nested[0]["detail"] == "cpu"
 

@@ -1,12 +1,13 @@
 """The fast decode loop: static KV cache, a step function with no host sync, device-graph replay.
 
-One *session* per shape (batch rows, cache length, sampling kind) holds a transformers
-``StaticCache`` and the step's device buffers; its step is captured into a device graph once (by
-the backend's ``intelrt_decode_graph`` capturer) and replayed for every later token and call.
-The step reads the last token, writes the next one into an output buffer and advances the
-positions, all on the device; the host only checks for end-of-sequence every
-``EOS_CHECK_EVERY`` tokens. Greedy output equals ``model.generate``'s token for token (same
-forward, same masks and positions; tests prove it on the CPU).
+One *session* per shape (batch rows, cache length, sampling kind) holds the step's forward with
+its KV cache (``forwards.py``: the compact step or the model's own forward) and the step's
+device buffers; its step is captured into a device graph once (by the backend's
+``intelrt_decode_graph`` capturer) and replayed for every later token and call. The step reads
+the last token, writes the next one into an output buffer and advances the positions and cache
+slot, all on the device; the host only checks for end-of-sequence every ``EOS_CHECK_EVERY``
+tokens. Greedy output equals ``model.generate``'s token for token (same masks and positions;
+tests prove it on the CPU).
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class FastDecoder:
         return sum(p.numel() * p.element_size() for n, p in self.model.named_parameters() if n.endswith(fused))
 
     def _new_forward(self, rows: int, length: int, device: Any) -> StepForward:
-        compact = self._compact_model()
+        """The forward of a new session: the compact step ``_decode`` prepared, else the model's."""
+        compact = self._compact if self.step == "compact" else None
         if compact is not None:
             forward: Callable[..., Any] = compact
             if self.compile_backend:
@@ -208,8 +210,8 @@ class FastDecoder:
         import torch._inductor.config as inductor_config
 
         options = dict(self.compile_options)
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        if options.get("freezing") and not self._room_for(weights):
+        if options.get("freezing") and not self._room_for(
+                sum(p.numel() * p.element_size() for p in self.model.parameters())):
             options.pop("freezing")
             note = ("weights not frozen into the compiled step: a second copy of the projection weights "
                     "would not fit free device memory")
