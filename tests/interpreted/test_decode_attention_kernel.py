@@ -48,15 +48,18 @@ def reference(qkv: Any, q_norm: Any, k_norm: Any, cos: Any, sin: Any, k_cache: A
     return _attend(q[:, :, None], k_cache, v_cache, allowed[:, None], scaling).reshape(rows, q_heads * dim)
 
 
-@pytest.mark.parametrize("slots, slot, split_target", [(40, 21, 64), (300, 250, 64), (300, 250, 1), (64, 0, 64)])
+@pytest.mark.parametrize("slots, slot, split_target, merge_in_kernel", [
+    (40, 21, 64, True), (300, 250, 64, True), (300, 250, 64, False), (300, 250, 1, True), (64, 0, 64, True)])
 @pytest.mark.parametrize("qk_norm", [True, False])
 def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.MonkeyPatch, slots: int, slot: int,
-                                       split_target: int, qk_norm: bool) -> None:
-    """Cases: one split of the cache and several (some of them empty), the first slot, per-head
-    q/k norms (Qwen3) or none (Llama), left padding of different lengths per row."""
+                                       split_target: int, merge_in_kernel: bool, qk_norm: bool) -> None:
+    """Cases: one split of the cache and several (some of them empty), merged by the last split
+    to finish or by a second kernel; the first slot, per-head q/k norms (Qwen3) or none (Llama),
+    left padding of different lengths per row."""
     import torch
 
     monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", split_target)
+    monkeypatch.setattr(kernel, "MERGE_IN_KERNEL", merge_in_kernel)
     generator = torch.Generator().manual_seed(slots + slot)
     rows, q_heads, kv_heads, dim = 3, 6, 2, 16
     qkv = torch.randn(rows, (q_heads + 2 * kv_heads) * dim, generator=generator)
@@ -74,8 +77,10 @@ def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.M
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
     expected = reference(qkv, q_norm, k_norm, cos, sin, k_expected, v_expected, slot, key_mask, q_heads, 1e-6,
                          dim ** -0.5)
+    arrivals = torch.zeros(rows * kv_heads, dtype=torch.int32)
     out = kernel.decode_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, torch.tensor([slot]),
-                                  key_mask, q_heads, 1e-6, dim ** -0.5)
+                                  key_mask, arrivals, q_heads, 1e-6, dim ** -0.5)
+    assert not arrivals.any()  # left at zero for the next layer
     torch.testing.assert_close(k_cache, k_expected, rtol=1e-5, atol=1e-5)  # the new key written at `slot`
     assert torch.equal(v_cache, v_expected)  # the new value, and nothing else touched
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
@@ -84,13 +89,15 @@ def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.M
 def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_model: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole loop on the tiny Qwen3 with the kernel in every layer: one prompt, and three
-    left-padded prompts of different lengths (one split per head: splits are covered above, and
-    the interpreter runs every program one after the other)."""
+    left-padded prompts of different lengths. The single prompt's cache is split in two, merged
+    by the kernel (one arrival-counter buffer serves every layer); few splits, as the interpreter
+    walks the whole cache once per split."""
     import torch
 
     import intelrt
 
-    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", 1)
+    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", 4)
+
     loaded = intelrt.load(tiny_model)
     vary(loaded.model, seed=3)
     tokenizer = loaded.tokenizer
@@ -106,3 +113,16 @@ def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_mo
         report = loaded.last_generation or {}
         assert (report["step"], report["attention_kernel"]) == ("compact", True)
         assert got == expected
+
+
+@pytest.mark.parametrize("slots, splits, smallest", [(384, 8, 64), (384, 1, 64), (128, 16, 8)])
+def test_autotuning_keeps_blocks_for_the_full_cache(kernel: ModuleType, slots: int, splits: int,
+                                                    smallest: int) -> None:
+    """Tuned while the cache is nearly empty, the block must still suit the full cache: blocks of
+    at least MIN_TUNED_BLOCK slots, or of a split's whole share when that is smaller."""
+    dim = 128
+    kept = kernel._blocks_for_a_full_cache(kernel.CONFIGS, {"stride_ch": slots * dim, "stride_cl": dim},
+                                           SPLITS=splits)
+    blocks = {c.kwargs["BLOCK"] for c in kept}
+    assert min(blocks) >= smallest and max(blocks) == 256
+    assert min(blocks) == min(b for b in (16, 32, 64, 128, 256) if b >= smallest)

@@ -10,7 +10,9 @@ Qwen2, Qwen3) this module runs the same computation with:
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
   query head;
 * for a compiled step with few rows, projections written as multiply-and-sum, which the compiler
-  fuses with the norm before them and the residual or activation after them.
+  fuses with the residual or activation after them; an RMSNorm before a projection is folded
+  into it (``_normed_linear``: the projection also sums the squares of its input, so norm and
+  projection are one kernel).
 
 The norms, rotary embedding, activation, embedding and LM head are the model's own modules, so
 their numerics are the model's. Greedy output equals ``model.generate``'s (tests prove it on the
@@ -31,6 +33,11 @@ FUSED_ATTENTION_DEVICES = ("cuda",)
 only under Triton's interpreter (``TRITON_INTERPRET=1``), as the test suite does."""
 GEMV_MAX_ROWS = 4
 """At most this many token rows per step use multiply-and-sum projections (when compiled)."""
+RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+"""Norm modules computing ``weight * (x * rsqrt(mean(x**2) + eps))``, which ``_normed_linear``
+folds into the projection after them (any other norm module runs as itself)."""
+FOLD_NORMS = True
+"""Fold RMSNorms into the multiply-and-sum projections after them (docs/performance.md)."""
 
 
 def compact_blocker(model_type: str, config: Mapping[str, Any]) -> str | None:
@@ -106,6 +113,7 @@ class CompactLayer:
         self.o_proj = _plain_linear(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
         self.down_proj = _plain_linear(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.input_rms, self.post_rms = _rms_parts(self.input_norm), _rms_parts(self.post_norm)
         self.q_norm: Any = getattr(attn, "q_norm", None)
         self.k_norm: Any = getattr(attn, "k_norm", None)
         if (self.q_norm is None) != (self.k_norm is None):
@@ -119,9 +127,9 @@ class CompactLayer:
         self.qkv_weight, self.qkv_bias = _fuse(self.sources)
         self.gate_up_weight, self.gate_up_bias = _fuse(self.up)
 
-    def tracked(self) -> list[Any]:
-        """The model parameters the fused copies are made from."""
-        return [p for m in (*self.sources, *self.up) for p in m.parameters()]
+    def fused_from(self) -> list[Any]:
+        """The projections the fused copies are made from."""
+        return [*self.sources, *self.up]
 
     def refresh(self) -> None:
         _refuse(self.sources, self.qkv_weight, self.qkv_bias)
@@ -157,6 +165,36 @@ def _linear(x: Any, weight: Any, bias: Any, gemv: bool) -> Any:
     return torch.nn.functional.linear(x, weight, bias)
 
 
+def _rms_parts(norm: Any) -> tuple[Any, float] | None:
+    """(weight, eps) of a Llama-style RMSNorm module, else ``None``."""
+    weight, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
+    if type(norm).__name__ not in RMS_NORM_TYPES or weight is None or not isinstance(eps, float):
+        return None
+    return weight, eps
+
+
+def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any, bias: Any, gemv: bool) -> Any:
+    """``norm(x) @ weight.T + bias``.
+
+    With ``gemv`` and an RMSNorm (``rms``: its weight and eps), as one multiply-and-sum of
+    ``x * norm.weight`` with ``weight`` beside a sum of ``x**2`` over the same elements, scaled by
+    ``rsqrt(mean(x**2) + eps)`` afterwards: both sums have the projection's shape, so the
+    compiler computes them, and the scaling, in the projection's kernel instead of running the
+    norm's statistics as a kernel of their own. Accumulates in float32 (the model's norm rounds
+    its output to the model's dtype before the projection: results differ by that rounding)."""
+    import torch
+
+    if not (gemv and FOLD_NORMS) or rms is None:
+        return _linear(norm(x), weight, bias, gemv)
+    scale, eps = rms
+    xf = x.float()
+    wide = (*x.shape[:-1], weight.shape[0], x.shape[-1])
+    dot = ((xf * scale.float()).unsqueeze(-2) * weight.float()).sum(-1)
+    squares = (xf * xf).unsqueeze(-2).expand(wide).sum(-1)  # per output element: fuses with `dot`
+    y = (dot * torch.rsqrt(squares / x.shape[-1] + eps)).to(x.dtype)
+    return y if bias is None else y + bias
+
+
 def _rotate_half(x: Any) -> Any:
     import torch
 
@@ -187,11 +225,13 @@ class CompactModel:
     def __init__(self, model: Any) -> None:
         inner, head = _decoder_parts(model)
         self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, head
+        self.norm_rms = _rms_parts(self.norm)
         self.layers = [CompactLayer(layer, i) for i, layer in enumerate(inner.layers)]
         config = model.config
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         self.dtype = model.dtype
         self._layout = _layout(model)
+        self._fused_from = [m for layer in self.layers for m in layer.fused_from()]
         self._versions = self._state()
 
     def matches(self, model: Any) -> bool:
@@ -201,7 +241,9 @@ class CompactModel:
         return len(now) == len(self._layout) and all(a is b for a, b in zip(now, self._layout, strict=True))
 
     def _state(self) -> list[tuple[int, int]]:
-        return [(p._version, p.data_ptr()) for layer in self.layers for p in layer.tracked()]
+        """Version and storage of every weight and bias the fused copies are made from (read from
+        the modules each time: a parameter may be replaced by a new one)."""
+        return [(p._version, p.data_ptr()) for m in self._fused_from for p in (m.weight, m.bias) if p is not None]
 
     def refresh_if_changed(self) -> bool:
         """Copy the model's current q/k/v and gate/up weights into the fused ones when they changed
@@ -249,6 +291,12 @@ class CompactModel:
 
         return True
 
+    def prompt(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
+               values: list[Any]) -> Any:
+        """The prompt's pass, in torch operations: ``__call__`` under a name of its own, so that
+        it compiles apart from the one-token step (with dynamic shapes, for any prompt length)."""
+        return self(input_ids, positions, slots, key_mask, keys, values)
+
     def __call__(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
                  values: list[Any], gemv: bool = False, fused_attention: bool = False) -> Any:
         """Logits of the last position of each row.
@@ -269,6 +317,9 @@ class CompactModel:
         if one_kernel:  # registered when fused_attention_ok() said yes
             decode_attention = torch.ops.intelrt.decode_attention
             cos_1, sin_1 = rotary_cos[:, 0].contiguous(), rotary_sin[:, 0].contiguous()
+            # The kernel's arrival counters (one per row and key/value head); each layer's kernel
+            # leaves them at zero for the next.
+            arrivals = torch.zeros(rows * self.kv_heads, dtype=torch.int32, device=hidden.device)
         slot_ids = torch.arange(key_mask.shape[1], device=key_mask.device)
         # A slot is visible to a query when it is at or before the query's slot and holds a real
         # token; each query also sees its own slot, so padding queries never attend to nothing.
@@ -276,22 +327,21 @@ class CompactModel:
         allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
         residual = hidden
         for layer, k_cache, v_cache in zip(self.layers, keys, values, strict=True):
-            x = layer.input_norm(residual)
-            qkv = _linear(x, layer.qkv_weight, layer.qkv_bias, gemv)
+            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv)
             if one_kernel:
                 attended = decode_attention(
                     qkv[:, 0], layer.q_norm.weight if layer.q_norm is not None else None,
                     layer.k_norm.weight if layer.k_norm is not None else None, cos_1, sin_1, k_cache, v_cache,
-                    slots, key_mask, layer.q_heads, layer.qk_eps, layer.scaling)[:, None]
+                    slots, key_mask, arrivals, layer.q_heads, layer.qk_eps, layer.scaling)[:, None]
             else:
                 attended = self._attention(layer, qkv, cos, sin, k_cache, v_cache, slots, allowed)
             residual = residual + _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
-            x = layer.post_norm(residual)
-            gate, up = _linear(x, layer.gate_up_weight, layer.gate_up_bias, gemv).chunk(2, dim=-1)
+            gate, up = _normed_linear(residual, layer.post_norm, layer.post_rms, layer.gate_up_weight,
+                                      layer.gate_up_bias, gemv).chunk(2, dim=-1)
             residual = residual + _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias,
                                           gemv)
-        last = self.norm(residual[:, -1:])
-        return _linear(last, self.lm_head.weight, self.lm_head.bias, gemv)[:, -1]
+        return _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
+                              gemv)[:, -1]
 
     @staticmethod
     def _attention(layer: CompactLayer, qkv: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slots: Any,

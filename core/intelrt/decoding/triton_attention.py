@@ -1,9 +1,11 @@
 """One Triton kernel for a decode step's attention block (one new token per row).
 
-Given the fused q/k/v projection output of one layer, a program per (row, key/value head):
-applies the per-head q/k RMSNorm (Qwen3) and the rotary embedding, writes the new key and
-value into the layer's cache at the step's slot, and attends the head's group of query heads
-over the cache with an online softmax. transformers' modeling code runs this as about six
+Given the fused q/k/v projection output of one layer, a program per (row, key/value head, split
+of the cache): applies the per-head q/k RMSNorm (Qwen3) and the rotary embedding, writes the new
+key and value into the layer's cache at the step's slot, and attends the head's group of query
+heads over its part of the cache with an online softmax. The last of a head's programs to finish
+(an atomic arrival counter tells it) merges the splits' states into the output, so a layer's
+attention is one kernel launch. transformers' modeling code runs this as about six
 kernels per layer (norms, rotary, cache writes, two matmuls, softmax) plus an expansion of K/V
 to every query head.
 
@@ -31,6 +33,14 @@ SPLIT_TARGET_PROGRAMS = 64
 """The cache is split so that about this many programs share the work (flash-decoding): one row
 has only a few key/value heads, too few programs to keep a GPU busy."""
 MAX_SPLITS = 16
+MIN_TUNED_BLOCK = 64
+"""Autotuning considers blocks of at least this many slots (or a split's whole share of the cache,
+when smaller): it runs at the first call, with the cache nearly empty, but the choice serves
+every later step as the cache fills."""
+MERGE_IN_KERNEL = True
+"""The last split of each head merges the splits' states (else a second kernel merges them)."""
+
+
 @triton.jit
 def _normed(x, x_rot, w_ptr, rot, d, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):  # type: ignore[no-untyped-def]
     """RMSNorm of the rows of ``x`` (and the same rows rotated by half, ``x_rot``)."""
@@ -61,16 +71,26 @@ def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, 
     return new_best, total, acc
 
 
-@triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS"])
+def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str, object],
+                             **kwargs: object) -> list[triton.Config]:
+    slots = int(named_args["stride_ch"]) // int(named_args["stride_cl"])  # type: ignore[call-overload]
+    share = triton.next_power_of_2(triton.cdiv(slots, int(kwargs["SPLITS"])))  # type: ignore[call-overload]
+    return [c for c in configs if c.kwargs["BLOCK"] >= min(MIN_TUNED_BLOCK, share)]
+
+
+@triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS", "stride_ch"],
+                 prune_configs_by={"early_config_prune": _blocks_for_a_full_cache})
 @triton.jit
 def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
-                            slot_ptr, mask_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling, stride_qkv,
-                            stride_cb, stride_ch, stride_cl, stride_mask, stride_out, HQ: tl.constexpr, HKV: tl.constexpr,
-                            G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
+                            slot_ptr, mask_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling,
+                            stride_qkv, stride_cb, stride_ch, stride_cl, stride_mask, stride_out, HQ: tl.constexpr,
+                            HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
-                            STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr):
+                            STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
+                            MERGE: tl.constexpr):
     """One (row, key/value head, split of the cache): partial softmax state of the head's group
-    (with one split, the group's attention output itself)."""
+    (with one split, the group's attention output itself; with ``MERGE``, the last split to
+    finish also merges them all)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     b = pid // HKV
@@ -130,40 +150,55 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
         tl.store(out_ptr + b * stride_out + q_offsets + d[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=live[:, None])
         return
-    # Keep the first GS (>= G) rows of the state for the combine.
+    # Keep the first GS (>= G) rows of the state for the merge.
     state = (pid * SPLITS + split) * GS
     kept = g < GS
     tl.store(best_ptr + state + g, best, mask=kept)
     tl.store(total_ptr + state + g, total, mask=kept)
     tl.store(acc_ptr + (state + g)[:, None] * D + d[None, :], acc, mask=kept[:, None])
+    if MERGE:
+        # Every thread's stores precede the release of the arrival; the last to arrive acquires
+        # them all, merges, and leaves the counter at zero for the next layer's kernel.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals_ptr + pid, 1, sem="acq_rel")
+        if arrived == SPLITS - 1:
+            _merge(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out, pid, HKV, G, GS, D, SPLITS)
+            tl.atomic_xchg(arrivals_ptr + pid, 0)
 
 
 @triton.jit
-def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,  # type: ignore[no-untyped-def]
-                              HKV: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
-                              SPLITS: tl.constexpr):
-    """One (row, key/value head): merge the splits' softmax states into the group's output."""
-    pid = tl.program_id(0)
+def _merge(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out, pid, HKV: tl.constexpr,  # type: ignore[no-untyped-def]
+           G: tl.constexpr, GS: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
+    """Merge the splits' softmax states of (row, key/value head) ``pid`` into the group's output
+    (loads bypass the SM's L1 cache: other programs wrote the states)."""
     b = pid // HKV
     h = pid % HKV
     splits = tl.arange(0, SPLITS)
     gs = tl.arange(0, GS)
     d = tl.arange(0, D)
     state = (pid * SPLITS + splits)[:, None] * GS + gs[None, :]  # (SPLITS, GS)
-    best = tl.load(best_ptr + state)
+    best = tl.load(best_ptr + state, cache_modifier=".cg")
     overall = tl.max(best, axis=0)
     scale = tl.exp(best - overall[None, :])
-    total = tl.sum(tl.load(total_ptr + state) * scale, axis=0)
-    acc = tl.load(acc_ptr + state[:, :, None] * D + d[None, None, :])
+    total = tl.sum(tl.load(total_ptr + state, cache_modifier=".cg") * scale, axis=0)
+    acc = tl.load(acc_ptr + state[:, :, None] * D + d[None, None, :], cache_modifier=".cg")
     out = tl.sum(acc * scale[:, :, None], axis=0) / total[:, None]
     tl.store(out_ptr + b * stride_out + (h * G + gs)[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=(gs < G)[:, None])
 
 
-@torch.library.custom_op("intelrt::decode_attention", mutates_args={"k_cache", "v_cache"})
+@triton.jit
+def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,  # type: ignore[no-untyped-def]
+                              HKV: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
+                              SPLITS: tl.constexpr):
+    """One (row, key/value head): merge the splits' states (when ``MERGE_IN_KERNEL`` is off)."""
+    _merge(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out, tl.program_id(0), HKV, G, GS, D, SPLITS)
+
+
+@torch.library.custom_op("intelrt::decode_attention", mutates_args={"k_cache", "v_cache", "arrivals"})
 def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     slot: torch.Tensor, key_mask: torch.Tensor, q_heads: int, eps: float,
+                     slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, q_heads: int, eps: float,
                      scaling: float) -> torch.Tensor:
     """Attention output (rows, q_heads * head_dim) of one new token per row.
 
@@ -171,7 +206,7 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     ``q_norm``/``k_norm``: per-head RMSNorm weights (head_dim,) or ``None``; ``cos``/``sin``:
     (rows, head_dim); ``k_cache``/``v_cache``: (rows, kv_heads, slots, head_dim), written at
     ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
-    real token.
+    real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero).
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
@@ -189,14 +224,15 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     # The interpreter has no device to time configs on: it runs the plain kernel with one of them.
     split_kernel = _decode_attention_split.fn if interpreted else _decode_attention_split
     tuned = {"BLOCK": INTERPRETER_BLOCK} if interpreted else {}
+    merge = MERGE_IN_KERNEL and splits > 1
     split_kernel[(heads, splits)](
         qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, slot,
-        key_mask, best, total, acc, out, eps, scaling, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
+        key_mask, arrivals, best, total, acc, out, eps, scaling, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), key_mask.stride(0), out.stride(0), HQ=q_heads, HKV=kv_heads, G=groups,
         GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
         STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
-        PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", **tuned)
-    if splits > 1:
+        PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, **tuned)
+    if splits > 1 and not merge:
         _decode_attention_combine[(heads,)](best, total, acc, out, out.stride(0), HKV=kv_heads, G=groups,
                                             GS=kept, D=head_dim, SPLITS=splits)
     return out
@@ -205,6 +241,6 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
 @decode_attention.register_fake
 def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            slot: torch.Tensor, key_mask: torch.Tensor, q_heads: int, eps: float,
-                            scaling: float) -> torch.Tensor:
+                            slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, q_heads: int,
+                            eps: float, scaling: float) -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))
