@@ -31,15 +31,22 @@ VARIANTS: dict[str, dict[str, object]] = {
     "compact+cdt+unfused": {"_step": "compact", "coordinate_descent_tuning": True, "_fused": False},
     "compact+cdt+mm+unfused": {"_step": "compact", "coordinate_descent_tuning": True, "_gemv_rows": 0,
                                "_fused": False},
+    "compact+cdt+nofold": {"_step": "compact", "coordinate_descent_tuning": True, "_fold": False},
+    "compact+cdt+combine": {"_step": "compact", "coordinate_descent_tuning": True, "_merge": False},
+    "compact+cdt+eagerprompt": {"_step": "compact", "coordinate_descent_tuning": True, "_compiled_prompt": False},
 }
 """``_fused``: the one-kernel decode attention (decoding/triton_attention.py) where available;
-``_split_target``: its ``SPLIT_TARGET_PROGRAMS`` (1: no split of the cache, no combine kernel)."""
+``_split_target``: its ``SPLIT_TARGET_PROGRAMS`` (1: no split of the cache, no merge);
+``_merge``: its ``MERGE_IN_KERNEL`` (False: a second kernel merges the splits); ``_fold``:
+compact.FOLD_NORMS (RMSNorms folded into the projections); ``_compiled_prompt``:
+forwards.COMPILED_PROMPT (the prompt's pass compiled too). Unnamed knobs take their defaults."""
 
 
 def main() -> None:
     import torch
 
     import intelrt
+    import intelrt.decoding.compact as compact
     import intelrt.decoding.forwards as forwards
     from intelrt.decoding.benchmark import build_model
     from intelrt.decoding.engine import FastDecoder
@@ -79,10 +86,13 @@ def main() -> None:
         step = str(settings.pop("_step", "model"))
         forwards.GEMV_MAX_ROWS = int(settings.pop("_gemv_rows", 4))  # type: ignore[call-overload]
         forwards.FUSED_ATTENTION = bool(settings.pop("_fused", True))
-        if "_split_target" in settings:
+        forwards.COMPILED_PROMPT = bool(settings.pop("_compiled_prompt", True))
+        compact.FOLD_NORMS = bool(settings.pop("_fold", True))
+        if device != "cpu":
             from intelrt.decoding import triton_attention
 
-            triton_attention.SPLIT_TARGET_PROGRAMS = int(settings.pop("_split_target"))  # type: ignore[call-overload]
+            triton_attention.SPLIT_TARGET_PROGRAMS = int(settings.pop("_split_target", 64))  # type: ignore[call-overload]
+            triton_attention.MERGE_IN_KERNEL = bool(settings.pop("_merge", True))
         decoder = FastDecoder(model, graphs=kind, compile_backend="inductor", capturer=capturer,
                               compile_options=settings, step=step)
         t0 = time.perf_counter()
@@ -106,6 +116,13 @@ def main() -> None:
         session = next(reversed(decoder._sessions.values()))
         if session.replay is None or device == "cpu":
             continue
+        # The session's cache has room for 128 more slots after the call: 20 timed replays, then 20 profiled.
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            session.replay()
+        torch.cuda.synchronize()
+        replay = (time.perf_counter() - t0) / 20
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -119,6 +136,16 @@ def main() -> None:
         print(f"  per step: {count:.0f} kernels, {total / 1000:.3f} ms device time")
         for e in sorted(rows, key=lambda e: -getattr(e, "self_device_time_total", 0))[:args.top]:
             print(f"    {getattr(e, 'self_device_time_total', 0) / 20:8.1f} us  x{e.count / 20:5.1f}  {e.key[:110]}")
+        prompt_only = DecodeOptions(1, False, 1.0, 0, 1.0, (), 1)  # the prompt's pass and first token
+        prompt_seconds = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            decoder.decode(ids, mask, prompt_only)
+            torch.cuda.synchronize()
+            prompt_seconds.append(time.perf_counter() - t0)
+        print(f"  replayed step: {replay * 1000:.3f} ms wall; prompt pass + first token: "
+              f"{min(prompt_seconds) * 1000:.2f} ms (fastest of 5)", flush=True)
         del decoder, session
 
 

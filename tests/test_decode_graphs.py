@@ -152,3 +152,30 @@ def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: inte
     tokens, report = _decode(decoder, loaded, ["Gaudi"], 12)
     assert tokens.tolist() == expected.tolist()
     assert report.graphs is None and any("graph capture (test) failed" in n for n in report.notes)
+
+
+def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: intelrt.Loaded) -> None:
+    """With graphs, the compact step's prompts are left-padded to a multiple of PROMPT_BUCKET and
+    their pass is captured once per padded length: prompts of 3 and 9 tokens share one capture,
+    a 20-token prompt gets its own, and the tokens equal an uncaptured, unpadded decode's."""
+    from intelrt.decoding.engine import PROMPT_BUCKET, FastDecoder
+
+    captured: list[str] = []
+
+    def naming_capturer(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
+        captured.append(getattr(step, "__qualname__", "?").split(".")[0])
+        for _ in range(warmup):
+            step()
+        return step
+
+    plain = FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None, step="compact")
+    graphed = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=naming_capturer,
+                          step="compact")
+    prompts = ["Intel GPUs are", "the cat sat on the mat and then", "hello " * 12]
+    lengths = [len(loaded.tokenizer(p)["input_ids"]) for p in prompts]
+    assert lengths[0] < lengths[1] <= PROMPT_BUCKET < lengths[2], lengths
+    for prompt in (*prompts, prompts[0]):
+        expected, _ = _decode(plain, loaded, [prompt], 12)
+        tokens, report = _decode(graphed, loaded, [prompt], 12)
+        assert tokens.tolist() == expected.tolist() and report.step == "compact"
+    assert captured == ["_PromptGraph", "_Session", "_PromptGraph"]  # prompt (16), step, prompt (32)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import forwards
 from .compact import CompactModel, Unsupported
 from .forwards import CompactForward, ModelForward
 from .options import DecodeOptions
@@ -34,6 +35,14 @@ CACHE_LENGTH_BUCKET = 128
 """Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
 MAX_SESSIONS = 4
 """Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
+PROMPT_BUCKET = 16
+"""With device graphs, the compact step's prompts are left-padded (masked, as in a batch) to a
+multiple of this many tokens, so that prompts of similar length share one captured prompt pass."""
+PROMPT_GRAPH_MAX_TOKENS = 4096
+"""Prompt passes over more tokens (rows × padded length) run uncaptured: they launch few kernels
+per token, and their graph would hold much memory."""
+PROMPT_GRAPHS_PER_SESSION = 4
+"""Captured prompt lengths kept per session (least recently used dropped first)."""
 
 StepForward = ModelForward | CompactForward
 
@@ -80,6 +89,7 @@ class _Session:
         self.sampling = options.do_sample
         self.use_top_p = options.top_p < 1.0
         self.replay: Callable[[], object] | None = None
+        self.prompts: OrderedDict[int, _PromptGraph] = OrderedDict()
         self.calls = 0
 
     def choose(self, logits: Any) -> Any:
@@ -143,6 +153,7 @@ class FastDecoder:
                               "decoding without graphs")
         self._sessions: OrderedDict[tuple[Any, ...], _Session] = OrderedDict()
         self._compiled: Callable[..., Any] | None = None
+        self._compiled_prompt: Callable[..., Any] | None = None
         parameters = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self.keep_logits = "logits_to_keep" in parameters
@@ -154,7 +165,7 @@ class FastDecoder:
             return None
         if self._compact is not None and not self._compact.matches(self.model):
             log.info("intelrt fast decode: the model's modules changed (e.g. adapters); rebuilding the compact step")
-            self._compact, self._compiled = None, None
+            self._compact, self._compiled, self._compiled_prompt = None, None, None
             self._sessions.clear()
         if self._compact is None:
             try:
@@ -180,13 +191,18 @@ class FastDecoder:
         compact = self._compact if self.step == "compact" else None
         if compact is not None:
             forward: Callable[..., Any] = compact
+            prompt: Callable[..., Any] = compact.prompt
             if self.compile_backend:
-                if self._compiled is None:
-                    import torch
+                import torch
 
+                if self._compiled is None:
                     self._compiled = torch.compile(compact.__call__, backend=self.compile_backend, dynamic=False)
+                if self._compiled_prompt is None and forwards.COMPILED_PROMPT:
+                    self._compiled_prompt = torch.compile(compact.prompt, backend=self.compile_backend)
                 forward = self._compiled
-            return CompactForward(compact, rows, length, device, forward, compiled=bool(self.compile_backend))
+                prompt = self._compiled_prompt or prompt
+            return CompactForward(compact, rows, length, device, forward, prompt,
+                                  compiled=bool(self.compile_backend))
         return ModelForward(self.model, rows, length, self._forward(), self.cache_kwarg, self.keep_logits)
 
     def _forward(self) -> Callable[..., Any]:
@@ -267,7 +283,7 @@ class FastDecoder:
         note, and the call retried without it."""
         import torch
 
-        with torch.inference_mode(), self._compiler_settings():
+        with torch.inference_mode():
             for _ in range(4):
                 try:
                     return self._decode(input_ids, attention_mask, options)
@@ -287,10 +303,18 @@ class FastDecoder:
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
         import torch
 
+        self._compact_model()  # built, or its fused weights refreshed when the model's changed
         rows, prompt_length = input_ids.shape
+        bucket = -(-prompt_length // PROMPT_BUCKET) * PROMPT_BUCKET
+        captured_prompt = bool(self.graphs) and self.step == "compact" and rows * bucket <= PROMPT_GRAPH_MAX_TOKENS
+        if captured_prompt and bucket > prompt_length:
+            import torch.nn.functional as F
+
+            input_ids = F.pad(input_ids, (bucket - prompt_length, 0), value=0)
+            attention_mask = F.pad(attention_mask, (bucket - prompt_length, 0), value=0)
+            prompt_length = bucket
         need = prompt_length + options.max_new_tokens
         length = -(-need // CACHE_LENGTH_BUCKET) * CACHE_LENGTH_BUCKET
-        self._compact_model()  # built, or its fused weights refreshed when the model's changed
         s = self._session(rows, length, options, input_ids.device)
         report = DecodeReport(self.graphs, self.compile_backend, self.step,
                               attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
@@ -310,16 +334,52 @@ class FastDecoder:
         s.temperature.fill_(options.temperature)
         s.top_p.fill_(options.top_p)
 
-        # Prefill: eager, like transformers' generate (positions from the padding mask).
+        # The prompt's pass (positions from the padding mask, as in transformers' generate).
         positions = attention_mask.long().cumsum(-1) - 1
         positions = positions.masked_fill(attention_mask == 0, 0)
         slots = torch.arange(prompt_length, device=input_ids.device)
-        logits = s.forward.prefill(input_ids, s.mask, positions, slots)
+        if captured_prompt:
+            logits = self._captured_prompt(s, input_ids, positions, slots)
+        else:
+            logits = s.forward.prefill(input_ids, s.mask, positions, slots)
         s.position.copy_(positions[:, -1:] + 1)
         s.slot.fill_(prompt_length)
         s.accept(s.choose(logits))
 
         produced = 1
+        with self._compiler_settings():  # the step's (the prompt's pass compiles with inductor's defaults)
+            produced = self._steps(s, options, produced, report)
+        report.steps = produced
+        tokens = s.out[:, :produced]
+        if options.eos_token_ids and bool(s.done.all()):
+            # model.generate stops once every row has finished: drop the all-padding tail.
+            is_eos = (tokens[:, :, None] == s.eos[None, None, :]).any(-1)
+            last = int(is_eos.int().argmax(-1).max()) + 1
+            tokens = tokens[:, :last]
+        return tokens.clone(), report
+
+    def _captured_prompt(self, s: _Session, input_ids: Any, positions: Any, slots: Any) -> Any:
+        """The prompt's pass replayed from a device graph (captured at the first prompt of this
+        padded length in this session): without it, each of its hundreds of kernels is launched
+        from the host, which costs more than the pass itself for short prompts."""
+        length = input_ids.shape[1]
+        graph = s.prompts.pop(length, None)
+        if graph is None:
+            graph = _PromptGraph(s, input_ids, positions, slots)
+            try:
+                graph.replay = self.capturer(graph.run, warmup=1)  # type: ignore[misc]
+            except Exception as exc:
+                raise _CaptureFailed() from exc
+            while len(s.prompts) >= PROMPT_GRAPHS_PER_SESSION:
+                s.prompts.popitem(last=False)
+        s.prompts[length] = graph
+        graph.ids.copy_(input_ids)
+        graph.positions.copy_(positions)
+        graph.replay()
+        return graph.logits
+
+    def _steps(self, s: _Session, options: DecodeOptions, produced: int, report: DecodeReport) -> int:
+        """Decode steps until ``max_new_tokens`` or every row's end; returns the tokens produced."""
         while produced < options.max_new_tokens:
             left = options.max_new_tokens - produced
             if s.replay is None and self.graphs and left > WARMUP_STEPS + 1:
@@ -338,14 +398,24 @@ class FastDecoder:
             produced += todo
             if options.eos_token_ids and bool(s.done.all()):
                 break
-        report.steps = produced
-        tokens = s.out[:, :produced]
-        if options.eos_token_ids and bool(s.done.all()):
-            # model.generate stops once every row has finished: drop the all-padding tail.
-            is_eos = (tokens[:, :, None] == s.eos[None, None, :]).any(-1)
-            last = int(is_eos.int().argmax(-1).max()) + 1
-            tokens = tokens[:, :last]
-        return tokens.clone(), report
+        return produced
+
+
+class _PromptGraph:
+    """A session's prompt pass for one padded prompt length, on static input buffers."""
+
+    def __init__(self, s: _Session, input_ids: Any, positions: Any, slots: Any) -> None:
+        self.forward, self.mask = s.forward, s.mask
+        self.ids, self.positions, self.slots = input_ids.clone(), positions.clone(), slots.clone()
+        self.logits: Any = None
+        self.replay: Callable[[], object] = self.run
+
+    def run(self) -> None:
+        logits = self.forward.prefill(self.ids, self.mask, self.positions, self.slots)
+        if self.logits is None:  # the warm-up run, before capture, allocates the output buffer
+            self.logits = logits.clone()
+        else:
+            self.logits.copy_(logits)
 
 
 class _CaptureFailed(Exception):
