@@ -174,8 +174,11 @@ def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: i
     prompts = ["Intel GPUs are", "the cat sat on the mat and then", "hello " * 12]
     lengths = [len(loaded.tokenizer(p)["input_ids"]) for p in prompts]
     assert lengths[0] < lengths[1] <= PROMPT_BUCKET < lengths[2], lengths
+    reported = []
     for prompt in (*prompts, prompts[0]):
         expected, _ = _decode(plain, loaded, [prompt], 12)
         tokens, report = _decode(graphed, loaded, [prompt], 12)
         assert tokens.tolist() == expected.tolist() and report.step == "compact"
+        reported.append(report.captured)
+    assert reported == [True, False, True, False]  # what last_generation["captured"] tells the user
     assert captured == ["_PromptGraph", "_Session", "_PromptGraph"]  # prompt (16), step, prompt (32)

@@ -60,7 +60,8 @@ class DecodeReport:
     step_reason: str | None = None
     """Why the plan's compact step ran as the model's own forward in this call (else ``None``)."""
     captured: bool = False
-    """A graph was captured during this call (first call of this shape)."""
+    """A graph was captured during this call: the step's (first call of this shape) or the prompt
+    pass's (first prompt of this padded length in this shape)."""
     steps: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -339,7 +340,7 @@ class FastDecoder:
         positions = positions.masked_fill(attention_mask == 0, 0)
         slots = torch.arange(prompt_length, device=input_ids.device)
         if captured_prompt:
-            logits = self._captured_prompt(s, input_ids, positions, slots)
+            logits = self._captured_prompt(s, input_ids, positions, slots, report)
         else:
             logits = s.forward.prefill(input_ids, s.mask, positions, slots)
         s.position.copy_(positions[:, -1:] + 1)
@@ -358,7 +359,18 @@ class FastDecoder:
             tokens = tokens[:, :last]
         return tokens.clone(), report
 
-    def _captured_prompt(self, s: _Session, input_ids: Any, positions: Any, slots: Any) -> Any:
+    def _capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
+        """``fn`` recorded by the backend's capturer (after ``warmup`` real runs); a failure is
+        raised as ``_CaptureFailed``, so ``decode`` retries without graphs."""
+        try:
+            replay = self.capturer(fn, warmup=warmup)  # type: ignore[misc]
+        except Exception as exc:
+            raise _CaptureFailed() from exc
+        report.captured = True
+        return replay
+
+    def _captured_prompt(self, s: _Session, input_ids: Any, positions: Any, slots: Any,
+                         report: DecodeReport) -> Any:
         """The prompt's pass replayed from a device graph (captured at the first prompt of this
         padded length in this session): without it, each of its hundreds of kernels is launched
         from the host, which costs more than the pass itself for short prompts."""
@@ -366,10 +378,7 @@ class FastDecoder:
         graph = s.prompts.pop(length, None)
         if graph is None:
             graph = _PromptGraph(s, input_ids, positions, slots)
-            try:
-                graph.replay = self.capturer(graph.run, warmup=1)  # type: ignore[misc]
-            except Exception as exc:
-                raise _CaptureFailed() from exc
+            graph.replay = self._capture(graph.run, 1, report)
             while len(s.prompts) >= PROMPT_GRAPHS_PER_SESSION:
                 s.prompts.popitem(last=False)
         s.prompts[length] = graph
@@ -384,12 +393,8 @@ class FastDecoder:
             left = options.max_new_tokens - produced
             if s.replay is None and self.graphs and left > WARMUP_STEPS + 1:
                 before = s.calls
-                try:
-                    s.replay = self.capturer(s.step, warmup=WARMUP_STEPS)  # type: ignore[misc]
-                except Exception as exc:
-                    raise _CaptureFailed() from exc
+                s.replay = self._capture(s.step, WARMUP_STEPS, report)
                 produced += s.calls - before - 1  # warm-up steps ran; the recorded call did not
-                report.captured = True
                 continue
             todo = min(left, EOS_CHECK_EVERY - produced % EOS_CHECK_EVERY)
             run = s.replay or s.step
