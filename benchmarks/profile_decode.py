@@ -10,6 +10,7 @@ the most expensive kernels. Used to choose the cuda backend's decode settings (d
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,12 +35,23 @@ VARIANTS: dict[str, dict[str, object]] = {
     "compact+cdt+nofold": {"_step": "compact", "coordinate_descent_tuning": True, "_fold": False},
     "compact+cdt+combine": {"_step": "compact", "coordinate_descent_tuning": True, "_merge": False},
     "compact+cdt+eagerprompt": {"_step": "compact", "coordinate_descent_tuning": True, "_compiled_prompt": False},
+    "compact+cdt+nopf": {"_step": "compact", "coordinate_descent_tuning": True, "_prefetch": "off"},
+    "compact+cdt+pflate": {"_step": "compact", "coordinate_descent_tuning": True, "_prefetch": "late"},
+    "compact+cdt+pfqkv": {"_step": "compact", "coordinate_descent_tuning": True, "_pf_weights": ("next_qkv",)},
+    "compact+cdt+pfdownqkv": {"_step": "compact", "coordinate_descent_tuning": True,
+                              "_pf_weights": ("down_proj", "next_qkv")},
+    "compact+cdt+pflayer": {"_step": "compact", "coordinate_descent_tuning": True,
+                            "_pf_weights": ("o_proj", "gate_up", "down_proj")},
+    "compact+cdt+eagerrecord": {"_step": "compact", "coordinate_descent_tuning": True, "_record": False},
 }
 """``_fused``: the one-kernel decode attention (decoding/triton_attention.py) where available;
 ``_split_target``: its ``SPLIT_TARGET_PROGRAMS`` (1: no split of the cache, no merge);
 ``_merge``: its ``MERGE_IN_KERNEL`` (False: a second kernel merges the splits); ``_fold``:
 compact.FOLD_NORMS (RMSNorms folded into the projections); ``_compiled_prompt``:
-forwards.COMPILED_PROMPT (the prompt's pass compiled too). Unnamed knobs take their defaults."""
+forwards.COMPILED_PROMPT (the prompt's pass compiled too); ``_prefetch``: the attention
+kernel's ``PREFETCH`` of the next weights into L2 (off, early, late), ``_pf_weights``:
+compact.PREFETCH_WEIGHTS; ``_record``: engine.COMPILED_RECORD.
+Unnamed knobs take their defaults."""
 
 
 def main() -> None:
@@ -47,6 +59,7 @@ def main() -> None:
 
     import intelrt
     import intelrt.decoding.compact as compact
+    import intelrt.decoding.engine as engine
     import intelrt.decoding.forwards as forwards
     from intelrt.decoding.benchmark import build_model
     from intelrt.decoding.engine import FastDecoder
@@ -57,6 +70,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--top", type=int, default=12, help="kernels listed per variant")
     parser.add_argument("--variants", default="compact+cdt,compact+cdt+mm")
+    parser.add_argument("--calls", type=int, default=5, help="timed 256-token calls per variant (median shown)")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds; later variants are skipped")
     args = parser.parse_args()
     import logging
@@ -88,11 +102,15 @@ def main() -> None:
         forwards.FUSED_ATTENTION = bool(settings.pop("_fused", True))
         forwards.COMPILED_PROMPT = bool(settings.pop("_compiled_prompt", True))
         compact.FOLD_NORMS = bool(settings.pop("_fold", True))
+        compact.PREFETCH_WEIGHTS = tuple(settings.pop("_pf_weights", ("o_proj", "gate_up", "down_proj",  # type: ignore[call-overload]
+                                                                       "next_qkv")))
+        engine.COMPILED_RECORD = bool(settings.pop("_record", True))
         if device != "cpu":
             from intelrt.decoding import triton_attention
 
             triton_attention.SPLIT_TARGET_PROGRAMS = int(settings.pop("_split_target", 64))  # type: ignore[call-overload]
             triton_attention.MERGE_IN_KERNEL = bool(settings.pop("_merge", True))
+            triton_attention.PREFETCH = str(settings.pop("_prefetch", "early"))
         decoder = FastDecoder(model, graphs=kind, compile_backend="inductor", capturer=capturer,
                               compile_options=settings, step=step)
         t0 = time.perf_counter()
@@ -100,11 +118,14 @@ def main() -> None:
         warm = time.perf_counter() - t0
         if device != "cpu":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        tokens, report = decoder.decode(ids, mask, options)
-        if device != "cpu":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
+        calls = []  # several timed calls: the median is what a benchmark's one call would likely read
+        for _ in range(args.calls):
+            t0 = time.perf_counter()
+            tokens, report = decoder.decode(ids, mask, options)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            calls.append(time.perf_counter() - t0)
+        seconds = statistics.median(calls)
         same = "reference" if reference is None else (
             "identical" if torch.equal(tokens, reference) else
             f"differs from token {int((tokens != reference).int().argmax())}")
@@ -112,7 +133,7 @@ def main() -> None:
         print(f"{name}: warm-up {warm:.1f} s, {256 / seconds:,.0f} tok/s ({seconds * 1000 / 256:.3f} ms/token), "
               f"graphs={report.graphs} compiled={report.compiled} step={report.step} "
               f"fused={getattr(next(reversed(decoder._sessions.values())).forward, 'fused_attention', None)} "
-              f"notes={report.notes} tokens {same}", flush=True)
+              f"notes={report.notes} tokens {same}; calls {min(calls) * 1000:.1f}-{max(calls) * 1000:.1f} ms", flush=True)
         session = next(reversed(decoder._sessions.values()))
         if session.replay is None or device == "cpu":
             continue

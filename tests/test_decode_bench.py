@@ -14,7 +14,7 @@ from intelrt.cli import main
 
 def test_decode_bench_tiny_prints_the_side_by_side_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
-    code = main(["bench", "--tiny", "--requests", "3", "--new-tokens", "6", "--load-repeats", "1",
+    code = main(["bench", "--tiny", "--requests", "3", "--new-tokens", "6", "--load-repeats", "1", "--repeats", "3",
                  "--skip-continuous", "--workdir", str(tmp_path / "model"), "--json", str(out)])
     text = capsys.readouterr().out
     assert code == 0
@@ -26,6 +26,11 @@ def test_decode_bench_tiny_prints_the_side_by_side_table(tmp_path: Path, capsys:
     data = json.loads(out.read_text())
     assert {r["name"] for r in data["rows"]} >= {"intelrt", "from_pretrained + tokenizer"}
     assert data["plan"]["decode"]["value"]["method"] == "fast"
+    for row in data["rows"]:  # fast runs: the median of 3 timed calls; slow ones: one call
+        if row["name"] in ("static cache + compile", "intelrt"):
+            assert len(row["calls"]) == 3 and row["seconds"] == sorted(row["calls"])[1]
+        else:
+            assert row["calls"] == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is not None, reason="matplotlib is installed")

@@ -128,3 +128,20 @@ def test_compiled_compact_step_equals_generate(varied_model: Path, one_torch_thr
     report = loaded.last_generation or {}
     assert (report["compiled"], report["step"], report["notes"]) == ("inductor", "compact", [])
     assert got == plain_generate(loaded, PROMPTS[:1], max_new_tokens=12)
+
+
+def test_attention_kernel_prefetches_the_weights_read_after_it(varied_model: Path) -> None:
+    """With few rows, each layer's attention kernel asks L2 for what the next kernels read, in the
+    order they read it: the layer's o-projection, gate/up and down weights, then the next layer's
+    q/k/v. They are the tensors themselves (the fused ones refreshed in place), not copies; the
+    last layer has no next q/k/v."""
+    from intelrt.decoding.compact import CompactModel
+
+    loaded = intelrt.load(varied_model)
+    compact = CompactModel(loaded.model)
+    first, second = compact.layers[0], compact.layers[1]
+    expected = [first.o_proj.weight, first.gate_up_weight, first.down_proj.weight, second.qkv_weight]
+    assert [id(t) for t in compact._read_next(0)] == [id(t) for t in expected]
+    last = compact.layers[-1]
+    assert [id(t) for t in compact._read_next(len(compact.layers) - 1)] == [
+        id(last.o_proj.weight), id(last.gate_up_weight), id(last.down_proj.weight)]

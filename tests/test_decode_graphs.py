@@ -182,3 +182,39 @@ def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: i
         reported.append(report.captured)
     assert reported == [True, False, True, False]  # what last_generation["captured"] tells the user
     assert captured == ["_PromptGraph", "_Session", "_PromptGraph"]  # prompt (16), step, prompt (32)
+
+
+def test_decode_engine_pauses_the_garbage_collector_only_for_captured_shapes(loaded: intelrt.Loaded) -> None:
+    """A call whose shape is already captured replays with Python's garbage collector paused (a
+    collection in a process full of compiled graphs would stall the device between launches); the
+    call that captures collects as usual, and the collector is left as the caller had it."""
+    import gc
+
+    from intelrt.decoding.engine import FastDecoder
+
+    collector_on: list[bool] = []
+
+    def recording_capturer(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
+        for _ in range(warmup):
+            step()
+
+        def replay() -> object:
+            collector_on.append(gc.isenabled())
+            return step()
+
+        return replay
+
+    decoder = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=recording_capturer)
+    assert gc.isenabled()
+    _, first = _decode(decoder, loaded, ["Intel GPUs are"], 12)
+    assert first.captured and collector_on and all(collector_on)
+    collector_on.clear()
+    _, later = _decode(decoder, loaded, ["Intel GPUs are"], 12)
+    assert not later.captured and collector_on and not any(collector_on)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        _decode(decoder, loaded, ["Intel GPUs are"], 12)
+        assert not gc.isenabled()  # the caller's choice is kept
+    finally:
+        gc.enable()

@@ -43,6 +43,8 @@ class Row:
     tok_s: float | None = None
     seconds: float | None = None
     match: str = ""
+    calls: list[float] = field(default_factory=list)
+    """Every timed call's seconds, when ``seconds`` is their median."""
 
 
 @dataclass
@@ -57,8 +59,9 @@ class Results:
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
-        log.info("bench %s / %s: %s tok/s in %.3f s %s", row.group, row.name,
-                 f"{row.tok_s:,.0f}" if row.tok_s else "-", row.seconds or 0.0, row.match)
+        log.info("bench %s / %s: %s tok/s in %.3f s %s%s", row.group, row.name,
+                 f"{row.tok_s:,.0f}" if row.tok_s else "-", row.seconds or 0.0, row.match,
+                 f" (median of calls: {', '.join(f'{c:.3f}' for c in row.calls)} s)" if row.calls else "")
 
     def get(self, group: str, name: str) -> Row:
         return next(r for r in self.rows if r.group == group and r.name == name)
@@ -94,11 +97,24 @@ def _sync(device: str) -> None:
 
 
 def timed(device: str, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall time, device work included; garbage collected first, so no run pays
+    for the collection of what earlier runs left."""
+    gc.collect()
     _sync(device)
     start = time.perf_counter()
     out = fn()
     _sync(device)
     return out, time.perf_counter() - start
+
+
+def timed_median(device: str, fn: Callable[[], Any], repeats: int) -> tuple[Any, float, list[float]]:
+    """The last output, the median wall time of ``repeats`` calls, and every call's time."""
+    calls: list[float] = []
+    out: Any = None
+    for _ in range(repeats):
+        out, seconds = timed(device, fn)
+        calls.append(seconds)
+    return out, statistics.median(calls), calls
 
 
 def compare(ours: Sequence[Sequence[int]], theirs: Sequence[Sequence[int]]) -> str:
@@ -187,15 +203,16 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     results.add(Row("batch 1", "eager generate", new / seconds, seconds))
     # batch 1: static cache (+ transformers' auto-compile on cuda/xpu): warm-up is a full run
     hf_generate(plain, one, cache_implementation="static")
-    static, seconds = timed(device, lambda: hf_generate(plain, one, cache_implementation="static"))
+    static, seconds, calls = timed_median(device, lambda: hf_generate(plain, one, cache_implementation="static"),
+                                          args.repeats)
     results.add(Row("batch 1", "static cache + compile", new / seconds, seconds,
-                            compare(static, eager) + " vs eager"))
+                    compare(static, eager) + " vs eager", calls))
     # batch 1: intelrt (warm-up compiles and captures)
     loaded.generate_ids(one[0], **settings)
-    ours, seconds = timed(device, lambda: [loaded.generate_ids(one[0], **settings)])
+    ours, seconds, calls = timed_median(device, lambda: [loaded.generate_ids(one[0], **settings)], args.repeats)
     results.path["batch 1"] = dict(loaded.last_generation or {})
     results.add(Row("batch 1", "intelrt", new / seconds, seconds,
-                            f"{compare(ours, static)} vs static; {compare(ours, eager)} vs eager"))
+                    f"{compare(ours, static)} vs static; {compare(ours, eager)} vs eager", calls))
 
     if args.variants:
         import intelrt
@@ -208,8 +225,8 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
                 return [v.generate_ids(one[0], **settings)]
 
             once()
-            out, seconds = timed(device, once)
-            results.add(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static"))
+            out, seconds, calls = timed_median(device, once, args.repeats)
+            results.add(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static", calls))
             del variant
             gc.collect()
 
@@ -244,10 +261,10 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
                             f"FAILED: {str(exc)[:120]}"))
     # many requests: intelrt
     loaded.generate_ids(prompts, **settings)
-    ours_many, seconds = timed(device, lambda: loaded.generate_ids(prompts, **settings))
+    ours_many, seconds, calls = timed_median(device, lambda: loaded.generate_ids(prompts, **settings), args.repeats)
     results.path["many"] = dict(loaded.last_generation or {})
     results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
-                    compare(ours_many, padded) + " vs padded"))
+                    compare(ours_many, padded) + " vs padded", calls))
 
 
 def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings: dict[str, Any],
@@ -364,7 +381,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=None, help="prompts in the batch run (default 64; tiny 8)")
     parser.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 256; tiny 32)")
     parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--load-repeats", type=int, default=3)
+    parser.add_argument("--load-repeats", type=int, default=3,
+                        help="alternating from_pretrained / intelrt.load pairs (median of each side)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed calls per fast run (static cache, intelrt), median shown; the slow eager "
+                             "and padded generate runs are timed once")
     parser.add_argument("--skip-continuous", action="store_true", help="leave out generate_batch (slow on CPU)")
     parser.add_argument("--workdir", default=None, help="where the random model is saved (default: a temp dir)")
     parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
@@ -388,7 +409,7 @@ def main(args: argparse.Namespace) -> int:
         args.requests = 8 if args.tiny else 64
     if args.new_tokens is None:
         args.new_tokens = 32 if args.tiny else 256
-    for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats"):
+    for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats", "repeats"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1")
     results = run(args)

@@ -38,6 +38,10 @@ RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNor
 folds into the projection after them (any other norm module runs as itself)."""
 FOLD_NORMS = True
 """Fold RMSNorms into the multiply-and-sum projections after them (docs/performance.md)."""
+PREFETCH_WEIGHTS = ("o_proj", "gate_up", "down_proj", "next_qkv")
+"""With few rows, the weights a layer's attention kernel prefetches into L2, of those read after
+it: the layer's o-projection, gate/up and down projections, the next layer's q/k/v
+(docs/performance.md)."""
 
 
 def compact_blocker(model_type: str, config: Mapping[str, Any]) -> str | None:
@@ -326,13 +330,14 @@ class CompactModel:
         causal = slot_ids[None, None, :] <= slots[None, :, None]
         allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
         residual = hidden
-        for layer, k_cache, v_cache in zip(self.layers, keys, values, strict=True):
+        for index, (layer, k_cache, v_cache) in enumerate(zip(self.layers, keys, values, strict=True)):
             qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv)
             if one_kernel:
                 attended = decode_attention(
                     qkv[:, 0], layer.q_norm.weight if layer.q_norm is not None else None,
                     layer.k_norm.weight if layer.k_norm is not None else None, cos_1, sin_1, k_cache, v_cache,
-                    slots, key_mask, arrivals, layer.q_heads, layer.qk_eps, layer.scaling)[:, None]
+                    slots, key_mask, arrivals, self._read_next(index) if gemv else [], layer.q_heads,
+                    layer.qk_eps, layer.scaling)[:, None]
             else:
                 attended = self._attention(layer, qkv, cos, sin, k_cache, v_cache, slots, allowed)
             residual = residual + _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
@@ -342,6 +347,15 @@ class CompactModel:
                                           gemv)
         return _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
                               gemv)[:, -1]
+
+    def _read_next(self, index: int) -> list[Any]:
+        """The weights read after layer ``index``'s attention, in order (what its kernel prefetches)."""
+        layer = self.layers[index]
+        following = {"o_proj": layer.o_proj.weight, "gate_up": layer.gate_up_weight,
+                     "down_proj": layer.down_proj.weight}
+        if index + 1 < len(self.layers):
+            following["next_qkv"] = self.layers[index + 1].qkv_weight
+        return [following[name] for name in PREFETCH_WEIGHTS if name in following]
 
     @staticmethod
     def _attention(layer: CompactLayer, qkv: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slots: Any,

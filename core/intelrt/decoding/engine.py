@@ -13,10 +13,11 @@ tests prove it on the CPU).
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,10 @@ PROMPT_GRAPH_MAX_TOKENS = 4096
 per token, and their graph would hold much memory."""
 PROMPT_GRAPHS_PER_SESSION = 4
 """Captured prompt lengths kept per session (least recently used dropped first)."""
+COMPILED_RECORD = True
+"""With a compiled step, recording the chosen token and advancing position and slot are compiled
+too: one fused kernel instead of about seven small ones. The choice itself stays eager: compiled,
+a one-row argmax over the vocabulary fuses into one slow single-program kernel."""
 
 StepForward = ModelForward | CompactForward
 
@@ -69,7 +74,8 @@ class DecodeReport:
 class _Session:
     """Device buffers, cache and (once captured) the graph replay for one shape."""
 
-    def __init__(self, rows: int, length: int, options: DecodeOptions, device: Any, forward: StepForward) -> None:
+    def __init__(self, rows: int, length: int, options: DecodeOptions, device: Any, forward: StepForward,
+                 compile_backend: str | None = None) -> None:
         import torch
 
         self.rows, self.length = rows, length
@@ -92,6 +98,9 @@ class _Session:
         self.replay: Callable[[], object] | None = None
         self.prompts: OrderedDict[int, _PromptGraph] = OrderedDict()
         self.calls = 0
+        self.record: Callable[[Any], None] = self._record
+        if compile_backend and COMPILED_RECORD:
+            self.record = torch.compile(self._record, backend=compile_backend, dynamic=False)
 
     def choose(self, logits: Any) -> Any:
         """Next token per row: argmax, or temperature / top-k / top-p sampling as transformers does."""
@@ -118,7 +127,7 @@ class _Session:
         import torch
 
         token = torch.where(self.done, self.pad, token)
-        self.done |= (token[:, None] == self.eos[None, :]).any(-1)
+        self.done.logical_or_((token[:, None] == self.eos[None, :]).any(-1))
         self.out.index_copy_(1, self.index, token[:, None])
         self.token.copy_(token[:, None])
         self.index.add_(1)
@@ -126,8 +135,11 @@ class _Session:
     def step(self) -> None:
         """One decode step, device work only (this is what the graph records)."""
         self.calls += 1
-        logits = self.forward.logits(self.token, self.mask, self.position, self.slot)
-        self.accept(self.choose(logits))
+        self.record(self.choose(self.forward.logits(self.token, self.mask, self.position, self.slot)))
+
+    def _record(self, token: Any) -> None:
+        """Accept this step's token, then advance position and cache slot."""
+        self.accept(token)
         self.position.add_(1)
         self.slot.add_(1)
 
@@ -256,7 +268,8 @@ class FastDecoder:
         key = (rows, length, options.sampling_key, len(options.eos_token_ids))
         session = self._sessions.pop(key, None)
         if session is None:
-            session = _Session(rows, length, options, device, self._new_forward(rows, length, device))
+            session = _Session(rows, length, options, device, self._new_forward(rows, length, device),
+                               self.compile_backend)
             while len(self._sessions) >= MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         self._sessions[key] = session
@@ -302,7 +315,6 @@ class FastDecoder:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
-        import torch
 
         self._compact_model()  # built, or its fused weights refreshed when the model's changed
         rows, prompt_length = input_ids.shape
@@ -317,6 +329,18 @@ class FastDecoder:
         need = prompt_length + options.max_new_tokens
         length = -(-need // CACHE_LENGTH_BUCKET) * CACHE_LENGTH_BUCKET
         s = self._session(rows, length, options, input_ids.device)
+        # A captured shape's call allocates few Python objects: it runs without pauses of the
+        # garbage collector (which, in a process holding compiled graphs, take milliseconds
+        # while the device waits for its next launch). First calls, which compile, collect as usual.
+        with _collector_paused(s.replay is not None):
+            return self._run(s, input_ids, attention_mask, options, captured_prompt)
+
+    def _run(self, s: _Session, input_ids: Any, attention_mask: Any, options: DecodeOptions,
+             captured_prompt: bool) -> tuple[Any, DecodeReport]:
+        """One call on session ``s``: the prompt's pass, then decode steps."""
+        import torch
+
+        prompt_length = input_ids.shape[1]
         report = DecodeReport(self.graphs, self.compile_backend, self.step,
                               attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
                               step_reason=self.step_reason, notes=list(self.notes))
@@ -404,6 +428,20 @@ class FastDecoder:
             if options.eos_token_ids and bool(s.done.all()):
                 break
         return produced
+
+
+@contextlib.contextmanager
+def _collector_paused(paused: bool) -> Iterator[None]:
+    """Python's cyclic garbage collector off while the block runs (when ``paused``), then back
+    as it was."""
+    was_enabled = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused and was_enabled:
+            gc.enable()
 
 
 class _PromptGraph:

@@ -7,7 +7,8 @@ heads over its part of the cache with an online softmax. The last of a head's pr
 (an atomic arrival counter tells it) merges the splits' states into the output, so a layer's
 attention is one kernel launch. transformers' modeling code runs this as about six
 kernels per layer (norms, rotary, cache writes, two matmuls, softmax) plus an expansion of K/V
-to every query head.
+to every query head. Given weights to ``prefetch``, extra programs ask the L2 cache for them
+(``PREFETCH``): the latency-bound attention leaves the memory bus idle meanwhile.
 
 Which models and devices use it: ``CompactModel.fused_attention_ok``. Registered as the custom op ``intelrt::decode_attention`` (``torch.library.custom_op``):
 ``torch.compile`` calls it as one opaque kernel (its fake below gives the output's shape), and a
@@ -39,6 +40,19 @@ when smaller): it runs at the first call, with the cache nearly empty, but the c
 every later step as the cache fills."""
 MERGE_IN_KERNEL = True
 """The last split of each head merges the splits' states (else a second kernel merges them)."""
+PREFETCH = "early"
+"""When the op is given weights to prefetch (``prefetch``): ``early``, extra programs ask the L2
+cache for them as the kernel starts; ``late``, the attention programs do, after their own loads;
+``off``, nobody. The attention of a few rows reads about 1 MB and waits on memory latency, leaving
+the memory bus idle for microseconds: meanwhile the weights the next kernels read (the layer's
+o-projection and MLP) come into L2, where those kernels find them (docs/performance.md)."""
+PREFETCH_MIN_CAPABILITY = (9, 0)
+"""The prefetch uses Hopper's bulk L2 prefetch (``cp.async.bulk.prefetch.L2``, one instruction
+per ``PREFETCH_CHUNK`` bytes): older GPUs run the kernel without it."""
+PREFETCH_CHUNK = 16384
+PREFETCH_PROGRAMS = 16
+"""Extra programs that issue the ``early`` prefetches."""
+MAX_PREFETCH = 4
 
 
 @triton.jit
@@ -49,6 +63,37 @@ def _normed(x, x_rot, w_ptr, rot, d, eps, D: tl.constexpr, HAS_NORM: tl.constexp
         x = x * scale * tl.load(w_ptr + d).to(tl.float32)
         x_rot = x_rot * scale * tl.load(w_ptr + rot).to(tl.float32)
     return x, x_rot
+
+
+@triton.jit
+def _prefetch_l2(ptr, nbytes, worker, workers, LANES: tl.constexpr, CHUNK: tl.constexpr):  # type: ignore[no-untyped-def]
+    """Ask the L2 cache to fetch this worker's share of bytes ``0 .. nbytes`` of ``ptr``, in
+    ``CHUNK``-byte bulk prefetches: fire and forget (nothing waits for the data), so the program
+    ends at once."""
+    base = ptr.to(tl.pointer_type(tl.int8))
+    lane = tl.arange(0, LANES)
+    chunks = tl.cdiv(nbytes, CHUNK)
+    for first in range(0, chunks, workers * LANES):
+        chunk = first + lane * workers + worker
+        offset = chunk.to(tl.int64) * CHUNK
+        size = tl.where(chunk < chunks, tl.minimum(nbytes - offset, CHUNK), 0).to(tl.int32)
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [base + offset, size], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, worker, workers, NPF: tl.constexpr,  # type: ignore[no-untyped-def]
+                  CHUNK: tl.constexpr):
+    """This worker's share of the ``NPF`` (<= 4) tensors to prefetch, in order."""
+    if NPF > 0:
+        _prefetch_l2(pf0, n0, worker, workers, 256, CHUNK)
+    if NPF > 1:
+        _prefetch_l2(pf1, n1, worker, workers, 256, CHUNK)
+    if NPF > 2:
+        _prefetch_l2(pf2, n2, worker, workers, 256, CHUNK)
+    if NPF > 3:
+        _prefetch_l2(pf3, n3, worker, workers, 256, CHUNK)
 
 
 @triton.jit
@@ -83,16 +128,24 @@ def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str,
 @triton.jit
 def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
                             slot_ptr, mask_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling,
-                            stride_qkv, stride_cb, stride_ch, stride_cl, stride_mask, stride_out, HQ: tl.constexpr,
+                            stride_qkv, stride_cb, stride_ch, stride_cl, stride_mask, stride_out,
+                            pf0, pf1, pf2, pf3, n0, n1, n2, n3, HQ: tl.constexpr,
                             HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
                             STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
-                            MERGE: tl.constexpr):
+                            MERGE: tl.constexpr, NPF: tl.constexpr, PF_LATE: tl.constexpr, PF_CHUNK: tl.constexpr):
     """One (row, key/value head, split of the cache): partial softmax state of the head's group
     (with one split, the group's attention output itself; with ``MERGE``, the last split to
-    finish also merges them all)."""
+    finish also merges them all). Programs past the last split (``split >= SPLITS``) only
+    prefetch the ``NPF`` tensors ``pf0 ..`` (``n0 ..`` bytes) into L2; with ``PF_LATE``, the
+    attention programs do, after their loads."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
+    if NPF > 0 and not PF_LATE:
+        if split >= SPLITS:
+            _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, (split - SPLITS) * tl.num_programs(0) + pid,
+                          (tl.num_programs(1) - SPLITS) * tl.num_programs(0), NPF, PF_CHUNK)
+            return
     b = pid // HKV
     h = pid % HKV
     d = tl.arange(0, D)
@@ -144,6 +197,9 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
         for start in tl.static_range(0, SLOTS, BLOCK):
             best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
                                              mask_ptr + b * stride_mask, stride_cl, d, BLOCK, PRECISION)
+    if NPF > 0 and PF_LATE:
+        _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, split * tl.num_programs(0) + pid,
+                      SPLITS * tl.num_programs(0), NPF, PF_CHUNK)
 
     if SPLITS == 1:  # the whole cache in this program: its state is the output
         out = acc / total[:, None]
@@ -198,15 +254,18 @@ def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,
 @torch.library.custom_op("intelrt::decode_attention", mutates_args={"k_cache", "v_cache", "arrivals"})
 def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, q_heads: int, eps: float,
-                     scaling: float) -> torch.Tensor:
+                     slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, prefetch: list[torch.Tensor],
+                     q_heads: int, eps: float, scaling: float) -> torch.Tensor:
     """Attention output (rows, q_heads * head_dim) of one new token per row.
 
     ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
     ``q_norm``/``k_norm``: per-head RMSNorm weights (head_dim,) or ``None``; ``cos``/``sin``:
     (rows, head_dim); ``k_cache``/``v_cache``: (rows, kv_heads, slots, head_dim), written at
     ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
-    real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero).
+    real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
+    ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (see ``PREFETCH``;
+    only read, never changed; ignored under the interpreter, on GPUs older than Hopper, and past
+    ``MAX_PREFETCH``).
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
@@ -225,22 +284,34 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     split_kernel = _decode_attention_split.fn if interpreted else _decode_attention_split
     tuned = {"BLOCK": INTERPRETER_BLOCK} if interpreted else {}
     merge = MERGE_IN_KERNEL and splits > 1
-    split_kernel[(heads, splits)](
+    fetched = [] if interpreted or PREFETCH == "off" or not _bulk_prefetch(qkv.device) else [
+        t for t in prefetch if t.is_contiguous() and (t.numel() * t.element_size()) % 16 == 0][:MAX_PREFETCH]
+    late = PREFETCH == "late"
+    extra = 0 if late or not fetched else triton.cdiv(PREFETCH_PROGRAMS, heads)
+    pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
+    sizes = [t.numel() * t.element_size() for t in fetched] + [0] * (MAX_PREFETCH - len(fetched))
+    split_kernel[(heads, splits + extra)](
         qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, slot,
         key_mask, arrivals, best, total, acc, out, eps, scaling, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), key_mask.stride(0), out.stride(0), HQ=q_heads, HKV=kv_heads, G=groups,
-        GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
+        k_cache.stride(2), key_mask.stride(0), out.stride(0), *pointers, *sizes, HQ=q_heads, HKV=kv_heads,
+        G=groups, GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
         STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
-        PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, **tuned)
+        PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, NPF=len(fetched),
+        PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, **tuned)
     if splits > 1 and not merge:
         _decode_attention_combine[(heads,)](best, total, acc, out, out.stride(0), HKV=kv_heads, G=groups,
                                             GS=kept, D=head_dim, SPLITS=splits)
     return out
 
 
+def _bulk_prefetch(device: torch.device) -> bool:
+    """The device is a CUDA GPU with the bulk L2 prefetch (``PREFETCH_MIN_CAPABILITY``)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= PREFETCH_MIN_CAPABILITY
+
+
 @decode_attention.register_fake
 def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, q_heads: int,
-                            eps: float, scaling: float) -> torch.Tensor:
+                            slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor,
+                            prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float) -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))
