@@ -315,7 +315,6 @@ class FastDecoder:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
-
         self._compact_model()  # built, or its fused weights refreshed when the model's changed
         rows, prompt_length = input_ids.shape
         bucket = -(-prompt_length // PROMPT_BUCKET) * PROMPT_BUCKET

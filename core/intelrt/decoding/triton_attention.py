@@ -44,11 +44,15 @@ PREFETCH = "early"
 """When the op is given weights to prefetch (``prefetch``): ``early``, extra programs ask the L2
 cache for them as the kernel starts; ``late``, the attention programs do, after their own loads;
 ``off``, nobody. The attention of a few rows reads about 1 MB and waits on memory latency, leaving
-the memory bus idle for microseconds: meanwhile the weights the next kernels read (the layer's
-o-projection and MLP) come into L2, where those kernels find them (docs/performance.md)."""
+the memory bus idle for microseconds: meanwhile the weights the next kernels read
+(``compact.PREFETCH_WEIGHTS``) come into L2, where those kernels find them (docs/performance.md)."""
 PREFETCH_MIN_CAPABILITY = (9, 0)
 """The prefetch uses Hopper's bulk L2 prefetch (``cp.async.bulk.prefetch.L2``, one instruction
 per ``PREFETCH_CHUNK`` bytes): older GPUs run the kernel without it."""
+PREFETCH_L2_SHARE = 0.6
+"""Weights are prefetched only when all of them fit in this share of the GPU's L2 cache (measured:
+31.5 MB of an H200's 60 MB); a larger set would evict itself before it is read, and a part of it
+alone did not pay."""
 PREFETCH_CHUNK = 16384
 PREFETCH_PROGRAMS = 16
 """Extra programs that issue the ``early`` prefetches."""
@@ -264,8 +268,8 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
     real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
     ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (see ``PREFETCH``;
-    only read, never changed; ignored under the interpreter, on GPUs older than Hopper, and past
-    ``MAX_PREFETCH``).
+    only read, never changed; ignored under the interpreter, on GPUs older than Hopper, past
+    ``MAX_PREFETCH`` tensors, and altogether when they would not fit ``PREFETCH_L2_SHARE`` of L2).
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
@@ -284,8 +288,10 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     split_kernel = _decode_attention_split.fn if interpreted else _decode_attention_split
     tuned = {"BLOCK": INTERPRETER_BLOCK} if interpreted else {}
     merge = MERGE_IN_KERNEL and splits > 1
-    fetched = [] if interpreted or PREFETCH == "off" or not _bulk_prefetch(qkv.device) else [
+    fetched = [] if interpreted or PREFETCH == "off" else [
         t for t in prefetch if t.is_contiguous() and (t.numel() * t.element_size()) % 16 == 0][:MAX_PREFETCH]
+    if sum(t.numel() * t.element_size() for t in fetched) > _prefetch_budget(qkv.device):
+        fetched = []
     late = PREFETCH == "late"
     extra = 0 if late or not fetched else triton.cdiv(PREFETCH_PROGRAMS, heads)
     pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
@@ -304,9 +310,12 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     return out
 
 
-def _bulk_prefetch(device: torch.device) -> bool:
-    """The device is a CUDA GPU with the bulk L2 prefetch (``PREFETCH_MIN_CAPABILITY``)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= PREFETCH_MIN_CAPABILITY
+def _prefetch_budget(device: torch.device) -> int:
+    """Bytes the kernel may prefetch on ``device``: ``PREFETCH_L2_SHARE`` of its L2 cache on a CUDA
+    GPU with the bulk L2 prefetch (``PREFETCH_MIN_CAPABILITY``), else none."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < PREFETCH_MIN_CAPABILITY:
+        return 0
+    return int(torch.cuda.get_device_properties(device).L2_cache_size * PREFETCH_L2_SHARE)
 
 
 @decode_attention.register_fake
