@@ -10,9 +10,9 @@ the most expensive kernels. Used to choose the cuda backend's decode settings (d
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 VARIANTS: dict[str, dict[str, object]] = {
@@ -61,7 +61,7 @@ def main() -> None:
     import intelrt.decoding.compact as compact
     import intelrt.decoding.engine as engine
     import intelrt.decoding.forwards as forwards
-    from intelrt.decoding.benchmark import build_model
+    from intelrt.decoding.benchmark import build_model, timed_median
     from intelrt.decoding.engine import FastDecoder
     from intelrt.decoding.options import DecodeOptions
     from intelrt.plugins import get_host
@@ -89,6 +89,7 @@ def main() -> None:
     mask = torch.ones_like(ids)
     options = DecodeOptions(256, False, 1.0, 0, 1.0, (), 1)
     check_fused_attention(model, ids)
+    prefetch_weights = compact.PREFETCH_WEIGHTS  # the defaults a variant's unnamed knobs return to
     reference = None
     for name in args.variants.split(","):
         if time.perf_counter() - start > args.budget:
@@ -102,8 +103,7 @@ def main() -> None:
         forwards.FUSED_ATTENTION = bool(settings.pop("_fused", True))
         forwards.COMPILED_PROMPT = bool(settings.pop("_compiled_prompt", True))
         compact.FOLD_NORMS = bool(settings.pop("_fold", True))
-        compact.PREFETCH_WEIGHTS = tuple(settings.pop("_pf_weights", ("o_proj", "gate_up", "down_proj",  # type: ignore[call-overload]
-                                                                       "next_qkv")))
+        compact.PREFETCH_WEIGHTS = tuple(settings.pop("_pf_weights", prefetch_weights))  # type: ignore[call-overload]
         engine.COMPILED_RECORD = bool(settings.pop("_record", True))
         if device != "cpu":
             from intelrt.decoding import triton_attention
@@ -118,14 +118,8 @@ def main() -> None:
         warm = time.perf_counter() - t0
         if device != "cpu":
             torch.cuda.synchronize()
-        calls = []  # several timed calls: the median is what a benchmark's one call would likely read
-        for _ in range(args.calls):
-            t0 = time.perf_counter()
-            tokens, report = decoder.decode(ids, mask, options)
-            if device != "cpu":
-                torch.cuda.synchronize()
-            calls.append(time.perf_counter() - t0)
-        seconds = statistics.median(calls)
+        (tokens, report), seconds, calls = timed_median(device, partial(decoder.decode, ids, mask, options),
+                                                        args.calls)
         same = "reference" if reference is None else (
             "identical" if torch.equal(tokens, reference) else
             f"differs from token {int((tokens != reference).int().argmax())}")
