@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from intelrt.decoding.benchmark import add_arguments, main
+from intelrt.cli.bench import add_arguments, main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -44,27 +44,26 @@ VARIANTS: dict[str, dict[str, object]] = {
                             "_pf_weights": ("o_proj", "gate_up", "down_proj")},
     "compact+cdt+eagerrecord": {"_step": "compact", "coordinate_descent_tuning": True, "_record": False},
 }
-"""``_fused``: the one-kernel decode attention (decoding/triton_attention.py) where available;
-``_split_target``: its ``SPLIT_TARGET_PROGRAMS`` (1: no split of the cache, no merge);
-``_merge``: its ``MERGE_IN_KERNEL`` (False: a second kernel merges the splits); ``_fold``:
-compact.FOLD_NORMS (RMSNorms folded into the projections); ``_compiled_prompt``:
-forwards.COMPILED_PROMPT (the prompt's pass compiled too); ``_prefetch``: the attention
-kernel's ``PREFETCH`` of the next weights into L2 (off, early, late), ``_pf_weights``:
-compact.PREFETCH_WEIGHTS; ``_record``: engine.COMPILED_RECORD.
-Unnamed knobs take their defaults."""
+"""``_step``: the decode decision's step; ``_fused``: its ``attention_kernel`` (the one-kernel
+decode attention, decoding/triton_attention.py, where available); the other ``_`` knobs are
+``DecodeTuning`` fields (``TUNING``); the rest are inductor settings. Unnamed knobs take their
+defaults."""
+TUNING = {"_gemv_rows": "gemv_max_rows", "_compiled_prompt": "compiled_prompt", "_fold": "fold_norms",
+          "_pf_weights": "prefetch_weights", "_record": "compiled_record", "_split_target": "attention_splits",
+          "_merge": "merge_in_kernel", "_prefetch": "prefetch"}
 
 
 def main() -> None:
     import torch
 
     import intelrt
-    import intelrt.decoding.compact as compact
-    import intelrt.decoding.engine as engine
-    import intelrt.decoding.forwards as forwards
-    from intelrt.decoding.benchmark import build_model, timed_median
+    from intelrt.cli.bench import build_model, timed_median
     from intelrt.decoding.engine import FastDecoder
-    from intelrt.decoding.options import DecodeOptions
-    from intelrt.plugins import get_host
+    from intelrt.decoding.keywords import DecodeOptions
+    from intelrt.decoding.policy import triton_installed
+    from intelrt.decoding.tuning import DecodeTuning
+    from intelrt.host.manager import get_host
+    from intelrt.plugin import DecodeChoice
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tiny", action="store_true")
@@ -83,13 +82,12 @@ def main() -> None:
     build_model(workdir, tiny=args.tiny, device=device)
     loaded = intelrt.load(workdir, backend=device)
     model = loaded.model
-    kind = (loaded.plan.value("decode") or {}).get("graphs")
-    capturer = get_host().call_first("intelrt_decode_graph", backend=loaded.plan.backend, kind=kind)[0] if kind else None
+    kind = loaded.plan.decode_choice.graphs if loaded.plan.decode_choice else None
+    capturer = get_host().decode_graph(loaded.plan.backend, kind) if kind else None
     ids = torch.randint(2, 384, (1, 32), generator=torch.Generator().manual_seed(0)).to(model.device)
     mask = torch.ones_like(ids)
     options = DecodeOptions(256, False, 1.0, 0, 1.0, (), 1)
     check_fused_attention(model, ids)
-    prefetch_weights = compact.PREFETCH_WEIGHTS  # the defaults a variant's unnamed knobs return to
     reference = None
     for name in args.variants.split(","):
         if time.perf_counter() - start > args.budget:
@@ -99,20 +97,12 @@ def main() -> None:
         settings = dict(VARIANTS[name])
         model.set_attn_implementation(str(settings.pop("_attention", "sdpa")))
         step = str(settings.pop("_step", "model"))
-        forwards.GEMV_MAX_ROWS = int(settings.pop("_gemv_rows", 4))  # type: ignore[call-overload]
-        forwards.FUSED_ATTENTION = bool(settings.pop("_fused", True))
-        forwards.COMPILED_PROMPT = bool(settings.pop("_compiled_prompt", True))
-        compact.FOLD_NORMS = bool(settings.pop("_fold", True))
-        compact.PREFETCH_WEIGHTS = tuple(settings.pop("_pf_weights", prefetch_weights))  # type: ignore[call-overload]
-        engine.COMPILED_RECORD = bool(settings.pop("_record", True))
-        if device != "cpu":
-            from intelrt.decoding import triton_attention
-
-            triton_attention.SPLIT_TARGET_PROGRAMS = int(settings.pop("_split_target", 64))  # type: ignore[call-overload]
-            triton_attention.MERGE_IN_KERNEL = bool(settings.pop("_merge", True))
-            triton_attention.PREFETCH = str(settings.pop("_prefetch", "early"))
-        decoder = FastDecoder(model, graphs=kind, compile_backend="inductor", capturer=capturer,
-                              compile_options=settings, step=step)
+        fused = bool(settings.pop("_fused", True)) and device == "cuda" and triton_installed()
+        tuning = DecodeTuning(**{field: settings.pop(knob) for knob, field in TUNING.items()  # type: ignore[arg-type]
+                                 if knob in settings})
+        choice = DecodeChoice("fast", cache="static", graphs=kind, compile="inductor", step=step,
+                              compile_options=settings, attention_kernel=fused and step == "compact")  # type: ignore[arg-type]
+        decoder = FastDecoder(model, choice, capturer, tuning)
         t0 = time.perf_counter()
         tokens, report = decoder.decode(ids, mask, options)
         warm = time.perf_counter() - t0
@@ -126,7 +116,7 @@ def main() -> None:
         reference = tokens if reference is None else reference
         print(f"{name}: warm-up {warm:.1f} s, {256 / seconds:,.0f} tok/s ({seconds * 1000 / 256:.3f} ms/token), "
               f"graphs={report.graphs} compiled={report.compiled} step={report.step} "
-              f"fused={getattr(next(reversed(decoder._sessions.values())).forward, 'fused_attention', None)} "
+              f"fused={report.attention_kernel} "
               f"notes={report.notes} tokens {same}; calls {min(calls) * 1000:.1f}-{max(calls) * 1000:.1f} ms", flush=True)
         session = next(reversed(decoder._sessions.values()))
         if session.replay is None or device == "cpu":
@@ -173,7 +163,7 @@ def check_fused_attention(model: object, ids: object) -> None:
 
     compact = CompactModel(model)
     device = ids.device  # type: ignore[attr-defined]
-    if not compact.fused_attention_ok(device):
+    if device.type != "cuda" or not compact.attention_kernel_fits():
         print("fused attention: not available here")
         return
     with torch.inference_mode():

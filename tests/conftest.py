@@ -26,7 +26,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_LEAKY_PREFIXES) and name != "INTELRT_CACHE":
             monkeypatch.delenv(name)
-    from intelrt.plugins import reset_host
+    from intelrt.host.manager import reset_host
 
     reset_host()
 

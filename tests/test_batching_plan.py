@@ -11,20 +11,20 @@ import pytest
 import intelrt
 from intelrt.backends import graphs
 from intelrt.decoding.continuous import config_kwargs
-from intelrt.model_source import resolve_model
-from intelrt.request import Request
-from intelrt.types import BackendStatus
+from intelrt.hooks.types import BackendStatus
+from intelrt.planning.model_source import resolve_model
+from intelrt.planning.request import Request
+from intelrt.plugin import BatchingChoice, DecodeChoice
 
 PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then", "x"]
 CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50)
-FAST = {"task": "text-generation", "decode": {"method": "fast", "cache": "static", "graphs": "cuda",
-                                              "compile": "inductor"}}
+FAST = {"task": "text-generation", "decode": DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor")}
 
 
 def test_batching_plan_on_cpu_pads_through_the_fast_loop(tiny_model: Path) -> None:
     batching = intelrt.plan(tiny_model).decisions["batching"]
-    assert batching.value["method"] == "padded" and batching.value["engine"] == "fast"
-    assert batching.value["max_batch"] == 64 and batching.plugin == "graphs"
+    assert batching.value.method == "padded" and batching.value.engine == "fast"
+    assert batching.value.max_batch == 64 and batching.plugin == "graphs"
     assert "padded batches of up to 64 prompts" in batching.reason
     assert any("batching='continuous'" in n for n in batching.notes)
 
@@ -33,22 +33,22 @@ def test_batching_plan_on_cpu_pads_through_the_fast_loop(tiny_model: Path) -> No
 def test_batching_forced_continuous_on_cpu_sizes_the_cache_from_the_requests_X7(tiny_model: Path) -> None:
     batching = intelrt.plan(tiny_model, batching="continuous").decisions["batching"]
     assert batching.forced and batching.claim == "X7"
-    assert batching.value["method"] == "continuous"
-    assert (batching.value["use_graphs"], batching.value["use_async_batching"], batching.value["kv_sizing"]) == (
+    assert batching.value.method == "continuous"
+    assert (batching.value.use_graphs, batching.value.use_async_batching, batching.value.kv_sizing) == (
         False, False, "requests")
 
 
 def test_batching_cuda_pads_through_the_graph_step_or_configures_continuous(tiny_model: Path) -> None:
     model = resolve_model(str(tiny_model))
     auto = graphs.intelrt_select_batching(CUDA, Request.build(model.source), FAST)
-    assert auto is not None and auto.value["method"] == "padded" and auto.value["max_batch"] == 256
+    assert auto is not None and auto.value.method == "padded" and auto.value.max_batch == 256
     assert "CUDA-graph decode step" in auto.reason
     forced = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous"), FAST)
     assert forced is not None and forced.claim == "X7"
-    assert (forced.value["use_graphs"], forced.value["use_async_batching"]) == (True, True)
+    assert (forced.value.use_graphs, forced.value.use_async_batching) == (True, True)
     off = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous", graphs="off"),
                                          FAST)
-    assert off is not None and off.value["use_graphs"] is False and "graphs=off" in off.reason
+    assert off is not None and off.value.use_graphs is False and "graphs=off" in off.reason
 
 
 @pytest.mark.claim("X7")
@@ -58,7 +58,7 @@ def test_batching_xpu_uses_continuous_batching_with_graphs_left_to_transformers_
     with simulate("xpu", 1):
         plan = intelrt.plan(tiny_model)
     batching = plan.decisions["batching"]
-    assert batching.value["method"] == "continuous" and batching.value["use_graphs"] is None
+    assert batching.value.method == "continuous" and batching.value.use_graphs is None
     assert any("batching='padded'" in n for n in batching.notes)  # the fast loop stays one word away
 
 
@@ -67,12 +67,12 @@ def test_batching_xpu_uses_continuous_batching_with_graphs_left_to_transformers_
     ({"page_size", "num_blocks", "max_batch_tokens", "use_cuda_graph", "use_async_batching"}, "page_size"),
 ])
 def test_batching_continuous_config_fits_transformers_5_17_and_5_24(fields: set[str], page_field: str) -> None:
-    value = {"method": "continuous", "use_graphs": False, "use_async_batching": None, "kv_sizing": "requests"}
+    value = BatchingChoice.continuous(use_graphs=False, use_async_batching=None, kv_sizing="requests")
     kwargs = config_kwargs(value, [[1, 2, 3], [4] * 40], 8, fields)
     assert kwargs[page_field] == 32 and set(kwargs) <= fields
     assert kwargs["use_cuda_graph"] is False and "use_async_batching" not in kwargs  # None: transformers' auto
     assert kwargs["num_blocks"] * 32 >= (3 + 8) + (40 + 8)
-    assert config_kwargs({"use_graphs": None, "use_async_batching": None}, [[1]], 4, fields) == {}
+    assert config_kwargs(BatchingChoice.continuous(), [[1]], 4, fields) == {}
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,9 @@ def test_batching_continuous_generate_matches_generate_X7(continuous: intelrt.Lo
     import torch
 
     texts = continuous.generate(PROMPTS, max_new_tokens=6)
-    report = continuous.last_generation or {}
-    assert report["path"] == "continuous" and report["reason"] == continuous.plan.decisions["batching"].reason
+    report = continuous.last_generation
+    assert report is not None
+    assert report.path == "continuous" and report.reason == continuous.plan.decisions["batching"].reason
     tokenizer = continuous.tokenizer
     for prompt, text in zip(PROMPTS, texts, strict=True):
         ids = tokenizer(prompt, return_tensors="pt")
@@ -95,13 +96,14 @@ def test_batching_continuous_generate_matches_generate_X7(continuous: intelrt.Lo
                                             pad_token_id=tokenizer.pad_token_id)
         assert text == tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
     continuous.generate(PROMPTS[0], max_new_tokens=4)  # one prompt is not a batch: the fast loop
-    assert (continuous.last_generation or {})["path"] == "fast"
+    assert continuous.last_generation.path == "fast"
 
 
 def test_batching_continuous_never_drops_a_setting_it_cannot_apply(continuous: intelrt.Loaded) -> None:
     kwargs: dict[str, Any] = {"max_new_tokens": 4, "repetition_penalty": 1.2}
     continuous.generate(PROMPTS, **kwargs)
-    report = continuous.last_generation or {}
-    assert report["path"] == "generate"
-    assert "continuous batching would drop settings it cannot apply" in report["reason"]
-    assert "repetition_penalty=1.2" in report["reason"]
+    report = continuous.last_generation
+    assert report is not None
+    assert report.path == "generate"
+    assert "continuous batching would drop settings it cannot apply" in report.reason
+    assert "repetition_penalty=1.2" in report.reason

@@ -24,7 +24,7 @@ _HEADER = '''
 import os
 from intelrt import hookimpl
 from intelrt.errors import PlanError
-from intelrt.types import BackendStatus, Decision, EnvVar, Finding
+from intelrt.hooks.types import BackendStatus, Decision, EnvVar, Finding
 '''
 
 #: rule -> a plugin that breaks that rule and no other.

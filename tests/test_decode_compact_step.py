@@ -69,7 +69,7 @@ def test_compact_step_follows_weights_changed_in_place(varied_model: Path) -> No
 
     loaded = intelrt.load(varied_model)
     before = ours(loaded, PROMPTS)
-    assert (loaded.last_generation or {})["step"] == "compact"
+    assert loaded.last_generation.step == "compact"
     assert before == plain_generate(loaded, PROMPTS)
     with torch.no_grad():
         for name, parameter in loaded.model.named_parameters():
@@ -106,16 +106,17 @@ def test_compact_step_steps_aside_for_a_replaced_projection(varied_model: Path, 
     loaded = intelrt.load(varied_model)
     if decoded_before:
         ours(loaded, PROMPTS)
-        assert (loaded.last_generation or {})["step"] == "compact"
+        assert loaded.last_generation.step == "compact"
     layer = loaded.model.model.layers[1].mlp
     replaced = ScaledLinear(layer.down_proj.in_features, layer.down_proj.out_features, bias=False)
     replaced.weight = layer.down_proj.weight
     layer.down_proj = replaced
     got = ours(loaded, PROMPTS)
-    report = loaded.last_generation or {}
-    assert report["path"] == "fast" and report["step"] == "model"
-    assert "layer 1 mlp.down_proj is a ScaledLinear" in report["step_reason"]
-    assert report["notes"] == []  # an informed choice, not a failure: nothing is logged as a warning
+    report = loaded.last_generation
+    assert report is not None
+    assert report.path == "fast" and report.step == "model"
+    assert "layer 1 mlp.down_proj is a ScaledLinear" in report.step_reason
+    assert report.notes == []  # an informed choice, not a failure: nothing is logged as a warning
     assert got == plain_generate(loaded, PROMPTS)
 
 
@@ -123,10 +124,11 @@ def test_compiled_compact_step_equals_generate(varied_model: Path, one_torch_thr
     """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
     (the form used for few rows), still token for token."""
     loaded = intelrt.load(varied_model, compile="inductor")
-    assert (loaded.plan.value("decode") or {})["compile"] == "inductor"
+    assert loaded.plan.decode_choice.compile == "inductor"
     got = ours(loaded, PROMPTS[:1], max_new_tokens=12)
-    report = loaded.last_generation or {}
-    assert (report["compiled"], report["step"], report["notes"]) == ("inductor", "compact", [])
+    report = loaded.last_generation
+    assert report is not None
+    assert (report.compiled, report.step, report.notes) == ("inductor", "compact", [])
     assert got == plain_generate(loaded, PROMPTS[:1], max_new_tokens=12)
 
 

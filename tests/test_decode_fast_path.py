@@ -12,6 +12,7 @@ from varied_weights import varied_copy
 
 import intelrt
 from intelrt.errors import ConfigurationError, PlanError
+from intelrt.plugin import DecodeChoice
 
 PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then", "x"]
 
@@ -50,8 +51,7 @@ def ids_of(loaded: intelrt.Loaded, prompts: list[str]) -> list[list[int]]:
 
 def test_decode_plan_names_the_fast_path_on_cpu(loaded: intelrt.Loaded) -> None:
     decision = loaded.plan.decisions["decode"]
-    assert decision.value == {"method": "fast", "cache": "static", "graphs": None, "compile": None,
-                              "step": "compact"}
+    assert decision.value == DecodeChoice("fast", cache="static", step="compact")
     assert decision.plugin == "graphs" and "static-KV-cache decode loop" in decision.reason
     assert "qwen3 layers run as intelrt's compact step" in decision.reason
     assert "decode" in str(loaded.plan) and "method=fast" in str(loaded.plan)
@@ -59,9 +59,9 @@ def test_decode_plan_names_the_fast_path_on_cpu(loaded: intelrt.Loaded) -> None:
 
 def test_decode_greedy_batch_1_equals_generate_token_for_token(loaded: intelrt.Loaded) -> None:
     ours = loaded.generate_ids(ids_of(loaded, PROMPTS[:1])[0], max_new_tokens=24)
-    assert loaded.last_generation is not None and loaded.last_generation["path"] == "fast"
-    assert loaded.last_generation["step"] == "compact" and not loaded.last_generation["notes"]
-    assert loaded.last_generation["reason"] == loaded.plan.decisions["decode"].reason
+    assert loaded.last_generation is not None and loaded.last_generation.path == "fast"
+    assert loaded.last_generation.step == "compact" and not loaded.last_generation.notes
+    assert loaded.last_generation.reason == loaded.plan.decisions["decode"].reason
     theirs = plain_generate(loaded, PROMPTS[:1])[0]
     assert len(set(theirs)) > 4, "the model must vary its tokens for this test to mean anything"
     assert ours == theirs
@@ -71,8 +71,9 @@ def test_decode_greedy_batch_1_equals_generate_token_for_token(loaded: intelrt.L
 
 def test_decode_greedy_batch_4_with_padding_equals_generate(loaded: intelrt.Loaded) -> None:
     ours = loaded.generate_ids(ids_of(loaded, PROMPTS), max_new_tokens=24)
-    report = loaded.last_generation or {}
-    assert (report["path"], report["step"], report["batches"], report["prompts"]) == ("fast", "compact", 1, 4)
+    report = loaded.last_generation
+    assert report is not None
+    assert (report.path, report.step, report.batches, report.prompts) == ("fast", "compact", 1, 4)
     assert ours == plain_generate(loaded, PROMPTS)
     texts = loaded.generate(PROMPTS, max_new_tokens=24)
     assert texts == [loaded.tokenizer.decode(row, skip_special_tokens=True) for row in ours]
@@ -95,11 +96,11 @@ def test_decode_sampling_runs_on_the_fast_path(loaded: intelrt.Loaded) -> None:
     torch.manual_seed(0)
     assert loaded.generate_ids(ids_of(loaded, PROMPTS), max_new_tokens=12, do_sample=True, top_k=1,
                                temperature=0.7) == greedy
-    assert (loaded.last_generation or {})["path"] == "fast"
+    assert loaded.last_generation.path == "fast"
     torch.manual_seed(0)
     sampled = loaded.generate_ids(ids_of(loaded, PROMPTS), max_new_tokens=12, do_sample=True, temperature=1.5,
                                   top_p=0.9)
-    assert (loaded.last_generation or {})["path"] == "fast" and sampled != greedy
+    assert loaded.last_generation.path == "fast" and sampled != greedy
 
 
 @pytest.mark.parametrize("kwargs, named", [
@@ -110,8 +111,9 @@ def test_decode_sampling_runs_on_the_fast_path(loaded: intelrt.Loaded) -> None:
 def test_decode_falls_back_to_generate_naming_the_setting(loaded: intelrt.Loaded, kwargs: dict[str, Any],
                                                           named: str) -> None:
     ours = loaded.generate_ids(ids_of(loaded, PROMPTS[:2]), max_new_tokens=10, **kwargs)
-    report = loaded.last_generation or {}
-    assert report["path"] == "generate" and named in report["reason"]
+    report = loaded.last_generation
+    assert report is not None
+    assert report.path == "generate" and named in report.reason
     assert ours == plain_generate(loaded, PROMPTS[:2], max_new_tokens=10, **kwargs)
 
 
@@ -119,8 +121,9 @@ def test_decode_hands_unknown_generate_keywords_to_transformers(loaded: intelrt.
     from transformers import LogitsProcessorList
 
     loaded.generate(PROMPTS[0], max_new_tokens=4, logits_processor=LogitsProcessorList())
-    report = loaded.last_generation or {}
-    assert report["path"] == "generate" and "logits_processor" in report["reason"]
+    report = loaded.last_generation
+    assert report is not None
+    assert report.path == "generate" and "logits_processor" in report.reason
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -146,7 +149,7 @@ def test_decode_encoder_models_plan_generate_with_the_reason(tmp_path: Path) -> 
 
     build_encoder(tmp_path)
     decision = intelrt.plan(tmp_path).decisions["decode"]
-    assert decision.value["method"] == "generate" and "only text generation decodes" in decision.reason
+    assert decision.value.method == "generate" and "only text generation decodes" in decision.reason
     with pytest.raises(PlanError, match="graphs='on' needs intelrt's fast decode loop"):
         intelrt.plan(tmp_path, graphs="on")
 
@@ -158,5 +161,5 @@ def test_decode_graphs_on_the_cpu_is_refused(varied_model: Path) -> None:
 
 def test_decode_compile_on_is_honoured_by_the_decode_step(varied_model: Path) -> None:
     plan = intelrt.plan(varied_model, compile="on")
-    assert plan.value("decode")["compile"] == "inductor"
-    assert intelrt.plan(varied_model, compile="none").value("decode")["compile"] is None
+    assert plan.decode_choice.compile == "inductor"
+    assert intelrt.plan(varied_model, compile="none").decode_choice.compile is None

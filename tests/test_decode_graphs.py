@@ -9,6 +9,7 @@ capturer whose "graph" re-runs the step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,13 @@ import pytest
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.plugins import get_host
-from intelrt.request import Request
+from intelrt.host.manager import get_host
+from intelrt.planning.request import Request
+from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
 from intelrt.testing.simulation import simulate
-from intelrt.types import BackendStatus, DeviceInfo
+
+#: The fast loop with an eager step of the model's own forward (what the engine tests vary).
+EAGER = DecodeChoice("fast", cache="static")
 
 CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
                      devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),))
@@ -31,21 +35,22 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     import dataclasses
 
     from intelrt.backends import graphs
-    from intelrt.model_source import resolve_model
+    from intelrt.planning.model_source import resolve_model
 
     model = resolve_model(str(tiny_model))
-    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {"task": "text-generation"})
+    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {}, {"task": "text-generation"})
     assert decision is not None
-    assert decision.value == {"method": "fast", "cache": "static", "graphs": "cuda", "compile": "inductor",
-                              "step": "compact", "compile_options": {"coordinate_descent_tuning": True}}
+    assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
+                                          compile_options={"coordinate_descent_tuning": True},
+                                          attention_kernel=triton_installed())
     assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
     other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"})
-    fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {"task": "text-generation"})
-    assert fallback is not None and fallback.value["step"] == "model"
-    assert fallback.value["compile_options"] == {"freezing": True, "coordinate_descent_tuning": True}
+    fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {}, {"task": "text-generation"})
+    assert fallback is not None and fallback.value.step == "model"
+    assert fallback.value.compile_options == {"freezing": True, "coordinate_descent_tuning": True}
     assert "phi3 is not one of the architectures the compact step reproduces" in fallback.reason
-    off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {})
-    assert off is not None and off.value["graphs"] is None and off.value["compile"] is None
+    off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {}, {})
+    assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason
     assert callable(graphs.intelrt_decode_graph(CUDA, "cuda"))
     assert graphs.intelrt_decode_graph(CUDA, "xpu") is None
@@ -54,11 +59,11 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
 def test_decode_graphs_xpu_under_simulation(tiny_model: Path) -> None:
     with simulate("xpu", 1):
         plan = intelrt.plan(tiny_model)
-        capture, plugin = get_host().call_first("intelrt_decode_graph", backend=plan.backend, kind="xpu")
+        capture = get_host().decode_graph(plan.backend, "xpu")
     decode = plan.decisions["decode"]
-    assert (decode.plugin, decode.value["graphs"], decode.value["compile"]) == ("xpu", "xpu", "inductor")
+    assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", "xpu", "inductor")
     assert "XPU graph (torch.xpu.XPUGraph)" in decode.reason
-    assert callable(capture) and plugin == "xpu"
+    assert callable(capture)
 
 
 def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: Path) -> None:
@@ -66,7 +71,7 @@ def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: P
         decode = intelrt.plan(tiny_model).decisions["decode"]
         with pytest.raises(PlanError, match="has no torch.xpu.XPUGraph"):
             intelrt.plan(tiny_model, graphs="on")
-    assert decode.value["method"] == "fast" and decode.value["graphs"] is None
+    assert decode.value.method == "fast" and decode.value.graphs is None
     assert "no XPU graph" in decode.reason
 
 
@@ -75,9 +80,10 @@ def test_decode_graphs_hpu_lazy_mode_captures_hpu_graphs(tiny_model: Path) -> No
     with simulate("hpu", 1, env={"PT_HPU_LAZY_MODE": "1"}) as sim:
         plan = intelrt.plan(tiny_model)
         decode = plan.decisions["decode"]
-        assert (decode.plugin, decode.value["graphs"], decode.value["compile"]) == ("hpu", "hpu", None)
+        assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("hpu", "hpu", None)
         assert "habana_frameworks.import" not in sim.calls  # planning never loads the stack (H3)
-        capture, _ = get_host().call_first("intelrt_decode_graph", backend=plan.backend, kind="hpu")
+        capture = get_host().decode_graph(plan.backend, "hpu")
+        assert capture is not None
         steps: list[int] = []
         replay = capture(lambda: steps.append(len(steps)), warmup=2)
         recorded = [c for c in sim.calls if c.startswith("hpu.graph")]
@@ -93,7 +99,7 @@ def test_decode_graphs_hpu_eager_mode_compiles_with_hpu_backend(tiny_model: Path
         decode = intelrt.plan(tiny_model).decisions["decode"]
         with pytest.raises(PlanError, match="set PT_HPU_LAZY_MODE=1"):
             intelrt.plan(tiny_model, graphs="on")
-    assert (decode.value["graphs"], decode.value["compile"], decode.claim) == (None, "hpu_backend", "H9")
+    assert (decode.value.graphs, decode.value.compile, decode.claim) == (None, "hpu_backend", "H9")
     assert "HPU graphs need lazy mode" in decode.reason
 
 
@@ -115,7 +121,7 @@ def _decode(decoder: Any, loaded: intelrt.Loaded, prompts: list[str], max_new: i
     import torch
 
     from intelrt.decoding.generation import left_pad
-    from intelrt.decoding.options import DecodeOptions
+    from intelrt.decoding.keywords import DecodeOptions
 
     ids, mask = left_pad([loaded.tokenizer(p)["input_ids"] for p in prompts], 1, torch.device("cpu"))
     options = DecodeOptions(max_new, False, 1.0, 0, 1.0, (), 1)
@@ -131,8 +137,8 @@ def test_decode_engine_counts_warmup_steps_and_captures_once(loaded: intelrt.Loa
     from intelrt.decoding.engine import FastDecoder
 
     log: list[str] = []
-    plain = FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None)
-    graphed = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=_rerun_capturer(log))
+    plain = FastDecoder(loaded.model, EAGER, None)
+    graphed = FastDecoder(loaded.model, replace(EAGER, graphs="test"), _rerun_capturer(log))
     expected, _ = _decode(plain, loaded, ["Intel GPUs are", "hi"], 20)
     for _ in range(2):
         tokens, report = _decode(graphed, loaded, ["Intel GPUs are", "hi"], 20)
@@ -146,19 +152,19 @@ def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: inte
     def broken(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    expected, _ = _decode(FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None),
-                          loaded, ["Gaudi"], 12)
-    decoder = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=broken)
+    expected, _ = _decode(FastDecoder(loaded.model, EAGER, None), loaded, ["Gaudi"], 12)
+    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), broken)
     tokens, report = _decode(decoder, loaded, ["Gaudi"], 12)
     assert tokens.tolist() == expected.tolist()
     assert report.graphs is None and any("graph capture (test) failed" in n for n in report.notes)
 
 
 def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: intelrt.Loaded) -> None:
-    """With graphs, the compact step's prompts are left-padded to a multiple of PROMPT_BUCKET and
+    """With graphs, the compact step's prompts are left-padded to a multiple of prompt_bucket and
     their pass is captured once per padded length: prompts of 3 and 9 tokens share one capture,
     a 20-token prompt gets its own, and the tokens equal an uncaptured, unpadded decode's."""
-    from intelrt.decoding.engine import PROMPT_BUCKET, FastDecoder
+    from intelrt.decoding.engine import FastDecoder
+    from intelrt.decoding.tuning import DecodeTuning
 
     captured: list[str] = []
 
@@ -168,19 +174,20 @@ def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: i
             step()
         return step
 
-    plain = FastDecoder(loaded.model, graphs=None, compile_backend=None, capturer=None, step="compact")
-    graphed = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=naming_capturer,
-                          step="compact")
+    compact = replace(EAGER, step="compact")
+    plain = FastDecoder(loaded.model, compact, None)
+    graphed = FastDecoder(loaded.model, replace(compact, graphs="test"), naming_capturer)
+    bucket = DecodeTuning().prompt_bucket
     prompts = ["Intel GPUs are", "the cat sat on the mat and then", "hello " * 12]
     lengths = [len(loaded.tokenizer(p)["input_ids"]) for p in prompts]
-    assert lengths[0] < lengths[1] <= PROMPT_BUCKET < lengths[2], lengths
+    assert lengths[0] < lengths[1] <= bucket < lengths[2], lengths
     reported = []
     for prompt in (*prompts, prompts[0]):
         expected, _ = _decode(plain, loaded, [prompt], 12)
         tokens, report = _decode(graphed, loaded, [prompt], 12)
         assert tokens.tolist() == expected.tolist() and report.step == "compact"
         reported.append(report.captured)
-    assert reported == [True, False, True, False]  # what last_generation["captured"] tells the user
+    assert reported == [True, False, True, False]  # what last_generation.captured tells the user
     assert captured == ["_PromptGraph", "_Session", "_PromptGraph"]  # prompt (16), step, prompt (32)
 
 
@@ -204,7 +211,7 @@ def test_decode_engine_pauses_the_garbage_collector_only_for_captured_shapes(loa
 
         return replay
 
-    decoder = FastDecoder(loaded.model, graphs="test", compile_backend=None, capturer=recording_capturer)
+    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), recording_capturer)
     assert gc.isenabled()
     _, first = _decode(decoder, loaded, ["Intel GPUs are"], 12)
     assert first.captured and collector_on and all(collector_on)

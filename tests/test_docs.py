@@ -25,12 +25,12 @@ import pluggy
 import pytest
 
 import intelrt
-from intelrt import hookspecs
 from intelrt.errors import BackendUnavailableError, PlanError
-from intelrt.planning import make_plan
-from intelrt.plugins import PluginHost
-from intelrt.request import Request
-from intelrt.types import BackendStatus
+from intelrt.hooks import hookspecs
+from intelrt.hooks.types import BackendStatus
+from intelrt.host.manager import PluginHost
+from intelrt.planning.planner import make_plan
+from intelrt.planning.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -325,7 +325,7 @@ def test_hook_select_kernels_reference_example(simulate, tmp_path: Path) -> None
     simulate("xpu", count=1)
     kernels = _plan(host, _model(tmp_path / "m"), kernels=True).decisions["kernels"]
     assert kernels.plugin == "example"
-    assert kernels.value["kernel_mapping"] == {"RMSNorm": {"xpu": "my-org/rmsnorm-xpu:RMSNorm"}}
+    assert kernels.value.kernel_mapping == {"RMSNorm": {"xpu": "my-org/rmsnorm-xpu:RMSNorm"}}
 
 
 def test_hook_select_quantization_reference_example(simulate, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -340,16 +340,16 @@ def test_hook_select_compile_reference_example(tmp_path: Path) -> None:
     host = _host("intelrt_select_compile")
     model = _model(tmp_path / "m")
     compiled = _plan(host, model, {"MYLAB_SERVING": "1"}).decisions["compile"]
-    assert compiled.plugin == "example" and compiled.value["enabled"] is True
+    assert compiled.plugin == "example" and compiled.value.enabled is True
     off = _plan(host, model, {"MYLAB_SERVING": "1"}, compile="none").decisions["compile"]
-    assert off.value["enabled"] is False and off.forced
+    assert off.value.enabled is False and off.forced
 
 
 def test_hook_select_decode_reference_example(tmp_path: Path) -> None:
     host = _host("intelrt_select_decode")
     model = _model(tmp_path / "m")
     decode = _plan(host, model, {"MYLAB_EVAL": "1"}).decisions["decode"]
-    assert (decode.value["method"], decode.plugin) == ("generate", "example")
+    assert (decode.value.method, decode.plugin) == ("generate", "example")
     assert _plan(host, model).decisions["decode"].plugin != "example"
 
 
@@ -357,7 +357,7 @@ def test_hook_select_batching_reference_example(tmp_path: Path) -> None:
     host = _host("intelrt_select_batching")
     batching = _plan(host, _model(tmp_path / "m"), {"MYLAB_EVAL": "1"}).decisions["batching"]
     assert batching.plugin == "example"
-    assert (batching.value["method"], batching.value["engine"], batching.value["max_batch"]) == ("padded", "generate", 8)
+    assert (batching.value.method, batching.value.engine, batching.value.max_batch) == ("padded", "generate", 8)
 
 
 def test_hook_select_collective_reference_example(tmp_path: Path) -> None:
@@ -378,13 +378,15 @@ def test_hook_wrap_compile_reference_example() -> None:
         calls.append(kwargs)
         return model
 
-    wrapper, plugin = host.call_first("intelrt_wrap_compile", backend=_mynpu(), compile_fn=torch_compile)
+    answer = host.wrap_compile(_mynpu(), torch_compile)
+    assert answer is not None
+    wrapper, plugin = answer
     assert plugin == "example"
     wrapper("model", backend="inductor", mode="max-autotune")
     wrapper("model", backend="eager")
     assert calls == [{"backend": "mynpu", "mode": "max-autotune"}, {"backend": "eager"}]
     cpu = BackendStatus("cpu", "cpu", True, "the CPU is always available")
-    assert host.call_first("intelrt_wrap_compile", backend=cpu, compile_fn=torch_compile) == (None, None)
+    assert host.wrap_compile(cpu, torch_compile) is None
 
 
 def test_hook_decode_graph_reference_example() -> None:
@@ -401,16 +403,16 @@ def test_hook_decode_graph_reference_example() -> None:
         log.append("capture")
         yield
 
-    capture, plugin = host.call_first("intelrt_decode_graph", backend=_mynpu(), kind="mynpu")
-    assert plugin == "example"
+    capture = host.decode_graph(_mynpu(), "mynpu")
+    assert capture is not None
     with _vendor_module("mynpu_runtime", Graph=Graph, graph_capture=graph_capture):
         replay = capture(lambda: log.append("step"), warmup=2)
     assert log == ["step", "step", "capture", "step"] and replay() == "replayed"
-    assert host.call_first("intelrt_decode_graph", backend=_mynpu(), kind="cuda") == (None, None)
+    assert host.decode_graph(_mynpu(), "cuda") is None
 
 
 def test_hook_training_arguments_reference_example(tmp_path: Path) -> None:
-    from intelrt.training import training_settings
+    from intelrt.training.arguments import training_settings
 
     host = _host("intelrt_training_arguments")
     big = _plan(host, _model(tmp_path / "big", hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
@@ -424,7 +426,7 @@ def test_hook_training_arguments_reference_example(tmp_path: Path) -> None:
 
 
 def test_hook_launch_env_reference_example(tmp_path: Path) -> None:
-    from intelrt.launching import launch_command
+    from intelrt.training.launching import launch_command
 
     host = _host("intelrt_launch_env")
     script = tmp_path / "train.py"
@@ -437,7 +439,7 @@ def test_hook_launch_env_reference_example(tmp_path: Path) -> None:
 
 
 def test_hook_diagnose_reference_example() -> None:
-    from intelrt.doctor import diagnose
+    from intelrt.planning.diagnosis import diagnose
 
     host = _host("intelrt_diagnose")
     report = diagnose(env={"ZE_AFFINITY_MASK": "0", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, host=host)

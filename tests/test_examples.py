@@ -102,7 +102,7 @@ def test_c6_acme_example_adds_a_backend_that_plans_on_its_simulated_runtime(tmp_
 @pytest.mark.claim("C6")
 def test_c6_installed_examples_change_nothing_else(simulate, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import intelrt
-    from intelrt.plugins import PluginHost
+    from intelrt.host.manager import PluginHost
 
     host = PluginHost()
     assert {PLUGINS[d] for d in PLUGINS} <= {r.name for r in host.enabled()}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import intelrt
-from intelrt.compiling import install_compile_wrapper
+from intelrt.runtime.compiling import install_compile_wrapper
 from intelrt.testing.simulation import simulate as simulated
 from intelrt_hpu.compile_wrap import GaudiCompileWarning
 

@@ -10,8 +10,9 @@ import pytest
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.plugins import PluginHost
-from intelrt.types import Setting
+from intelrt.hooks.types import Setting
+from intelrt.host.manager import PluginHost
+from intelrt.plugin import CompileChoice, QuantizationChoice
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}
 GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
@@ -19,7 +20,7 @@ GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
 
 def _settings(plan: intelrt.Plan, **overrides: Any) -> dict[str, list[Setting]]:
     found: dict[str, list[Setting]] = {}
-    for _plugin, setting in PluginHost().call_all("intelrt_training_arguments", backend=plan.backend, plan=plan,
+    for _plugin, setting in PluginHost().training_arguments(backend=plan.backend, plan=plan,
                                                   overrides=overrides):
         found.setdefault(setting.name, []).append(setting)
     return found
@@ -46,12 +47,12 @@ def test_H6_too_big_for_one_gaudi_splits_with_auto(simulate, tiny_model: Path) -
 def test_H7_bitsandbytes_4bit_nf4_on_gaudi2_and_3(simulate, tiny_model: Path, generation: str, label: str) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, generation=generation, env=INT64)
     decision = intelrt.plan(tiny_model, quantization="4bit").decisions["quantization"]
-    assert decision.value == {"method": "bitsandbytes", "bits": 4, "quant_type": "nf4",
-                              "compute_dtype": "bfloat16", "double_quant": True}
+    assert decision.value == QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype="bfloat16",
+                                                double_quant=True)
     assert decision.claim == "H7" and decision.reason.endswith(f"4-bit runs on {label}")
     assert any("registers only the NF4 4-bit dequantize kernel" in n for n in decision.notes)
     eight = intelrt.plan(tiny_model, quantization="8bit").decisions["quantization"]
-    assert eight.value == {"method": "bitsandbytes", "bits": 8} and eight.claim == "H7"
+    assert eight.value == QuantizationChoice("bitsandbytes", 8) and eight.claim == "H7"
 
 
 @pytest.mark.claim("H7")
@@ -138,7 +139,7 @@ def test_H9_training_compile_backend_is_hpu_backend_and_others_are_refused(simul
         _settings(plan, torch_compile=True, torch_compile_backend="inductor")
     assert "torch_compile_backend" not in _settings(plan, torch_compile=True, torch_compile_backend="eager")
     on = intelrt.plan(tiny_model, compile="on").decisions["compile"]
-    assert on.value == {"enabled": True, "backend": "hpu_backend", "mode": None} and on.claim == "H9"
+    assert on.value == CompileChoice(True, "hpu_backend") and on.claim == "H9"
     with pytest.raises(PlanError, match="only 'hpu_backend' and 'eager' run on Gaudi"):
         intelrt.plan(tiny_model, compile="inductor")
 
@@ -164,7 +165,7 @@ def test_kernels_are_off_on_gaudi_because_kernels_refuses_hpu(simulate, tiny_mod
         _validate_device_type("hpu")  # the library fact the decision rests on
     simulate("hpu", 8, env=INT64)
     kernels = intelrt.plan(tiny_model).decisions["kernels"]
-    assert kernels.value["use_kernels"] is False and kernels.plugin == "hpu"
+    assert kernels.value.use_kernels is False and kernels.plugin == "hpu"
     assert "does not accept device type 'hpu'" in kernels.reason
     with pytest.raises(PlanError, match="kernels=True"):
         intelrt.plan(tiny_model, kernels=True)

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import intelrt
-from intelrt.doctor import diagnose
 from intelrt.errors import BackendUnavailableError
+from intelrt.planning.diagnosis import diagnose
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}  # as the Gaudi guide says to export: detection asks in-process
 
@@ -93,7 +93,7 @@ def test_H1_execution_mode_is_reported(simulate, tiny_model, lazy: str | None, e
     assert doctor and doctor[0]["detail"].startswith(expected)
     # models run unchanged: eager by default, compiling is opt-in
     compile_decision = intelrt.plan(tiny_model).decisions["compile"]
-    assert compile_decision.value["enabled"] is False and compile_decision.claim == "H1"
+    assert compile_decision.value.enabled is False and compile_decision.claim == "H1"
     assert "eagerly by default" in compile_decision.reason
 
 

@@ -32,11 +32,11 @@ def test_H11_page_cites_every_gaudi_claim(page: str, claim: str) -> None:
 @pytest.mark.claim("H11")
 def test_H11_page_documents_each_decision_hook_and_variable(page: str) -> None:
     import intelrt_hpu.plugin as plugin
-    from intelrt.planning import SELECTION_HOOKS
+    from intelrt.planning.concerns import CONCERNS
 
     hooks = [name for name in dir(plugin) if name.startswith("intelrt_")]
     modules = {getattr(plugin, name).__module__.rsplit(".", 1)[1] for name in hooks}
-    owned = {concern for concern, hook in SELECTION_HOOKS if hook in hooks} | {"collective"}
+    owned = {c.name for c in CONCERNS if c.hook in hooks} | {"collective"}
     for word in sorted(owned | modules):
         assert word in page, f"docs/backends/hpu.md does not mention {word}"
     for variable in ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE", "HABANA_VISIBLE_MODULES",

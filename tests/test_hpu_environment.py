@@ -14,8 +14,8 @@ import pytest
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.plugins import PluginHost
-from intelrt.types import EnvVar, Finding
+from intelrt.hooks.types import EnvVar, Finding
+from intelrt.host.manager import PluginHost
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}
 SUPPORTED = "0,1 2,3 4,5 6,7 0,1,2,3 4,5,6,7"
@@ -135,7 +135,7 @@ def test_H5_visible_devices_is_understood_and_reported_as_index_based(simulate, 
 def _launch(plan: intelrt.Plan, nproc: int, env: dict[str, str]) -> list[EnvVar | Finding]:
     host = PluginHost()
     return [item for _plugin, item in
-            host.call_all("intelrt_launch_env", backend=plan.backend, plan=plan, nproc=nproc, env=env)]
+            host.launch_env(backend=plan.backend, plan=plan, nproc=nproc, env=env)]
 
 
 @pytest.mark.claim("H5")

@@ -30,6 +30,6 @@ def test_c3_plugins_command_imports_neither_torch_nor_transformers() -> None:
 
 @pytest.mark.claim("C2")
 def test_c2_import_sets_no_environment_variable() -> None:
-    code = ("import os\nbefore = dict(os.environ)\nimport intelrt, intelrt.plugins\n"
-            "intelrt.plugins.get_host()\nassert dict(os.environ) == before, set(os.environ) ^ set(before)")
+    code = ("import os\nbefore = dict(os.environ)\nimport intelrt, intelrt.host.manager\n"
+            "intelrt.host.manager.get_host()\nassert dict(os.environ) == before, set(os.environ) ^ set(before)")
     subprocess.run([sys.executable, "-c", code], check=True)

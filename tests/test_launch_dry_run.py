@@ -14,9 +14,9 @@ import pytest
 from intelrt import hookimpl
 from intelrt.cli import main
 from intelrt.errors import PlanError
-from intelrt.launching import launch_command
-from intelrt.plugins import PluginHost
-from intelrt.types import EnvVar, Finding
+from intelrt.hooks.types import EnvVar, Finding
+from intelrt.host.manager import PluginHost
+from intelrt.training.launching import launch_command
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_tiny.py")
 

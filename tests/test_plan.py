@@ -26,7 +26,7 @@ def test_plan_marks_forced_choices(tiny_model: Path) -> None:
     plan = intelrt.plan(tiny_model, dtype="bf16", attention="eager", compile="none")
     assert plan.decisions["dtype"].value == "bfloat16" and plan.decisions["dtype"].forced
     assert plan.decisions["attention"].value == "eager" and plan.decisions["attention"].forced
-    assert plan.decisions["compile"].forced and plan.value("compile")["enabled"] is False
+    assert plan.decisions["compile"].forced and plan.compile_choice.enabled is False
     assert not plan.decisions["placement"].forced
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from intelrt.errors import ConfigurationError, PluginError
-from intelrt.plugins import PluginHost
+from intelrt.host.manager import PluginHost
 from intelrt.testing.distributions import install_plugin, uninstall
 
 
@@ -31,7 +31,7 @@ def third_party(tmp_path: Path) -> Iterator[object]:
 
 GOOD = '''
 from intelrt import hookimpl
-from intelrt.types import Decision
+from intelrt.hooks.types import Decision
 
 @hookimpl(tryfirst=True)
 def intelrt_select_attention(backend, request):
@@ -54,8 +54,8 @@ def test_c6_lists_builtin_and_installed_plugins_with_distribution_and_version() 
 @pytest.mark.claim("C6")
 def test_c6_third_party_plugin_overrides_one_decision_and_is_named_in_the_plan(third_party, tiny_model) -> None:  # type: ignore[no-untyped-def]
     third_party("prefer_eager", GOOD)
-    from intelrt.planning import make_plan
-    from intelrt.request import Request
+    from intelrt.planning.planner import make_plan
+    from intelrt.planning.request import Request
 
     plan = make_plan(Request.build(tiny_model), host=PluginHost())
     assert plan.decisions["attention"].value == "eager"
@@ -112,7 +112,7 @@ from intelrt import hookimpl
 def intelrt_detect(env):
     raise KeyError("boom")
 ''')
-    from intelrt.detection import detect
+    from intelrt.planning.detection import detect
 
     with pytest.raises(PluginError, match=r"plugin 'raises' \(distribution intelrt-raises 1.0\) raised KeyError in intelrt_detect"):
         detect(host=PluginHost())
@@ -127,8 +127,8 @@ from intelrt import hookimpl
 def intelrt_select_dtype(backend):
     return "bfloat16"
 ''')
-    from intelrt.planning import make_plan
-    from intelrt.request import Request
+    from intelrt.planning.planner import make_plan
+    from intelrt.planning.request import Request
 
     with pytest.raises(PluginError, match=r"'wrongtype'.*returned str.*intelrt_select_dtype; expected Decision"):
         make_plan(Request.build(tiny_model), host=PluginHost())
@@ -151,13 +151,13 @@ def intelrt_select_atention(backend):
 def test_c6_two_plugins_claiming_one_backend_are_both_named(third_party) -> None:  # type: ignore[no-untyped-def]
     third_party("fakexpu", '''
 from intelrt import hookimpl
-from intelrt.types import BackendStatus
+from intelrt.hooks.types import BackendStatus
 
 @hookimpl
 def intelrt_detect(env):
     return [BackendStatus("xpu", "xpu", False, "another xpu plugin")]
 ''')
-    from intelrt.detection import detect
+    from intelrt.planning.detection import detect
 
     with pytest.raises(PluginError, match="claimed by two plugins") as info:
         detect(host=PluginHost())
@@ -189,8 +189,8 @@ def intelrt_detect(env):
     _never.wait(30)
     return []
 ''')
-    from intelrt.detection import detect
-    from intelrt.plugins import HookTimeoutError
+    from intelrt.host.timeout import HookTimeoutError
+    from intelrt.planning.detection import detect
 
     host = PluginHost({"INTELRT_HOOK_TIMEOUT": "0.5"})
     with pytest.raises(HookTimeoutError, match=r"plugin 'hangs'.*intelrt_detect did not return within 0.5 s"):

@@ -15,15 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import intelrt
-from intelrt.detection import choose_backend
 from intelrt.errors import BackendUnavailableError, ConfigurationError, IntelrtError, PlanError
-from intelrt.hubcache import hub_offline
-from intelrt.plugins import PluginHost, trace_log
-from intelrt.request import Request, normalize_devices
+from intelrt.hooks.types import BackendStatus, DeviceInfo, Finding
+from intelrt.host.manager import PluginHost, trace_log
+from intelrt.planning.detection import choose_backend
+from intelrt.planning.options import normalize_devices
+from intelrt.planning.request import Request
+from intelrt.support.distributed import world_size
+from intelrt.support.hubcache import hub_offline
+from intelrt.support.visibility import parse_device_list
 from intelrt.testing.simulation import Simulation, _from_parent, _parse_visibility, parse_spec
-from intelrt.training import world_size
-from intelrt.types import BackendStatus, DeviceInfo, Finding
-from intelrt.visibility import parse_device_list
 from intelrt_hpu import diagnosis as hpu_diagnosis
 from intelrt_hpu import environment as hpu_environment
 from intelrt_hpu.detection import mode_note, visibility_note
@@ -268,7 +269,7 @@ def test_every_parser_error_is_an_intelrt_error() -> None:
 # -- secrets and the caller's environment ----------------------------------------------------------------
 
 def test_secrets_are_redacted_from_plan_and_doctor(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from intelrt.doctor import diagnose, format_report
+    from intelrt.planning.diagnosis import diagnose, format_report
 
     monkeypatch.setenv("HF_TOKEN", "hf_supersecret_value")
     monkeypatch.setenv("MY_API_KEY", "another-secret-value")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.doctor import diagnose
 from intelrt.errors import BackendUnavailableError, ConfigurationError, PlanError
-from intelrt.request import normalize_devices
+from intelrt.planning.diagnosis import diagnose
+from intelrt.planning.options import normalize_devices
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}  # keeps Gaudi detection in-process (no probe child)
 MALFORMED = "has entries the driver ignores"
@@ -160,7 +160,7 @@ def test_X11_a_garbled_world_size_is_refused_not_read_as_one_process(simulate, t
     simulate("xpu", count=2, torch_version="2.6.0", env={"WORLD_SIZE": "two"})
     with pytest.raises(ConfigurationError, match="WORLD_SIZE='two' is not a number of processes"):
         intelrt.plan(tiny_model)  # below xccl's torch floor, a distributed run is refused: it must be read
-    from intelrt.training import is_distributed_launch, world_size
+    from intelrt.support.distributed import is_distributed_launch, world_size
 
     assert world_size({"WORLD_SIZE": "4"}) == 4 and world_size({}) == 1
     with pytest.raises(ConfigurationError, match="WORLD_SIZE='-3'"):

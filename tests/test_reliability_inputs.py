@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.doctor import diagnose
 from intelrt.errors import ConfigurationError, ModelSourceError, PlanError, UnsafeModelError
+from intelrt.planning.diagnosis import diagnose
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}
 PROMPT = "Intel GPUs are"

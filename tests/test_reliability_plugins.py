@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from intelrt.cli import main
-from intelrt.doctor import diagnose
 from intelrt.errors import PlanError, PluginError
-from intelrt.planning import make_plan
-from intelrt.plugins import PluginHost
-from intelrt.request import Request
+from intelrt.host.manager import PluginHost
+from intelrt.planning.diagnosis import diagnose
+from intelrt.planning.planner import make_plan
+from intelrt.planning.request import Request
 from intelrt.testing.distributions import install_plugin, uninstall
 
 Install = Callable[[str, str], None]
@@ -28,7 +28,7 @@ def third_party(tmp_path: Path) -> Iterator[Install]:
     def install(name: str, source: str) -> None:
         module = f"intelrt_rel_{name}"
         install_plugin(tmp_path / name, distribution=f"intelrt-rel-{name}", entry_point=name, module=module,
-                       source="from intelrt import hookimpl\nfrom intelrt.types import *\n" + source)
+                       source="from intelrt import hookimpl\nfrom intelrt.hooks.types import *\n" + source)
         installed.append((tmp_path / name, module))
 
     yield install
@@ -134,9 +134,9 @@ def test_C6_a_plugin_hook_that_calls_hooks_itself_does_not_wait_on_itself(
     """Plugin hooks run on reused worker threads under the time limit; a hook that plans again
     from inside (a framework plugin asking intelrt for a plan) gets its answer inline."""
     third_party("nested", '''
-from intelrt.planning import make_plan
-from intelrt.plugins import get_host
-from intelrt.request import Request
+from intelrt.planning.planner import make_plan
+from intelrt.host.manager import get_host
+from intelrt.planning.request import Request
 
 seen = []
 

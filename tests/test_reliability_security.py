@@ -17,10 +17,10 @@ import pytest
 
 import intelrt
 from intelrt.cli import main
-from intelrt.doctor import diagnose, format_report
 from intelrt.errors import ConfigurationError
-from intelrt.plugins import PluginHost
-from intelrt.pretrained_kwargs import from_pretrained_kwargs
+from intelrt.host.manager import PluginHost
+from intelrt.planning.diagnosis import diagnose, format_report
+from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs
 from intelrt.testing.distributions import install_plugin, uninstall
 
 SECRET = "hf_Zq7distinctiveTokenValue"  # distinctive: cannot appear in any key or message by chance
@@ -76,7 +76,7 @@ def test_C2_planning_doctor_and_the_cli_write_nothing_to_os_environ(simulate, ti
     plan = intelrt.plan(tiny_model, devices=[2, 3])
     intelrt.detect()
     diagnose()
-    from intelrt.backend_planning import plan_backend
+    from intelrt.planning.planner import plan_backend
 
     plan_backend(devices=[1])
     assert main(["plan", str(tiny_model), "--devices", "0,2", "--json"]) == 0

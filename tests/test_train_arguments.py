@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.backend_planning import plan_backend
 from intelrt.errors import ConfigurationError, PlanError
-from intelrt.plan_data import Plan
-from intelrt.training import training_settings
+from intelrt.planning.plan import Plan
+from intelrt.planning.planner import plan_backend
+from intelrt.training.arguments import training_settings
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
+from intelrt.support.versions import package_version
 from intelrt.testing.distributions import install_plugin, uninstall
-from intelrt.versions import package_version
 
 
 def test_package_version_equals_importlib_metadata_for_every_installed_distribution() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.doctor import diagnose
+from intelrt.planning.diagnosis import diagnose
 
 
 def _xpu(detection: Any) -> Any:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.environment import child_env
 from intelrt.errors import PlanError
-from intelrt.plugins import get_host
+from intelrt.host.manager import get_host
+from intelrt.planning.environment import child_env
 from intelrt.testing.simulation import simulate as start_simulation
 
 
@@ -25,7 +25,7 @@ def _env(plan: Any) -> dict[str, Any]:
 
 
 def _launch(plan: Any, nproc: int) -> list[Any]:
-    items = get_host().call_all("intelrt_launch_env", backend=plan.backend, plan=plan, nproc=nproc,
+    items = get_host().launch_env(backend=plan.backend, plan=plan, nproc=nproc,
                                 env=dict(os.environ))
     return [item for plugin, item in items if plugin == "xpu"]
 

@@ -13,7 +13,8 @@ from torch import nn
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.pretrained_kwargs import from_pretrained_kwargs, kernel_config
+from intelrt.plugin import KernelChoice
+from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs, kernel_config
 
 KERNELS_OK = {"kernels": "0.18.2"}
 # transformers 5.24's XPU kernels for the tiny Qwen3's layers (RMSNorm, SiLU activation, rotary)
@@ -46,12 +47,12 @@ def test_X8_cached_kernels_give_a_kernel_config_keyed_by_xpu_that_transformers_a
     plan = intelrt.plan(tiny_model)
     decision = plan.decisions["kernels"]
     assert (decision.plugin, decision.claim, decision.forced) == ("xpu", "X8", False)
-    assert decision.value == {
-        "use_kernels": True, "use_local_kernel": False,
-        "kernel_mapping": {"SiLU": {"xpu": "kernels-community/activation:Silu"},
-                           "RMSNorm": {"xpu": "kernels-community/rmsnorm:RMSNorm"},
-                           "rotary_pos_emb": {"xpu": ["kernels-community/rotary:apply_rotary_transformers",
-                                                      {"version": 2}]}}}
+    assert decision.value == KernelChoice(
+        use_kernels=True, use_local_kernel=False,
+        kernel_mapping={"SiLU": {"xpu": "kernels-community/activation:Silu"},
+                        "RMSNorm": {"xpu": "kernels-community/rmsnorm:RMSNorm"},
+                        "rotary_pos_emb": {"xpu": ["kernels-community/rotary:apply_rotary_transformers",
+                                                   {"version": 2}]}})
     assert any("model.train() / model.eval() re-kernelize for the mode" in n for n in decision.notes)
 
     config = kernel_config(plan)
@@ -76,7 +77,7 @@ def test_X8_only_kernels_available_offline_are_mapped(simulate, tiny_model: Path
     cache_kernel(tmp_path, "kernels-community/rmsnorm", 1)
     simulate("xpu", count=1, packages=KERNELS_OK, env={"KERNELS_CACHE": str(tmp_path)})
     decision = intelrt.plan(tiny_model).decisions["kernels"]
-    assert decision.value["use_kernels"] is True and list(decision.value["kernel_mapping"]) == ["RMSNorm"]
+    assert decision.value.use_kernels is True and list(decision.value.kernel_mapping) == ["RMSNorm"]
     assert any(n.startswith("SiLU keeps its PyTorch forward: kernels-community/activation v1 is not cached")
                for n in decision.notes)
 
@@ -85,7 +86,7 @@ def test_X8_only_kernels_available_offline_are_mapped(simulate, tiny_model: Path
 def test_X8_nothing_cached_offline_auto_is_off_forced_is_an_error(simulate, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=1, packages=KERNELS_OK, env={"KERNELS_CACHE": str(tmp_path)})
     auto = intelrt.plan(tiny_model).decisions["kernels"]
-    assert auto.value == {"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}
+    assert auto.value == KernelChoice.off()
     assert auto.reason.startswith("no XPU hub kernel for this model is available offline")
     assert kernel_config(intelrt.plan(tiny_model)) is None
     with pytest.raises(PlanError, match=r"kernels=True: .*kernels-community/rmsnorm v1 is not cached and HF_HUB_OFFLINE is set"):
@@ -101,9 +102,9 @@ def test_X8_local_kernels_use_the_local_kernel_config(simulate, tiny_model: Path
              env={"LOCAL_KERNELS": ":".join(f"{r}={p}" for r, p in local.items()),
                   "KERNELS_CACHE": str(tmp_path / "empty")})
     plan = intelrt.plan(tiny_model, kernels=True)
-    value = plan.value("kernels")
-    assert value["use_local_kernel"] is True
-    assert value["kernel_mapping"]["RMSNorm"] == {"xpu": f"{local['kernels-community/rmsnorm']}:RMSNorm"}
+    value = plan.kernel_choice
+    assert value is not None and value.use_local_kernel is True and value.kernel_mapping is not None
+    assert value.kernel_mapping["RMSNorm"] == {"xpu": f"{local['kernels-community/rmsnorm']}:RMSNorm"}
     config = kernel_config(plan)
     assert config.use_local_kernel is True
     config.sanitize_kernel_mapping(layers_model("RMSNorm", "SiLU", "rotary_pos_emb"))
@@ -113,7 +114,7 @@ def test_X8_local_kernels_use_the_local_kernel_config(simulate, tiny_model: Path
 def test_X8_a_kernels_version_transformers_ignores_turns_kernels_off(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=1)  # the venv's kernels 0.17.2: outside transformers 5.24's range
     decision = intelrt.plan(tiny_model).decisions["kernels"]
-    assert decision.value["use_kernels"] is False and "uses kernels<0.19,>=0.18.2 only" in decision.reason
+    assert decision.value.use_kernels is False and "uses kernels<0.19,>=0.18.2 only" in decision.reason
     with pytest.raises(PlanError, match=r"kernels=True: transformers .* ignores hub kernels"):
         intelrt.plan(tiny_model, kernels=True)
 

@@ -12,7 +12,8 @@ import transformers
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.pretrained_kwargs import from_pretrained_kwargs
+from intelrt.plugin import CompileChoice, QuantizationChoice
+from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs
 from intelrt.testing.simulation import simulate as start_simulation
 
 TINY_GIB = 1e-6  # device memory far below the tiny model's weights: it does not fit one device
@@ -45,15 +46,15 @@ def test_X7_continuous_batching_leaves_graphs_and_async_to_transformers(simulate
     simulate("xpu", count=1)
     decision = intelrt.plan(tiny_model).decisions["batching"]
     assert (decision.plugin, decision.claim) == ("xpu", "X7")
-    assert decision.value["method"] == "continuous"
-    assert decision.value["use_graphs"] is None and decision.value["use_async_batching"] is None
+    assert decision.value.method == "continuous"
+    assert decision.value.use_graphs is None and decision.value.use_async_batching is None
     assert "turns them off: attention=sdpa needs an attention mask" in decision.notes[0]
     # None is transformers' own "decide automatically" for both settings
-    config = ContinuousBatchingConfig(use_cuda_graph=decision.value["use_graphs"],
-                                      use_async_batching=decision.value["use_async_batching"])
+    config = ContinuousBatchingConfig(use_cuda_graph=decision.value.use_graphs,
+                                      use_async_batching=decision.value.use_async_batching)
     assert config.use_cuda_graph is None and config.use_async_batching is None
     forced = intelrt.plan(tiny_model, graphs="off").decisions["batching"]
-    assert forced.value["use_graphs"] is False and "XPU graphs forced off" in forced.notes[0]
+    assert forced.value.use_graphs is False and "XPU graphs forced off" in forced.notes[0]
 
 
 @pytest.mark.claim("X9")
@@ -62,8 +63,8 @@ def test_X9_bitsandbytes_4bit_with_the_qlora_note_loads_on_cpu(tiny_model: Path)
         plan = intelrt.plan(tiny_model, quantization="4bit")
     decision = plan.decisions["quantization"]
     assert (decision.plugin, decision.claim) == ("xpu", "X9")
-    assert decision.value == {"method": "bitsandbytes", "bits": 4, "quant_type": "nf4", "compute_dtype": "bfloat16",
-                              "double_quant": True}
+    assert decision.value == QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype="bfloat16",
+                                                double_quant=True)
     assert decision.notes[0].startswith("QLoRA: to fine-tune a model too big for the GPU, train LoRA adapters")
     kwargs = from_pretrained_kwargs(plan)
     config = kwargs["quantization_config"]
@@ -88,9 +89,9 @@ def test_X9_bitsandbytes_floors_are_checked(simulate, tiny_model: Path, kwargs: 
 def test_compile_on_xpu_is_inductor_with_the_reason(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=1)
     auto = intelrt.plan(tiny_model).decisions["compile"]
-    assert auto.plugin == "xpu" and auto.value["enabled"] is False and "inductor" in auto.reason
+    assert auto.plugin == "xpu" and auto.value.enabled is False and "inductor" in auto.reason
     on = intelrt.plan(tiny_model, compile=True).decisions["compile"]
-    assert on.value == {"enabled": True, "backend": "inductor", "mode": None}
+    assert on.value == CompileChoice(True, "inductor")
     assert "Triton kernels for Intel GPUs" in on.reason
     with pytest.raises(PlanError, match="compile='cudagraphs' cannot run on Intel GPUs"):
         intelrt.plan(tiny_model, compile="cudagraphs")

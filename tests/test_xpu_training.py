@@ -13,14 +13,14 @@ from transformers import TrainingArguments  # imported before any simulation (mo
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.plugins import get_host
+from intelrt.host.manager import get_host
 
 DEVICE = "Intel(R) Data Center GPU Max 1550"
 
 
 def xpu_settings(plan: Any, **overrides: Any) -> dict[str, Any]:
     """What the xpu plugin's intelrt_training_arguments hook contributes, as keywords."""
-    results = get_host().call_all("intelrt_training_arguments", backend=plan.backend, plan=plan, overrides=overrides)
+    results = get_host().training_arguments(backend=plan.backend, plan=plan, overrides=overrides)
     settings = [s for plugin, s in results if plugin == "xpu"]
     assert all(s.reason for s in settings)
     return {s.name: s for s in settings}
@@ -106,6 +106,6 @@ def test_X11_torch_below_2_7_has_no_xccl(simulate, tiny_model: Path) -> None:  #
     decision = plan.decisions["collective"]
     assert decision.value is None and "needs torch >= 2.7" in decision.reason and "legacy 'ccl'" in decision.reason
     with pytest.raises(PlanError, match=r"nproc=2 needs the xccl collective backend, which needs torch >= 2\.7"):
-        get_host().call_all("intelrt_launch_env", backend=plan.backend, plan=plan, nproc=2, env={})
+        get_host().launch_env(backend=plan.backend, plan=plan, nproc=2, env={})
     with pytest.raises(PlanError, match=r"ddp_backend='xccl': torch 2\.6\.0 has no xccl"):
         xpu_settings(plan, ddp_backend="xccl")

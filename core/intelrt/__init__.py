@@ -21,25 +21,27 @@ from .errors import (
     SaveError,
     UnsafeModelError,
 )
-from .plugins import hookimpl
+from .hooks.markers import hookimpl
 
 if TYPE_CHECKING:
-    from .compiling import compile
-    from .detection import Detection, detect
-    from .launching import launch
-    from .loaded import Loaded
-    from .loading import load, setup_env
-    from .plan_data import Plan
-    from .planning import plan
-    from .training import training_arguments
-    from .types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+    from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+    from .planning.detection import Detection, detect
+    from .planning.environment import setup_env
+    from .planning.plan import Plan
+    from .planning.planner import plan
+    from .runtime.compiling import compile
+    from .runtime.loaded import Loaded
+    from .runtime.loading import load
+    from .training.arguments import training_arguments
+    from .training.launching import launch
 
 _LAZY = {
-    "load": "loading", "setup_env": "loading", "plan": "planning", "detect": "detection",
-    "compile": "compiling", "Plan": "plan_data", "Loaded": "loaded", "Detection": "detection",
-    "BackendStatus": "types", "Decision": "types", "DeviceInfo": "types", "EnvVar": "types",
-    "Finding": "types", "Setting": "types",
-    "training_arguments": "training", "launch": "launching",
+    "load": "runtime.loading", "setup_env": "planning.environment", "plan": "planning.planner",
+    "detect": "planning.detection", "compile": "runtime.compiling", "Plan": "planning.plan",
+    "Loaded": "runtime.loaded", "Detection": "planning.detection",
+    "BackendStatus": "hooks.types", "Decision": "hooks.types", "DeviceInfo": "hooks.types",
+    "EnvVar": "hooks.types", "Finding": "hooks.types", "Setting": "hooks.types",
+    "training_arguments": "training.arguments", "launch": "training.launching",
 }
 
 __all__ = [

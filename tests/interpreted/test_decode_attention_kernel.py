@@ -51,15 +51,13 @@ def reference(qkv: Any, q_norm: Any, k_norm: Any, cos: Any, sin: Any, k_cache: A
 @pytest.mark.parametrize("slots, slot, split_target, merge_in_kernel", [
     (40, 21, 64, True), (300, 250, 64, True), (300, 250, 64, False), (300, 250, 1, True), (64, 0, 64, True)])
 @pytest.mark.parametrize("qk_norm", [True, False])
-def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.MonkeyPatch, slots: int, slot: int,
+def test_kernel_equals_torch_attention(kernel: ModuleType, slots: int, slot: int,
                                        split_target: int, merge_in_kernel: bool, qk_norm: bool) -> None:
     """Cases: one split of the cache and several (some of them empty), merged by the last split
     to finish or by a second kernel; the first slot, per-head q/k norms (Qwen3) or none (Llama),
     left padding of different lengths per row."""
     import torch
 
-    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", split_target)
-    monkeypatch.setattr(kernel, "MERGE_IN_KERNEL", merge_in_kernel)
     generator = torch.Generator().manual_seed(slots + slot)
     rows, q_heads, kv_heads, dim = 3, 6, 2, 16
     qkv = torch.randn(rows, (q_heads + 2 * kv_heads) * dim, generator=generator)
@@ -82,15 +80,15 @@ def test_kernel_equals_torch_attention(kernel: ModuleType, monkeypatch: pytest.M
     # compiled kernel's is checked on a GPU, docs/performance.md).
     prefetch = [torch.randn(64, 32, generator=generator), torch.randn(48, generator=generator)]
     out = kernel.decode_attention(qkv, q_norm, k_norm, cos, sin, k_cache, v_cache, torch.tensor([slot]),
-                                  key_mask, arrivals, prefetch, q_heads, 1e-6, dim ** -0.5)
+                                  key_mask, arrivals, prefetch, q_heads, 1e-6, dim ** -0.5, split_target,
+                                  merge_in_kernel)
     assert not arrivals.any()  # left at zero for the next layer
     torch.testing.assert_close(k_cache, k_expected, rtol=1e-5, atol=1e-5)  # the new key written at `slot`
     assert torch.equal(v_cache, v_expected)  # the new value, and nothing else touched
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_model: Any,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_model: Any) -> None:
     """The whole loop on the tiny Qwen3 with the kernel in every layer: one prompt, and three
     left-padded prompts of different lengths. The single prompt's cache is split in two, merged
     by the kernel (one arrival-counter buffer serves every layer); few splits, as the interpreter
@@ -98,10 +96,10 @@ def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_mo
     import torch
 
     import intelrt
-
-    monkeypatch.setattr(kernel, "SPLIT_TARGET_PROGRAMS", 4)
+    from intelrt.decoding.tuning import DecodeTuning
 
     loaded = intelrt.load(tiny_model)
+    loaded.decode_tuning = DecodeTuning(attention_splits=4)
     vary(loaded.model, seed=3)
     tokenizer = loaded.tokenizer
     tokenizer.padding_side = "left"
@@ -113,8 +111,9 @@ def test_decode_loop_with_the_kernel_equals_generate(kernel: ModuleType, tiny_mo
         expected = out[:, inputs["input_ids"].shape[1]:].tolist()
         got = loaded.generate_ids([tokenizer(p)["input_ids"] for p in prompts], max_new_tokens=12,
                                   eos_token_id=None)
-        report = loaded.last_generation or {}
-        assert (report["step"], report["attention_kernel"]) == ("compact", True)
+        report = loaded.last_generation
+        assert report is not None
+        assert (report.step, report.attention_kernel) == ("compact", True)
         assert got == expected
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..plugins import hookimpl
-from ..request import Request
-from ..types import BackendStatus, DeviceInfo, EnvVar, Finding
+from ..hooks.markers import hookimpl
+from ..hooks.types import BackendStatus, DeviceInfo, EnvVar, Finding
+
+if TYPE_CHECKING:
+    from ..planning.request import Request
 
 
 @hookimpl

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..plugins import hookimpl
-from ..request import Request
-from ..types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
+from ..hooks.markers import hookimpl
+from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
+
+if TYPE_CHECKING:
+    from ..planning.request import Request
 
 PRIORITY = 50
 

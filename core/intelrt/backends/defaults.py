@@ -4,15 +4,31 @@ better. Every answer says why, so a plan never holds an unexplained value."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..decoding.policy import batching_value, decode_blockers, decode_graphs, plain_generate
+from ..decoding.policy import (
+    decode_attention_kernel,
+    decode_blockers,
+    decode_graphs,
+    fast_decode_planned,
+    plain_generate,
+)
 from ..errors import PlanError
-from ..model_source import ModelInfo
-from ..plugins import hookimpl
-from ..request import Request
-from ..types import BackendStatus, Decision, JSONValue, Setting
-from ..versions import package_version
+from ..hooks.markers import hookimpl
+from ..hooks.payloads import (
+    BatchingChoice,
+    CompileChoice,
+    DecisionValue,
+    KernelChoice,
+    QuantizationChoice,
+)
+from ..hooks.types import BackendStatus, Decision, Setting
+from ..support.versions import package_version
+
+if TYPE_CHECKING:
+    from ..planning.model_source import ModelInfo
+    from ..planning.plan import Plan
+    from ..planning.request import Request
 
 KNOWN_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                    "flex_attention", "paged|sdpa", "paged|eager", "paged|flash_attention_2")
@@ -25,11 +41,11 @@ DEFAULT_MAX_PADDED_BATCH = 64
 BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
-def bytes_per_parameter(decisions: Mapping[str, JSONValue]) -> float | None:
+def bytes_per_parameter(decisions: Mapping[str, DecisionValue]) -> float | None:
     """Bytes one weight takes under the decisions made so far (quantization, then dtype)."""
     quantization = decisions.get("quantization")
-    if isinstance(quantization, dict):
-        return 0.5 if quantization.get("bits") == 4 else 1.0
+    if isinstance(quantization, QuantizationChoice):
+        return 0.5 if quantization.bits == 4 else 1.0
     return BYTES_PER_PARAM.get(str(decisions.get("dtype")))
 
 
@@ -60,7 +76,7 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision:
 
 
 @hookimpl(trylast=True)
-def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, JSONValue]) -> Decision:
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> Decision:
     fits = fits_one_device(backend, model, bytes_per_parameter(decisions))
     if fits is False and backend.device_count > 1:
         return Decision("auto", f"the weights do not fit one {backend.name} device; accelerate splits them "
@@ -93,64 +109,71 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request) -> Decision
     if request.kernels is True:
         if package_version("kernels") is None:
             raise PlanError("kernels=True needs the kernels package: pip install 'intelrt[kernels]'")
-        return Decision({"use_kernels": True, "kernel_mapping": None, "use_local_kernel": False},
-                        "requested by the user")
+        return Decision(KernelChoice(True), "requested by the user")
     reason = "turned off by the user" if request.kernels is False else (
         f"no hub-kernel mapping is known for {backend.name} that works offline")
-    return Decision({"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}, reason)
+    return Decision(KernelChoice.off(), reason)
 
 
 @hookimpl(trylast=True)
-def intelrt_select_quantization(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]) -> Decision:
+def intelrt_select_quantization(backend: BackendStatus, request: Request,
+                                decisions: Mapping[str, DecisionValue]) -> Decision:
     if request.quantization is None:
         return Decision(None, "not requested")
     version = package_version("bitsandbytes")
     if version is None:
         raise PlanError(f"quantization={request.quantization!r} uses bitsandbytes, which is not installed: "
                         "pip install 'intelrt[bitsandbytes]'")
-    bits = 4 if request.quantization == "4bit" else 8
-    compute = decisions.get("dtype") if decisions.get("dtype") != "float32" else "float32"
-    value: dict[str, Any] = {"method": "bitsandbytes", "bits": bits}
-    if bits == 4:
-        value.update(quant_type="nf4", compute_dtype=compute, double_quant=True)
-    return Decision(value, f"bitsandbytes {version} {bits}-bit on {backend.name}")
+    return Decision(bitsandbytes_choice(request.quantization, decisions),
+                    f"bitsandbytes {version} {request.quantization} on {backend.name}")
+
+
+def bitsandbytes_choice(quantization: str, decisions: Mapping[str, DecisionValue]) -> QuantizationChoice:
+    """bitsandbytes at ``quantization`` (``4bit``: NF4 with double quantization, matmuls in the
+    plan's dtype; ``8bit``: LLM.int8)."""
+    if quantization != "4bit":
+        return QuantizationChoice("bitsandbytes", 8)
+    dtype = decisions.get("dtype")
+    compute = dtype if dtype in ("bfloat16", "float16") else "float32"
+    return QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype=str(compute), double_quant=True)
 
 
 @hookimpl(trylast=True)
 def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision:
     choice = request.compile
     if choice == "none":
-        return Decision({"enabled": False, "backend": None, "mode": None}, "turned off by the user")
+        return Decision(CompileChoice.off(), "turned off by the user")
     if choice == "on":
-        return Decision({"enabled": True, "backend": "inductor", "mode": None},
-                        "requested by the user; inductor is torch's default compiler")
+        return Decision(CompileChoice(True, "inductor"), "requested by the user; inductor is torch's default compiler")
     if choice != "auto":
-        return Decision({"enabled": True, "backend": choice, "mode": None}, "requested by the user")
-    return Decision({"enabled": False, "backend": None, "mode": None},
+        return Decision(CompileChoice(True, choice), "requested by the user")
+    return Decision(CompileChoice.off(),
                     f"not needed for {backend.name}: compile warm-up outweighs its gain for one-off runs")
 
 
 @hookimpl(trylast=True)
 def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          decisions: Mapping[str, JSONValue]) -> Decision:
+                          decisions: Mapping[str, DecisionValue]) -> Decision:
     blocker = decode_blockers(model, decisions)
     if blocker is not None:
-        if request.graphs == "on":
-            raise PlanError(f"graphs='on' needs intelrt's fast decode loop, but {blocker}")
+        for option in ("graphs", "attention_kernel"):
+            if getattr(request, option) == "on":
+                raise PlanError(f"{option}='on' needs intelrt's fast decode loop, but {blocker}")
         return plain_generate(blocker)
     decode_graphs(request, backend, None, f"{backend.name} names no device graphs for decoding")
+    decode_attention_kernel(request, False, f"{backend.name} declares no fast decode path", "compact")
     return plain_generate(f"{backend.name} declares no fast decode path (no plugin answered for it), "
                           "so transformers' generate decodes")
 
 
 @hookimpl(trylast=True)
-def intelrt_select_batching(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]) -> Decision:
+def intelrt_select_batching(backend: BackendStatus, request: Request,
+                            decisions: Mapping[str, DecisionValue]) -> Decision:
     graphs = {"on": True, "off": False}.get(request.graphs)
-    decode = decisions.get("decode")
-    fast = isinstance(decode, dict) and decode.get("method") == "fast"
+    fast = fast_decode_planned(decisions)
     engine = "fast" if fast else "generate"
     if request.batching == "padded":
-        return Decision(batching_value("padded", engine=engine, max_batch=DEFAULT_MAX_PADDED_BATCH),
+        return Decision(BatchingChoice.padded(engine, DEFAULT_MAX_PADDED_BATCH),
                         f"requested by the user; padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts "
                         f"through {'the fast decode loop' if fast else 'transformers generate'}")
     reason = "requested by the user" if request.batching == "continuous" else (
@@ -158,7 +181,7 @@ def intelrt_select_batching(backend: BackendStatus, request: Request, decisions:
     notes: tuple[str, ...] = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
     if fast and request.batching == "auto":
         notes += ("batching='padded' sends a list through the fast decode loop instead",)
-    return Decision(batching_value("continuous", use_graphs=graphs), reason, claim="X7", notes=notes)
+    return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)
 
 
 @hookimpl(trylast=True)
@@ -172,7 +195,7 @@ def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
 DEVICE_COLLECTIVES = {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu"}
 
 
-def check_training_overrides(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]) -> None:
+def check_training_overrides(backend: BackendStatus, plan: Plan, overrides: Mapping[str, Any]) -> None:
     """Refuse a user's TrainingArguments keyword that cannot work on ``backend`` (before
     transformers raises its own, less specific error)."""
     if overrides.get("bf16") is True:
@@ -193,7 +216,7 @@ def check_training_overrides(backend: BackendStatus, plan: Any, overrides: Mappi
 
 
 @hookimpl(trylast=True)
-def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]) -> list[Setting]:
+def intelrt_training_arguments(backend: BackendStatus, plan: Plan, overrides: Mapping[str, Any]) -> list[Setting]:
     check_training_overrides(backend, plan, overrides)
     settings: list[Setting] = []
     dtype = plan.value("dtype")
@@ -205,11 +228,11 @@ def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Map
     if backend.device_type == "cpu" and "use_cpu" not in overrides:
         settings.append(Setting("use_cpu", True, "the plan runs on the CPU"))
     collective = plan.value("collective")
-    if collective and "ddp_backend" not in overrides:
+    if isinstance(collective, str) and "ddp_backend" not in overrides:
         settings.append(Setting("ddp_backend", collective, plan.decisions["collective"].reason))
-    compile_value = plan.value("compile") or {}
-    if compile_value.get("enabled") and "torch_compile" not in overrides:
+    compiled = plan.compile_choice
+    if compiled is not None and compiled.enabled and "torch_compile" not in overrides:
         settings.append(Setting("torch_compile", True, "the plan compiles the model"))
-        if compile_value.get("backend") and "torch_compile_backend" not in overrides:
-            settings.append(Setting("torch_compile_backend", compile_value["backend"], "the plan's compile backend"))
+        if compiled.backend and "torch_compile_backend" not in overrides:
+            settings.append(Setting("torch_compile_backend", compiled.backend, "the plan's compile backend"))
     return settings

@@ -9,21 +9,26 @@ CPU: the same loop, eager (no device graphs exist; compile warm-up outweighs its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..decoding.capture import stream_capturer
 from ..decoding.policy import (
-    batching_value,
     compact_step,
+    decode_attention_kernel,
     decode_blockers,
     decode_compile,
     decode_graphs,
     fast_decode,
+    fast_decode_planned,
+    triton_installed,
 )
-from ..model_source import ModelInfo
-from ..plugins import hookimpl
-from ..request import Request
-from ..types import BackendStatus, Decision, JSONValue
+from ..hooks.markers import hookimpl
+from ..hooks.payloads import BatchingChoice, DecisionValue
+from ..hooks.types import BackendStatus, Decision
+
+if TYPE_CHECKING:
+    from ..planning.model_source import ModelInfo
+    from ..planning.request import Request
 
 CUDA_MAX_PADDED_BATCH = 256
 """Prompts per padded batch on CUDA (fewer when the KV cache would not fit free memory)."""
@@ -36,17 +41,22 @@ CUDA_COMPACT_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 ms/token on the H200) and would copy the weights once more."""
 
 
+TRITON_INTERPRET = "TRITON_INTERPRET"
+"""``1``: Triton runs its kernels in its interpreter, on the CPU."""
+
+
 def _mine(backend: BackendStatus) -> bool:
     return backend.name in ("cuda", "cpu")
 
 
 @hookimpl
-def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          decisions: Mapping[str, JSONValue]) -> Decision | None:
+def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
+                          decisions: Mapping[str, DecisionValue]) -> Decision | None:
     if not _mine(backend) or decode_blockers(model, decisions) is not None:
         return None  # the generic default explains the fallback
     step, step_reason = compact_step(model)
     if backend.name == "cuda":
+        kernel = decode_attention_kernel(request, triton_installed(), "Triton is not installed", step)
         graphs = decode_graphs(request, backend, "cuda", "")
         compiled = decode_compile(request, "inductor")
         parts = ["static KV cache", step_reason]
@@ -58,22 +68,26 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
         parts.append("captured in a CUDA graph: one launch per token, no host sync per token" if graphs
                      else "no CUDA graph (graphs='off'): one kernel launch per op")
         options = CUDA_COMPACT_INDUCTOR_OPTIONS if compact else CUDA_INDUCTOR_OPTIONS
-        return fast_decode(graphs, compiled, "; ".join(parts), compile_options=options, step=step)
+        return fast_decode(graphs, compiled, "; ".join(parts), compile_options=options, step=step,
+                           attention_kernel=kernel)
     graphs = decode_graphs(request, backend, None, "the CPU has no device graphs")
     compiled = decode_compile(request, None)
+    # On the CPU the kernel runs only under Triton's interpreter, as the test suite runs it.
+    interpreted = env.get(TRITON_INTERPRET) == "1" and triton_installed()
+    kernel = decode_attention_kernel(request, interpreted, f"the CPU runs it only under Triton's interpreter "
+                                     f"({TRITON_INTERPRET}=1, with Triton installed)", step)
     reason = ("static-KV-cache decode loop without generate's per-token bookkeeping; the CPU has no device "
               "graphs" + (f"; step compiled with {compiled}" if compiled else
                           ", and compile warm-up outweighs its gain"))
-    return fast_decode(graphs, compiled, f"{reason}; {step_reason}", step=step)
+    return fast_decode(graphs, compiled, f"{reason}; {step_reason}", step=step, attention_kernel=kernel)
 
 
 @hookimpl
 def intelrt_select_batching(backend: BackendStatus, request: Request,
-                            decisions: Mapping[str, JSONValue]) -> Decision | None:
+                            decisions: Mapping[str, DecisionValue]) -> Decision | None:
     if not _mine(backend) or request.batching == "padded":
         return None
-    decode = decisions.get("decode")
-    fast = isinstance(decode, dict) and decode.get("method") == "fast"
+    fast = fast_decode_planned(decisions)
     on_cuda = backend.name == "cuda"
     if request.batching == "auto" and fast:
         size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
@@ -81,17 +95,17 @@ def intelrt_select_batching(backend: BackendStatus, request: Request,
                "step), so one padded batch beats continuous batching's per-step scheduling (docs/performance.md)"
                if on_cuda else "on the CPU one padded batch through the decode loop skips continuous batching's "
                "per-step scheduling")
-        return Decision(batching_value("padded", engine="fast", max_batch=size),
+        return Decision(BatchingChoice.padded("fast", size),
                         f"padded batches of up to {size} prompts through the fast decode loop: {why}",
                         notes=("batching='continuous' uses transformers' generate_batch instead",))
     user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
     if on_cuda:
         graphs = request.graphs != "off"
-        return Decision(batching_value("continuous", use_graphs=graphs, use_async_batching=True),
+        return Decision(BatchingChoice.continuous(use_graphs=graphs, use_async_batching=True),
                         f"{user}; continuous batching with CUDA graphs "
                         f"{'on' if graphs else 'off (graphs=off)'} and async double-buffering (H200-class memory "
                         "affords the doubled buffers)", claim="X7")
-    return Decision(batching_value("continuous", use_graphs=False, use_async_batching=False, kv_sizing="requests"),
+    return Decision(BatchingChoice.continuous(use_graphs=False, use_async_batching=False, kv_sizing="requests"),
                     f"{user}; continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
                     "sized from the requests (sizing it from free memory takes seconds)", claim="X7")
 

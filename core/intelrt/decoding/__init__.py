@@ -1,19 +1,6 @@
-"""Fast decoding: a static-cache decode loop with a compiled, graph-captured step (issue 6).
-
-``policy`` holds the plan-time rules (pure Python, no torch); ``options`` checks generation
-keywords; ``engine`` runs the loop; ``continuous`` drives transformers' continuous batching;
-``routing`` picks the path for one call and says why. Importing this package imports no torch.
+"""Decoding: intelrt's fast decode loop — a static KV cache and a compiled, graph-captured step
+(``engine``, ``compact``, ``forwards``, ``triton_attention``), transformers' continuous batching
+(``continuous``), the path one call takes (``routing``, ``generation``) and the plan-time rules
+backends answer the decode decision with (``policy``). Device choices come from the plan's decode
+decision; the loop's own settings from ``DecodeTuning``. Importing this package imports no torch.
 """
-
-from __future__ import annotations
-
-from .policy import (
-    DECODE_METHODS,
-    batching_value,
-    decode_blockers,
-    decode_compile,
-    decode_graphs,
-    fast_decode,
-)
-
-__all__ = ["DECODE_METHODS", "batching_value", "decode_blockers", "decode_compile", "decode_graphs", "fast_decode"]

@@ -24,24 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .tuning import DecodeTuning
+
 COMPACT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 """Architectures whose decoder layers the compact step reproduces."""
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 """Rotary embeddings whose frequencies change with the sequence length (not reproduced)."""
-FUSED_ATTENTION_DEVICES = ("cuda",)
-"""Devices the one-kernel decode attention is measured on (docs/performance.md); the CPU runs it
-only under Triton's interpreter (``TRITON_INTERPRET=1``), as the test suite does."""
-GEMV_MAX_ROWS = 4
-"""At most this many token rows per step use multiply-and-sum projections (when compiled)."""
 RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 """Norm modules computing ``weight * (x * rsqrt(mean(x**2) + eps))``, which ``_normed_linear``
 folds into the projection after them (any other norm module runs as itself)."""
-FOLD_NORMS = True
-"""Fold RMSNorms into the multiply-and-sum projections after them (docs/performance.md)."""
-PREFETCH_WEIGHTS = ("o_proj", "gate_up", "down_proj", "next_qkv")
-"""With few rows, the weights a layer's attention kernel prefetches into L2, of those read after
-it: the layer's o-projection, gate/up and down projections, the next layer's q/k/v
-(docs/performance.md)."""
 
 
 def compact_blocker(model_type: str, config: Mapping[str, Any]) -> str | None:
@@ -177,7 +168,8 @@ def _rms_parts(norm: Any) -> tuple[Any, float] | None:
     return weight, eps
 
 
-def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any, bias: Any, gemv: bool) -> Any:
+def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any, bias: Any, gemv: bool,
+                   fold: bool = True) -> Any:
     """``norm(x) @ weight.T + bias``.
 
     With ``gemv`` and an RMSNorm (``rms``: its weight and eps), as one multiply-and-sum of
@@ -185,10 +177,11 @@ def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any
     ``rsqrt(mean(x**2) + eps)`` afterwards: both sums have the projection's shape, so the
     compiler computes them, and the scaling, in the projection's kernel instead of running the
     norm's statistics as a kernel of their own. Accumulates in float32 (the model's norm rounds
-    its output to the model's dtype before the projection: results differ by that rounding)."""
+    its output to the model's dtype before the projection: results differ by that rounding).
+    ``fold=False`` runs the norm as itself."""
     import torch
 
-    if not (gemv and FOLD_NORMS) or rms is None:
+    if not (gemv and fold) or rms is None:
         return _linear(norm(x), weight, bias, gemv)
     scale, eps = rms
     xf = x.float()
@@ -226,7 +219,8 @@ def _attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float) -> Any
 class CompactModel:
     """The compact forward of one loaded model; call it like a function (compile it as one)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, tuning: DecodeTuning | None = None) -> None:
+        self.tuning = tuning or DecodeTuning()
         inner, head = _decoder_parts(model)
         self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, head
         self.norm_rms = _rms_parts(self.norm)
@@ -272,19 +266,12 @@ class CompactModel:
         values = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
         return keys, values
 
-    def fused_attention_ok(self, device: Any) -> bool:
-        """The one-kernel decode attention (``triton_attention``) can serve this model on ``device``:
-        Triton is installed, head_dim is a power of two >= 16, the rotary embedding covers the whole
-        head, and the device is one the kernel runs on."""
-        import os
+    def attention_kernel_fits(self) -> bool:
+        """The one-kernel decode attention (``triton_attention``) can serve this model: Triton is
+        installed, head_dim is a power of two >= 16 and the rotary embedding covers the whole head.
+        Whether the device runs the kernel is the plan's decode decision (``attention_kernel``)."""
         from importlib.util import find_spec
 
-        import torch
-
-        kind = torch.device(device).type
-        interpreted = kind == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-        if kind not in FUSED_ATTENTION_DEVICES and not interpreted:
-            return False
         layer = self.layers[0]
         dim = layer.head_dim
         if find_spec("triton") is None or dim < 16 or dim & (dim - 1):
@@ -309,7 +296,7 @@ class CompactModel:
         ``key_mask``: (rows, L), 1 where a cache slot holds a real (not padding) token.
         ``gemv``: multiply-and-sum projections (only for a compiled step: eagerly it would
         materialise rows × out × in products). ``fused_attention``: one-token steps run each
-        layer's attention block as one Triton kernel (see ``fused_attention_ok``).
+        layer's attention block as one Triton kernel (see ``attention_kernel_fits``).
         """
         import torch
 
@@ -318,7 +305,7 @@ class CompactModel:
         cos, sin = rotary_cos[:, None], rotary_sin[:, None]
         rows, steps, _ = hidden.shape
         one_kernel = fused_attention and steps == 1
-        if one_kernel:  # registered when fused_attention_ok() said yes
+        if one_kernel:  # registered when attention_kernel_fits() said yes
             decode_attention = torch.ops.intelrt.decode_attention
             cos_1, sin_1 = rotary_cos[:, 0].contiguous(), rotary_sin[:, 0].contiguous()
             # The kernel's arrival counters (one per row and key/value head); each layer's kernel
@@ -330,23 +317,26 @@ class CompactModel:
         causal = slot_ids[None, None, :] <= slots[None, :, None]
         allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
         residual = hidden
+        fold, tuning = self.tuning.fold_norms, self.tuning
         for index, (layer, k_cache, v_cache) in enumerate(zip(self.layers, keys, values, strict=True)):
-            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv)
+            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv,
+                                 fold)
             if one_kernel:
                 attended = decode_attention(
                     qkv[:, 0], layer.q_norm.weight if layer.q_norm is not None else None,
                     layer.k_norm.weight if layer.k_norm is not None else None, cos_1, sin_1, k_cache, v_cache,
                     slots, key_mask, arrivals, self._read_next(index) if gemv else [], layer.q_heads,
-                    layer.qk_eps, layer.scaling)[:, None]
+                    layer.qk_eps, layer.scaling, tuning.attention_splits, tuning.merge_in_kernel,
+                    tuning.prefetch)[:, None]
             else:
                 attended = self._attention(layer, qkv, cos, sin, k_cache, v_cache, slots, allowed)
             residual = residual + _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
             gate, up = _normed_linear(residual, layer.post_norm, layer.post_rms, layer.gate_up_weight,
-                                      layer.gate_up_bias, gemv).chunk(2, dim=-1)
+                                      layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
             residual = residual + _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias,
                                           gemv)
         return _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
-                              gemv)[:, -1]
+                              gemv, fold)[:, -1]
 
     def _read_next(self, index: int) -> list[Any]:
         """The weights read after layer ``index``'s attention, in order (what its kernel prefetches)."""
@@ -355,7 +345,7 @@ class CompactModel:
                      "down_proj": layer.down_proj.weight}
         if index + 1 < len(self.layers):
             following["next_qkv"] = self.layers[index + 1].qkv_weight
-        return [following[name] for name in PREFETCH_WEIGHTS if name in following]
+        return [following[name] for name in self.tuning.prefetch_weights if name in following]
 
     @staticmethod
     def _attention(layer: CompactLayer, qkv: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slots: Any,

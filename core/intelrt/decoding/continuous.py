@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import GenerationError
-from .options import DecodeOptions
+from ..hooks.payloads import BatchingChoice
+from .keywords import DecodeOptions
 
 log = logging.getLogger(__name__)
 
@@ -20,15 +21,15 @@ REQUEST_PAGE = 32
 """Tokens per cache page when the cache is sized from the requests (small, CPU-friendly)."""
 
 
-def config_kwargs(value: Mapping[str, Any], prompts: Sequence[Sequence[int]], max_new_tokens: int,
+def config_kwargs(value: BatchingChoice, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                   fields: set[str]) -> dict[str, Any]:
     """``ContinuousBatchingConfig`` keywords for the plan's batching ``value`` and this call."""
     kwargs: dict[str, Any] = {}
-    if value.get("use_graphs") is not None and "use_cuda_graph" in fields:
-        kwargs["use_cuda_graph"] = bool(value["use_graphs"])  # also drives XPU graphs (X7)
-    if value.get("use_async_batching") is not None and "use_async_batching" in fields:
-        kwargs["use_async_batching"] = bool(value["use_async_batching"])
-    if value.get("kv_sizing") == "requests":
+    if value.use_graphs is not None and "use_cuda_graph" in fields:
+        kwargs["use_cuda_graph"] = value.use_graphs  # also drives XPU graphs (X7)
+    if value.use_async_batching is not None and "use_async_batching" in fields:
+        kwargs["use_async_batching"] = value.use_async_batching
+    if value.kv_sizing == "requests":
         page_field = "page_size" if "page_size" in fields else "block_size"
         kwargs[page_field] = REQUEST_PAGE
         kwargs["num_blocks"] = sum(-(-(len(p) + max_new_tokens) // REQUEST_PAGE) for p in prompts) + 1
@@ -38,7 +39,7 @@ def config_kwargs(value: Mapping[str, Any], prompts: Sequence[Sequence[int]], ma
 
 
 def generate_continuous(model: Any, prompts: Sequence[Sequence[int]], options: DecodeOptions,
-                        value: Mapping[str, Any]) -> list[list[int]]:
+                        value: BatchingChoice) -> list[list[int]]:
     """New tokens per prompt (up to and including EOS) from ``model.generate_batch``."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 

@@ -1,11 +1,13 @@
 """The fast decode loop: static KV cache, a step function with no host sync, device-graph replay.
 
-One *session* per shape (batch rows, cache length, sampling kind) holds the step's forward with
+The plan's decode decision (:class:`~intelrt.hooks.payloads.DecodeChoice`) says which graphs,
+compiler and step run; :class:`~intelrt.decoding.tuning.DecodeTuning` holds the loop's own
+settings. One *session* per shape (batch rows, cache length, sampling kind) holds the step's forward with
 its KV cache (``forwards.py``: the compact step or the model's own forward) and the step's
 device buffers; its step is captured into a device graph once (by the backend's
 ``intelrt_decode_graph`` capturer) and replayed for every later token and call. The step reads
 the last token, writes the next one into an output buffer and advances the positions and cache
-slot, all on the device; the host only checks for end-of-sequence every ``EOS_CHECK_EVERY``
+slot, all on the device; the host only checks for end-of-sequence every ``eos_check_every``
 tokens. Greedy output equals ``model.generate``'s token for token (same masks and positions;
 tests prove it on the CPU).
 """
@@ -17,37 +19,17 @@ import gc
 import inspect
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import forwards
+from ..hooks.payloads import DecodeChoice
 from .compact import CompactModel, Unsupported
 from .forwards import CompactForward, ModelForward
-from .options import DecodeOptions
+from .keywords import DecodeOptions
+from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
-
-WARMUP_STEPS = 2
-"""Real decode steps run before capture (compile and allocate outside the graph)."""
-EOS_CHECK_EVERY = 16
-"""Tokens between the host's checks whether every row has finished (one sync each)."""
-CACHE_LENGTH_BUCKET = 128
-"""Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
-MAX_SESSIONS = 4
-"""Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
-PROMPT_BUCKET = 16
-"""With device graphs, the compact step's prompts are left-padded (masked, as in a batch) to a
-multiple of this many tokens, so that prompts of similar length share one captured prompt pass."""
-PROMPT_GRAPH_MAX_TOKENS = 4096
-"""Prompt passes over more tokens (rows × padded length) run uncaptured: they launch few kernels
-per token, and their graph would hold much memory."""
-PROMPT_GRAPHS_PER_SESSION = 4
-"""Captured prompt lengths kept per session (least recently used dropped first)."""
-COMPILED_RECORD = True
-"""With a compiled step, recording the chosen token and advancing position and slot are compiled
-too: one fused kernel instead of about seven small ones. The choice itself stays eager: compiled,
-a one-row argmax over the vocabulary fuses into one slow single-program kernel."""
 
 StepForward = ModelForward | CompactForward
 
@@ -75,7 +57,7 @@ class _Session:
     """Device buffers, cache and (once captured) the graph replay for one shape."""
 
     def __init__(self, rows: int, length: int, options: DecodeOptions, device: Any, forward: StepForward,
-                 compile_backend: str | None = None) -> None:
+                 compile_backend: str | None = None, compiled_record: bool = True) -> None:
         import torch
 
         self.rows, self.length = rows, length
@@ -99,7 +81,7 @@ class _Session:
         self.prompts: OrderedDict[int, _PromptGraph] = OrderedDict()
         self.calls = 0
         self.record: Callable[[Any], None] = self._record
-        if compile_backend and COMPILED_RECORD:
+        if compile_backend and compiled_record:
             self.record = torch.compile(self._record, backend=compile_backend, dynamic=False)
 
     def choose(self, logits: Any) -> Any:
@@ -145,20 +127,23 @@ class _Session:
 
 
 class FastDecoder:
-    """Decodes with sessions per shape; ``graphs``/``compile`` come from the plan's decode decision."""
+    """Decodes with sessions per shape, as the plan's decode decision ``choice`` says; ``capturer``
+    is the backend's device-graph capturer for ``choice.graphs`` (``intelrt_decode_graph``)."""
 
-    def __init__(self, model: Any, *, graphs: str | None, compile_backend: str | None,
-                 capturer: Callable[..., Callable[[], object]] | None,
-                 compile_options: Mapping[str, Any] | None = None, step: str = "model") -> None:
+    def __init__(self, model: Any, choice: DecodeChoice, capturer: Callable[..., Callable[[], object]] | None,
+                 tuning: DecodeTuning | None = None) -> None:
         self.model = model
-        self.step = step
+        self.tuning = tuning or DecodeTuning()
+        self.step = choice.step or "model"
+        graphs, compile_options = choice.graphs, choice.compile_options
         """``compact`` (intelrt's compact step, when the model's layout allows) or ``model``."""
         self.step_reason: str | None = None
         """Why a planned compact step runs the model's forward instead (adapters, a replaced module)."""
         self._compact: CompactModel | None = None
         self.compile_options = dict(compile_options or {})
         self.graphs = graphs if capturer is not None else None
-        self.compile_backend = compile_backend
+        self.compile_backend = choice.compile
+        self.attention_kernel = choice.attention_kernel
         self.capturer = capturer
         self.notes: list[str] = []
         if graphs and capturer is None:
@@ -184,7 +169,7 @@ class FastDecoder:
             try:
                 if not self._room_for(self._fused_bytes()):
                     raise Unsupported("its fused q/k/v and gate/up weights would not fit free device memory")
-                self._compact = CompactModel(self.model)
+                self._compact = CompactModel(self.model, self.tuning)
             except Unsupported as why:
                 self.step = "model"
                 self.step_reason = f"compact step off: {why}; the step runs the model's own forward"
@@ -210,12 +195,12 @@ class FastDecoder:
 
                 if self._compiled is None:
                     self._compiled = torch.compile(compact.__call__, backend=self.compile_backend, dynamic=False)
-                if self._compiled_prompt is None and forwards.COMPILED_PROMPT:
+                if self._compiled_prompt is None and self.tuning.compiled_prompt:
                     self._compiled_prompt = torch.compile(compact.prompt, backend=self.compile_backend)
                 forward = self._compiled
                 prompt = self._compiled_prompt or prompt
             return CompactForward(compact, rows, length, device, forward, prompt,
-                                  compiled=bool(self.compile_backend))
+                                  compiled=bool(self.compile_backend), fused_attention=self.attention_kernel)
         return ModelForward(self.model, rows, length, self._forward(), self.cache_kwarg, self.keep_logits)
 
     def _forward(self) -> Callable[..., Any]:
@@ -269,8 +254,8 @@ class FastDecoder:
         session = self._sessions.pop(key, None)
         if session is None:
             session = _Session(rows, length, options, device, self._new_forward(rows, length, device),
-                               self.compile_backend)
-            while len(self._sessions) >= MAX_SESSIONS:
+                               self.compile_backend, self.tuning.compiled_record)
+            while len(self._sessions) >= self.tuning.max_sessions:
                 self._sessions.popitem(last=False)
         self._sessions[key] = session
         return session
@@ -317,8 +302,10 @@ class FastDecoder:
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
         self._compact_model()  # built, or its fused weights refreshed when the model's changed
         rows, prompt_length = input_ids.shape
-        bucket = -(-prompt_length // PROMPT_BUCKET) * PROMPT_BUCKET
-        captured_prompt = bool(self.graphs) and self.step == "compact" and rows * bucket <= PROMPT_GRAPH_MAX_TOKENS
+        tuning = self.tuning
+        bucket = -(-prompt_length // tuning.prompt_bucket) * tuning.prompt_bucket
+        captured_prompt = (bool(self.graphs) and self.step == "compact"
+                           and rows * bucket <= tuning.prompt_graph_max_tokens)
         if captured_prompt and bucket > prompt_length:
             import torch.nn.functional as F
 
@@ -326,7 +313,7 @@ class FastDecoder:
             attention_mask = F.pad(attention_mask, (bucket - prompt_length, 0), value=0)
             prompt_length = bucket
         need = prompt_length + options.max_new_tokens
-        length = -(-need // CACHE_LENGTH_BUCKET) * CACHE_LENGTH_BUCKET
+        length = -(-need // tuning.cache_length_bucket) * tuning.cache_length_bucket
         s = self._session(rows, length, options, input_ids.device)
         # A captured shape's call allocates few Python objects: it runs without pauses of the
         # garbage collector (which, in a process holding compiled graphs, take milliseconds
@@ -402,7 +389,7 @@ class FastDecoder:
         if graph is None:
             graph = _PromptGraph(s, input_ids, positions, slots)
             graph.replay = self._capture(graph.run, 1, report)
-            while len(s.prompts) >= PROMPT_GRAPHS_PER_SESSION:
+            while len(s.prompts) >= self.tuning.prompt_graphs_per_session:
                 s.prompts.popitem(last=False)
         s.prompts[length] = graph
         graph.ids.copy_(input_ids)
@@ -412,14 +399,15 @@ class FastDecoder:
 
     def _steps(self, s: _Session, options: DecodeOptions, produced: int, report: DecodeReport) -> int:
         """Decode steps until ``max_new_tokens`` or every row's end; returns the tokens produced."""
+        warmup, every = self.tuning.warmup_steps, self.tuning.eos_check_every
         while produced < options.max_new_tokens:
             left = options.max_new_tokens - produced
-            if s.replay is None and self.graphs and left > WARMUP_STEPS + 1:
+            if s.replay is None and self.graphs and left > warmup + 1:
                 before = s.calls
-                s.replay = self._capture(s.step, WARMUP_STEPS, report)
+                s.replay = self._capture(s.step, warmup, report)
                 produced += s.calls - before - 1  # warm-up steps ran; the recorded call did not
                 continue
-            todo = min(left, EOS_CHECK_EVERY - produced % EOS_CHECK_EVERY)
+            todo = min(left, every - produced % every)
             run = s.replay or s.step
             for _ in range(todo):
                 run()

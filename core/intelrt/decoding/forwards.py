@@ -10,13 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .compact import GEMV_MAX_ROWS, CompactModel
-
-FUSED_ATTENTION = True
-"""Decode steps use the one-kernel attention where ``CompactModel.fused_attention_ok`` allows."""
-COMPILED_PROMPT = True
-"""A compiled compact step comes with a compiled prompt pass (``CompactModel.prompt``, dynamic
-shapes): eagerly, the prompt's pass is about 2,000 small operations per call."""
+from .compact import CompactModel
 
 
 class ModelForward:
@@ -50,14 +44,15 @@ class ModelForward:
 
 class CompactForward:
     """The compact step with its own cache; ``forward`` is ``compact`` itself or its compiled form,
-    ``prompt`` is ``compact.prompt`` or its compiled form."""
+    ``prompt`` is ``compact.prompt`` or its compiled form; ``fused_attention``: decode steps run the
+    one-kernel attention (the plan's ``attention_kernel``, where the model fits the kernel)."""
 
     def __init__(self, compact: CompactModel, rows: int, length: int, device: Any, forward: Callable[..., Any],
-                 prompt: Callable[..., Any], compiled: bool) -> None:
+                 prompt: Callable[..., Any], compiled: bool, fused_attention: bool) -> None:
         self.compact, self.forward, self.prompt = compact, forward, prompt
         self.keys, self.values = compact.new_cache(rows, length, device)
-        self.gemv = compiled and rows <= GEMV_MAX_ROWS
-        self.fused_attention = FUSED_ATTENTION and compact.fused_attention_ok(device)
+        self.gemv = compiled and rows <= compact.tuning.gemv_max_rows
+        self.fused_attention = fused_attention and compact.attention_kernel_fits()
 
     def reset(self) -> None:
         import torch

@@ -7,12 +7,14 @@ the path taken and why — ``Loaded.last_generation`` shows it to the user.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .engine import FastDecoder
-from .options import DecodeOptions, resolve
-from .routing import Route, choose_route
+from .keywords import DecodeOptions, resolve
+from .routing import GenerationPlan, Route, choose_route
+from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
 
@@ -71,60 +73,85 @@ def rows_that_fit(model: Any, length: int) -> int | None:
     return max(1, int(free * KV_MEMORY_SHARE // per_row))
 
 
-class Generator:
-    """Holds the fast decoder (its captured graphs survive between calls) for one loaded model."""
+@dataclass
+class GenerationReport:
+    """What one ``Loaded.generate`` call did (``Loaded.last_generation``)."""
 
-    def __init__(self, model: Any, plan: Any, host: Any = None) -> None:
+    path: str
+    """``fast`` (intelrt's decode loop), ``continuous`` (transformers' ``generate_batch``) or
+    ``generate`` (``model.generate``)."""
+    reason: str
+    prompts: int
+    batches: int = 0
+    graphs: str | None = None
+    """The device graphs the fast loop replayed (``cuda``, ``xpu``, ``hpu``), if any."""
+    compiled: str | None = None
+    """The compile backend of the fast loop's step, if any."""
+    step: str | None = None
+    """``compact`` (intelrt's compact step) or ``model`` (the model's own forward)."""
+    attention_kernel: bool = False
+    """The compact step's decode attention ran as one Triton kernel per layer."""
+    step_reason: str | None = None
+    """Why a planned compact step ran as the model's own forward (adapters, a replaced module …)."""
+    captured: bool = False
+    """A device graph was captured during this call (the first call of a shape)."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Capturer = Callable[..., Callable[[], object]]
+
+
+class Generator:
+    """Holds the fast decoder (its captured graphs survive between calls) for one loaded model.
+
+    ``capturer``: called once, when the fast loop first runs, for the backend's device-graph
+    capturer of the plan's graph kind (``None``: no graphs)."""
+
+    def __init__(self, model: Any, plan: GenerationPlan, capturer: Callable[[], Capturer | None] | None = None,
+                 tuning: DecodeTuning | None = None) -> None:
         self.model = model
         self.plan = plan
-        self.host = host
+        self._capturer = capturer
+        self.tuning = tuning or DecodeTuning()
         self._decoder: FastDecoder | None = None
 
     def decoder(self) -> FastDecoder:
         if self._decoder is None:
-            value = self.plan.value("decode") or {}
-            graphs = value.get("graphs")
-            capturer = None
-            if graphs:
-                from ..plugins import get_host
-
-                host = self.host or get_host()
-                capturer, _plugin = host.call_first("intelrt_decode_graph", backend=self.plan.backend, kind=graphs)
-            self._decoder = FastDecoder(self.model, graphs=graphs, compile_backend=value.get("compile"),
-                                        capturer=capturer, compile_options=value.get("compile_options"),
-                                        step=value.get("step") or "model")
+            capturer = self._capturer() if self.plan.decode.graphs and self._capturer is not None else None
+            self._decoder = FastDecoder(self.model, self.plan.decode, capturer, self.tuning)
         return self._decoder
 
     def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
-            ) -> tuple[list[list[int]], dict[str, Any]]:
+            ) -> tuple[list[list[int]], GenerationReport]:
         """New tokens per prompt and the report of what ran."""
         options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
         route = choose_route(self.plan, len(prompts), as_list, unsupported)
-        report: dict[str, Any] = {"path": route.path, "reason": route.reason, "prompts": len(prompts),
-                                  "batches": 0, "graphs": None, "compiled": None, "step": None,
-                                  "attention_kernel": False, "step_reason": None, "captured": False, "notes": []}
+        report = GenerationReport(route.path, route.reason, len(prompts))
         if route.path == "fast" and options is not None:
             outputs = self._fast(prompts, route, options, report)
-        elif route.path == "continuous" and options is not None:
+        elif route.path == "continuous" and options is not None and self.plan.batching is not None:
             from .continuous import generate_continuous
 
-            outputs = generate_continuous(self.model, prompts, options, self.plan.value("batching") or {})
-            report["batches"] = 1
+            outputs = generate_continuous(self.model, prompts, options, self.plan.batching)
+            report.batches = 1
         else:
             outputs = self._generate(prompts, route, kwargs, report)
-        if report["notes"]:
-            log.warning("intelrt generate: %s", "; ".join(report["notes"]))
+        if report.notes:
+            log.warning("intelrt generate: %s", "; ".join(report.notes))
         return outputs, report
 
     def _fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
-              report: dict[str, Any]) -> list[list[int]]:
+              report: GenerationReport) -> list[list[int]]:
         decoder = self.decoder()
         rows = route.batch_rows
         longest = max(len(p) for p in prompts) + options.max_new_tokens
         fit = rows_that_fit(self.model, longest)
         if fit is not None and fit < rows:
-            report["notes"].append(f"padded batches of {fit} rows: the KV cache of {rows} rows would not fit "
-                                   "free device memory")
+            report.notes.append(f"padded batches of {fit} rows: the KV cache of {rows} rows would not fit "
+                                "free device memory")
             rows = fit
         outputs: list[list[int]] = []
         for start in range(0, len(prompts), rows):
@@ -132,15 +159,15 @@ class Generator:
             input_ids, mask = left_pad(chunk, options.pad_token_id, self.model.device)
             tokens, decoded = decoder.decode(input_ids, mask, options)
             outputs.extend(until_eos(tokens.tolist(), options.eos_token_ids))
-            report["batches"] += 1
-            report["captured"] = report["captured"] or decoded.captured
-            report["graphs"], report["compiled"], report["step"] = decoded.graphs, decoded.compiled, decoded.step
-            report["attention_kernel"], report["step_reason"] = decoded.attention_kernel, decoded.step_reason
-            report["notes"] = sorted(set(report["notes"]) | set(decoded.notes))
+            report.batches += 1
+            report.captured = report.captured or decoded.captured
+            report.graphs, report.compiled, report.step = decoded.graphs, decoded.compiled, decoded.step
+            report.attention_kernel, report.step_reason = decoded.attention_kernel, decoded.step_reason
+            report.notes = sorted(set(report.notes) | set(decoded.notes))
         return outputs
 
     def _generate(self, prompts: Sequence[Sequence[int]], route: Route, kwargs: Mapping[str, Any],
-                  report: dict[str, Any]) -> list[list[int]]:
+                  report: GenerationReport) -> list[list[int]]:
         import torch
 
         pad = kwargs.get("pad_token_id")
@@ -161,5 +188,5 @@ class Generator:
                 result = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
             sequences = result.sequences if hasattr(result, "sequences") else result
             outputs.extend(until_eos(sequences[:, input_ids.shape[1]:].tolist(), eos))
-            report["batches"] += 1
+            report.batches += 1
         return outputs

@@ -1,4 +1,4 @@
-"""Plan-time rules for the ``decode`` and ``batching`` decisions, shared by every backend's hooks.
+"""Plan-time rules for the ``decode`` decision, shared by every backend's hooks.
 
 Pure functions of the request, the model's config and earlier decisions: no torch, no device.
 """
@@ -6,20 +6,23 @@ Pure functions of the request, the model's config and earlier decisions: no torc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..model_source import ModelInfo
-from ..request import Request
-from ..types import BackendStatus, Decision, JSONValue
+from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice
+from ..hooks.types import BackendStatus, Decision
 from .compact import compact_blocker
 
-DECODE_METHODS = ("fast", "generate")
+if TYPE_CHECKING:
+    from ..planning.model_source import ModelInfo
+    from ..planning.request import Request
+
 #: Cache layer kinds the static-cache loop handles (transformers' ``config.layer_types``).
 STATIC_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
-def decode_blockers(model: ModelInfo, decisions: Mapping[str, JSONValue]) -> str | None:
+def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> str | None:
     """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can."""
     task = decisions.get("task")
     if task is not None and task != "text-generation":
@@ -33,7 +36,7 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, JSONValue]) -> str
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which a static KV cache does not hold; "
                 "transformers' generate runs it")
-    if decisions.get("quantization"):
+    if isinstance(decisions.get("quantization"), QuantizationChoice):
         return ("bitsandbytes-quantized weights: the compiled, graph-captured step is not proven with them, "
                 "so transformers' generate runs them")
     if decisions.get("placement") == "auto":
@@ -65,6 +68,29 @@ def decode_graphs(request: Request, backend: BackendStatus, kind: str | None, wh
     return kind
 
 
+def triton_installed() -> bool:
+    """Whether Triton, which the one-kernel decode attention is written in, is installed."""
+    return find_spec("triton") is not None
+
+
+def decode_attention_kernel(request: Request, runs_here: bool, why_not: str, step: str) -> bool:
+    """Whether the compact step's decode attention runs as intelrt's Triton kernel: the user's
+    ``attention_kernel`` (``on`` / ``off``), else ``runs_here`` (the backend's word for its device).
+
+    ``attention_kernel='on'`` where the backend's device cannot run it, or where the step is the
+    model's own forward, is refused (``PlanError``) rather than ignored."""
+    wanted = request.attention_kernel
+    if wanted == "off":
+        return False
+    if wanted == "on" and step != "compact":
+        raise PlanError("attention_kernel='on' needs intelrt's compact decode step, and this model's step is its "
+                        "own forward; leave attention_kernel to intelrt (auto)")
+    if wanted == "on" and not runs_here:
+        raise PlanError(f"attention_kernel='on', but {why_not}; leave attention_kernel to intelrt (auto) or turn "
+                        "it off")
+    return runs_here and step == "compact"
+
+
 def compact_step(model: ModelInfo) -> tuple[str, str]:
     """(``compact`` or ``model``, why): which forward the fast loop's step runs for this model.
 
@@ -79,32 +105,25 @@ def compact_step(model: ModelInfo) -> tuple[str, str]:
 
 
 def fast_decode(graphs: str | None, compile_backend: str | None, reason: str, *, claim: str | None = None,
-                notes: tuple[str, ...] = (), compile_options: Mapping[str, JSONValue] | None = None,
-                step: str = "model") -> Decision:
+                notes: tuple[str, ...] = (), compile_options: Mapping[str, object] | None = None,
+                step: str = "model", attention_kernel: bool = False) -> Decision:
     """The decision for intelrt's fast decode loop (``compile_options``: inductor settings;
-    ``step``: ``compact`` or ``model``, see ``compact_step``)."""
-    value: dict[str, Any] = {"method": "fast", "cache": "static", "graphs": graphs, "compile": compile_backend,
-                             "step": step}
-    if compile_options and compile_backend == "inductor":
-        value["compile_options"] = dict(compile_options)
+    ``step``: ``compact`` or ``model``, see ``compact_step``; ``attention_kernel``: see
+    ``decode_attention_kernel``)."""
+    options = dict(compile_options) if compile_options and compile_backend == "inductor" else None
+    value = DecodeChoice("fast", cache="static", graphs=graphs, compile=compile_backend, step=step,
+                         compile_options=options, attention_kernel=attention_kernel)  # type: ignore[arg-type]
+    if attention_kernel:
+        reason += "; decode attention as intelrt's one Triton kernel per layer"
     return Decision(value, reason, claim=claim, notes=notes)
 
 
 def plain_generate(reason: str, notes: tuple[str, ...] = ()) -> Decision:
     """The decision to let transformers' ``generate`` decode."""
-    return Decision({"method": "generate", "cache": None, "graphs": None, "compile": None}, reason, notes=notes)
+    return Decision(DecodeChoice.plain_generate(), reason, notes=notes)
 
 
-def batching_value(method: str, *, engine: str = "generate", max_batch: int | None = None,
-                   use_graphs: bool | None = None, use_async_batching: bool | None = None,
-                   kv_sizing: str = "memory") -> dict[str, JSONValue]:
-    """A ``batching`` decision value.
-
-    ``method`` ``padded``: prompts go in padded batches of at most ``max_batch`` through ``engine``
-    (``fast`` = the decode loop, ``generate`` = ``model.generate``). ``continuous``: transformers'
-    ``generate_batch`` with ``use_graphs`` / ``use_async_batching`` (``None`` = its auto) and the KV
-    cache sized from free device ``memory`` or from the ``requests`` of the call.
-    """
-    return {"method": method, "engine": engine if method == "padded" else "continuous",
-            "max_batch": max_batch, "use_graphs": use_graphs, "use_async_batching": use_async_batching,
-            "kv_sizing": kv_sizing if method == "continuous" else None}
+def fast_decode_planned(decisions: Mapping[str, DecisionValue]) -> bool:
+    """Whether the decode decision made so far is intelrt's fast loop (batching hooks ask)."""
+    decode = decisions.get("decode")
+    return isinstance(decode, DecodeChoice) and decode.fast

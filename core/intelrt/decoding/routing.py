@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from ..hooks.payloads import BatchingChoice, DecodeChoice
 
 
 @dataclass(frozen=True)
@@ -16,26 +17,32 @@ class Route:
     batch_rows: int
 
 
-def choose_route(plan: Any, count: int, as_list: bool, unsupported: str | None) -> Route:
+@dataclass(frozen=True)
+class GenerationPlan:
+    """The plan's ``decode`` and ``batching`` decisions with their reasons: what the decoder follows."""
+
+    decode: DecodeChoice
+    decode_reason: str
+    batching: BatchingChoice | None = None
+    batching_reason: str = "the plan has no batching decision"
+
+
+def choose_route(plan: GenerationPlan, count: int, as_list: bool, unsupported: str | None) -> Route:
     """Route ``count`` prompts (``as_list``: the caller passed a list) given the plan and, when the
     fast loop cannot honour the call's settings, ``unsupported`` saying why."""
-    decode = plan.decisions.get("decode")
-    decode_value = decode.value if decode is not None else {}
-    fast = isinstance(decode_value, dict) and decode_value.get("method") == "fast"
-    decode_reason = decode.reason if decode is not None else "the plan has no decode decision"
+    fast = plan.decode.fast
     if not as_list:
         if fast and unsupported is None:
-            return Route("fast", decode_reason, 1)
-        return Route("generate", unsupported or decode_reason, 1)
-    batching = plan.decisions.get("batching")
-    value = batching.value if batching is not None and isinstance(batching.value, dict) else {}
-    rows = int(value.get("max_batch") or count)
-    reason = batching.reason if batching is not None else "the plan has no batching decision"
-    if value.get("method") == "continuous":
+            return Route("fast", plan.decode_reason, 1)
+        return Route("generate", unsupported or plan.decode_reason, 1)
+    batching = plan.batching
+    rows = int(batching.max_batch or count) if batching is not None else count
+    reason = plan.batching_reason
+    if batching is not None and batching.method == "continuous":
         if unsupported is None:
             return Route("continuous", reason, count)
         return Route("generate", f"continuous batching would drop settings it cannot apply: {unsupported}",
-                     rows if value.get("max_batch") else count)
-    if value.get("engine") == "fast" and fast and unsupported is None:
+                     rows if batching.max_batch else count)
+    if batching is not None and batching.engine == "fast" and fast and unsupported is None:
         return Route("fast", reason, rows)
-    return Route("generate", unsupported or (reason if not fast else decode_reason), rows)
+    return Route("generate", unsupported or (reason if not fast else plan.decode_reason), rows)

@@ -8,9 +8,13 @@ heads over its part of the cache with an online softmax. The last of a head's pr
 attention is one kernel launch. transformers' modeling code runs this as about six
 kernels per layer (norms, rotary, cache writes, two matmuls, softmax) plus an expansion of K/V
 to every query head. Given weights to ``prefetch``, extra programs ask the L2 cache for them
-(``PREFETCH``): the latency-bound attention leaves the memory bus idle meanwhile.
+(``prefetch_mode``): the attention of a few rows reads about 1 MB and waits on memory latency,
+leaving the memory bus idle for microseconds; meanwhile the weights the next kernels read
+(``DecodeTuning.prefetch_weights``) come into L2, where those kernels find them
+(docs/performance.md).
 
-Which models and devices use it: ``CompactModel.fused_attention_ok``. Registered as the custom op ``intelrt::decode_attention`` (``torch.library.custom_op``):
+Which models use it: ``CompactModel.attention_kernel_fits``; which devices: the plan's decode
+decision (``attention_kernel``). Its tuning (splits, merge, prefetch) comes from ``DecodeTuning``. Registered as the custom op ``intelrt::decode_attention`` (``torch.library.custom_op``):
 ``torch.compile`` calls it as one opaque kernel (its fake below gives the output's shape), and a
 device graph records its launch. Importing this module imports torch
 and triton.
@@ -30,22 +34,11 @@ CONFIGS = [triton.Config({"BLOCK": block}, num_warps=warps) for block in (16, 32
 """Cache slots per loop iteration and warps per program, tuned at the first call per shape."""
 INTERPRETER_BLOCK = 64
 """Cache slots per loop iteration under the interpreter (fewer, larger steps run faster there)."""
-SPLIT_TARGET_PROGRAMS = 64
-"""The cache is split so that about this many programs share the work (flash-decoding): one row
-has only a few key/value heads, too few programs to keep a GPU busy."""
 MAX_SPLITS = 16
 MIN_TUNED_BLOCK = 64
 """Autotuning considers blocks of at least this many slots (or a split's whole share of the cache,
 when smaller): it runs at the first call, with the cache nearly empty, but the choice serves
 every later step as the cache fills."""
-MERGE_IN_KERNEL = True
-"""The last split of each head merges the splits' states (else a second kernel merges them)."""
-PREFETCH = "early"
-"""When the op is given weights to prefetch (``prefetch``): ``early``, extra programs ask the L2
-cache for them as the kernel starts; ``late``, the attention programs do, after their own loads;
-``off``, nobody. The attention of a few rows reads about 1 MB and waits on memory latency, leaving
-the memory bus idle for microseconds: meanwhile the weights the next kernels read
-(``compact.PREFETCH_WEIGHTS``) come into L2, where those kernels find them (docs/performance.md)."""
 PREFETCH_MIN_CAPABILITY = (9, 0)
 """The prefetch uses Hopper's bulk L2 prefetch (``cp.async.bulk.prefetch.L2``, one instruction
 per ``PREFETCH_CHUNK`` bytes): older GPUs run the kernel without it."""
@@ -251,7 +244,7 @@ def _merge(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out, pid, HKV: tl.const
 def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,  # type: ignore[no-untyped-def]
                               HKV: tl.constexpr, G: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
                               SPLITS: tl.constexpr):
-    """One (row, key/value head): merge the splits' states (when ``MERGE_IN_KERNEL`` is off)."""
+    """One (row, key/value head): merge the splits' states (when ``merge_in_kernel`` is off)."""
     _merge(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out, tl.program_id(0), HKV, G, GS, D, SPLITS)
 
 
@@ -259,7 +252,8 @@ def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,
 def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, prefetch: list[torch.Tensor],
-                     q_heads: int, eps: float, scaling: float) -> torch.Tensor:
+                     q_heads: int, eps: float, scaling: float, split_target: int = 64, merge_in_kernel: bool = True,
+                     prefetch_mode: str = "early") -> torch.Tensor:
     """Attention output (rows, q_heads * head_dim) of one new token per row.
 
     ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
@@ -267,15 +261,19 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     (rows, head_dim); ``k_cache``/``v_cache``: (rows, kv_heads, slots, head_dim), written at
     ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
     real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
-    ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (see ``PREFETCH``;
-    only read, never changed; ignored under the interpreter, on GPUs older than Hopper, past
-    ``MAX_PREFETCH`` tensors, and altogether when they would not fit ``PREFETCH_L2_SHARE`` of L2).
+    ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (``prefetch_mode``
+    ``early``: by extra programs as the kernel starts; ``late``: by the attention programs after
+    their own loads; ``off``), only read, never changed; ignored under the interpreter, on GPUs
+    older than Hopper, past ``MAX_PREFETCH`` tensors, and altogether when they would not fit
+    ``PREFETCH_L2_SHARE`` of L2. ``split_target``: about this many programs share the cache
+    (flash-decoding); ``merge_in_kernel``: the last split of a head merges the splits' states
+    (else a second kernel does).
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
     groups = q_heads // kv_heads
     heads = rows * kv_heads
-    splits = max(1, min(MAX_SPLITS, triton.next_power_of_2(max(1, SPLIT_TARGET_PROGRAMS // heads))))
+    splits = max(1, min(MAX_SPLITS, triton.next_power_of_2(max(1, split_target // heads))))
     kept = triton.next_power_of_2(groups)
     out = qkv.new_empty((rows, q_heads * head_dim))
     state = (heads, splits, kept) if splits > 1 else (1, 1, 1)  # one split writes `out` directly
@@ -287,12 +285,12 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     # The interpreter has no device to time configs on: it runs the plain kernel with one of them.
     split_kernel = _decode_attention_split.fn if interpreted else _decode_attention_split
     tuned = {"BLOCK": INTERPRETER_BLOCK} if interpreted else {}
-    merge = MERGE_IN_KERNEL and splits > 1
-    fetched = [] if interpreted or PREFETCH == "off" else [
+    merge = merge_in_kernel and splits > 1
+    fetched = [] if interpreted or prefetch_mode == "off" else [
         t for t in prefetch if t.is_contiguous() and (t.numel() * t.element_size()) % 16 == 0][:MAX_PREFETCH]
     if sum(t.numel() * t.element_size() for t in fetched) > _prefetch_budget(qkv.device):
         fetched = []
-    late = PREFETCH == "late"
+    late = prefetch_mode == "late"
     extra = 0 if late or not fetched else triton.cdiv(PREFETCH_PROGRAMS, heads)
     pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
     sizes = [t.numel() * t.element_size() for t in fetched] + [0] * (MAX_PREFETCH - len(fetched))
@@ -322,5 +320,7 @@ def _prefetch_budget(device: torch.device) -> int:
 def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor,
-                            prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float) -> torch.Tensor:
+                            prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float,
+                            split_target: int = 64, merge_in_kernel: bool = True,
+                            prefetch_mode: str = "early") -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))

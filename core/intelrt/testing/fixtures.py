@@ -21,8 +21,8 @@ def simulate() -> Iterator[Callable[..., Any]]:
 
 @pytest.fixture
 def plugin_host(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A fresh :class:`intelrt.plugins.PluginHost` with built-ins and installed plugins."""
-    from intelrt.plugins import PluginHost, reset_host
+    """A fresh :class:`intelrt.host.manager.PluginHost` with built-ins and installed plugins."""
+    from ..host.manager import PluginHost, reset_host
 
     reset_host()
     return PluginHost()
@@ -31,7 +31,7 @@ def plugin_host(monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture(scope="session")
 def tiny_model_path() -> Path:
     """The tiny causal LM that ``intelrt run`` uses by default (built once into the intelrt cache)."""
-    from intelrt.tiny import default_model_path
+    from ..tiny import default_model_path
 
     return default_model_path()
 

@@ -16,8 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.types import BackendStatus
+from intelrt.plugin import BackendStatus, hookimpl
 
 from .facts import COMPILE_BACKENDS, owns
 from .probe import safe_in_process

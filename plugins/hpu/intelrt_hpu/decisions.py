@@ -4,13 +4,21 @@ collective (SPEC H1, H6, H7, H8, H9, H10)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from intelrt import hookimpl
-from intelrt.backends.defaults import BYTES_PER_PARAM, bytes_per_parameter, fits_one_device
-from intelrt.errors import PlanError
-from intelrt.types import BackendStatus, Decision, JSONValue
-from intelrt.versions import package_version
+from intelrt.plugin import (
+    BackendStatus,
+    CompileChoice,
+    Decision,
+    DecisionValue,
+    KernelChoice,
+    PlanError,
+    bitsandbytes_choice,
+    bytes_per_parameter,
+    fits_one_device,
+    hookimpl,
+    package_version,
+)
 
 from .facts import (
     BACKEND,
@@ -25,8 +33,7 @@ from .facts import (
 )
 
 if TYPE_CHECKING:
-    from intelrt.model_source import ModelInfo
-    from intelrt.request import Request
+    from intelrt.plugin import ModelInfo, Request
 
 NF4_NOTE = ("bitsandbytes' HPU backend registers only the NF4 4-bit dequantize kernel (quant_type 'nf4', uint8 or "
             "bfloat16 storage; FP4 is refused there); the other bitsandbytes ops run on its generic torch kernels")
@@ -50,7 +57,7 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision |
 
 
 @hookimpl
-def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, JSONValue]
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, DecisionValue]
                              ) -> Decision | None:
     """H6: ``device_map="hpu"`` (never ``hpu:N``); ``auto`` when one Gaudi is too small."""
     if not owns(backend):
@@ -86,11 +93,11 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request) -> Decision
            "so use_kernels would change nothing on Gaudi")
     if request.kernels is True:
         raise PlanError(f"kernels=True: {why}. Leave kernels unset (or off) on Gaudi")
-    return Decision({"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}, why)
+    return Decision(KernelChoice.off(), why)
 
 
 @hookimpl
-def intelrt_select_quantization(backend: BackendStatus, request: Request, decisions: Mapping[str, JSONValue]
+def intelrt_select_quantization(backend: BackendStatus, request: Request, decisions: Mapping[str, DecisionValue]
                                 ) -> Decision | None:
     """H7: bitsandbytes 4/8-bit on Gaudi 2 and 3; first-generation Gaudi is refused."""
     if not owns(backend) or request.quantization is None:
@@ -104,12 +111,10 @@ def intelrt_select_quantization(backend: BackendStatus, request: Request, decisi
     if version is None:
         raise PlanError(f"quantization={request.quantization!r} uses bitsandbytes, which is not installed: "
                         "pip install 'intelrt[bitsandbytes]'")
-    bits = 4 if request.quantization == "4bit" else 8
-    value: dict[str, Any] = {"method": "bitsandbytes", "bits": bits}
+    value = bitsandbytes_choice(request.quantization, decisions)
+    bits = value.bits
     notes = [NF4_NOTE]
     if bits == 4:
-        compute = decisions.get("dtype") if decisions.get("dtype") in BYTES_PER_PARAM else "bfloat16"
-        value.update(quant_type="nf4", compute_dtype=compute, double_quant=True)
         notes.append("QLoRA: train LoRA adapters with PEFT on the 4-bit model when it does not fit one Gaudi")
     where = GENERATION_NAMES.get(gen or "", "Gaudi")
     return Decision(value, f"bitsandbytes {version} {bits}-bit runs on {where}", claim="H7", notes=tuple(notes))
@@ -122,16 +127,16 @@ def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision
         return None
     choice = request.compile
     if choice == "none":
-        return Decision({"enabled": False, "backend": None, "mode": None}, "turned off by the user")
+        return Decision(CompileChoice.off(), "turned off by the user")
     if choice == "on":
-        return Decision({"enabled": True, "backend": "hpu_backend", "mode": None},
+        return Decision(CompileChoice(True, "hpu_backend"),
                         "requested by the user; Gaudi compiles with torch.compile(backend='hpu_backend')", claim="H9")
     if choice in COMPILE_BACKENDS:
-        return Decision({"enabled": True, "backend": choice, "mode": None}, "requested by the user", claim="H9")
+        return Decision(CompileChoice(True, choice), "requested by the user", claim="H9")
     if choice != "auto":
         raise PlanError(f"compile={choice!r}: only 'hpu_backend' and 'eager' run on Gaudi (any other backend is "
                         "switched to 'hpu_backend'); pass compile='on' or compile='hpu_backend'")
-    return Decision({"enabled": False, "backend": None, "mode": None},
+    return Decision(CompileChoice.off(),
                     "Gaudi runs PyTorch eagerly by default and models run unchanged; compile='on' captures graphs "
                     "with hpu_backend", claim="H1")
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 
-from intelrt import hookimpl
-from intelrt.types import BackendStatus, DeviceInfo
-from intelrt.versions import at_least, package_version
-from intelrt.visibility import parse_device_list
+from intelrt.plugin import (
+    BackendStatus,
+    DeviceInfo,
+    at_least,
+    hookimpl,
+    package_version,
+    parse_device_list,
+)
 
 from .facts import (
     ACCELERATE_FLOOR,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from intelrt import hookimpl
-from intelrt.types import BackendStatus, Finding
-from intelrt.versions import at_least, package_version
+from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, package_version
 
 from .detection import mode_note
 from .environment import malformed_visibility

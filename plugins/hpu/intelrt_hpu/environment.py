@@ -7,10 +7,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.types import BackendStatus, EnvVar, Finding
-from intelrt.visibility import parse_device_list
+from intelrt.plugin import BackendStatus, EnvVar, Finding, PlanError, hookimpl, parse_device_list
 
 from .facts import (
     DEVICES_VAR,
@@ -26,7 +23,7 @@ from .facts import (
 from .probe import stack_loaded
 
 if TYPE_CHECKING:
-    from intelrt.request import Request
+    from intelrt.plugin import Request
 
 INT64_REASON = ("token ids are int64: the Gaudi stack needs int64 support, read once when habana_frameworks is "
                 "imported")

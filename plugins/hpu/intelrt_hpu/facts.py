@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from intelrt.types import BackendStatus
+from intelrt.plugin import BackendStatus
 
 BACKEND = "hpu"
 """Backend name and torch device type. Never ``hpu:N``: the device is ``hpu`` (SPEC H5)."""

@@ -13,22 +13,33 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.decoding.capture import begin_end, stream_capturer
-from intelrt.decoding.policy import decode_blockers, decode_compile, decode_graphs, fast_decode
-from intelrt.model_source import ModelInfo
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision, JSONValue
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    DecisionValue,
+    ModelInfo,
+    Request,
+    begin_end,
+    decode_attention_kernel,
+    decode_blockers,
+    decode_compile,
+    decode_graphs,
+    fast_decode,
+    hookimpl,
+    stream_capturer,
+)
 
 from .facts import LAZY_VAR, owns
 
 
 @hookimpl
 def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          env: Mapping[str, str], decisions: Mapping[str, JSONValue]) -> Decision | None:
+                          env: Mapping[str, str], decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """Lazy mode → HPU graph of an uncompiled step; eager mode → step compiled with ``hpu_backend``."""
     if not owns(backend) or decode_blockers(model, decisions) is not None:
         return None
+    # The step is the model's own forward: intelrt's Triton decode attention is not for Gaudi.
+    decode_attention_kernel(request, False, "Gaudi runs no Triton kernels", "model")
     lazy = env.get(LAZY_VAR) == "1"
     graphs = decode_graphs(request, backend, "hpu" if lazy else None,
                            f"HPU graphs record lazy-mode work and this run is eager ({LAZY_VAR}="

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.types import BackendStatus, Setting
+from intelrt.plugin import BackendStatus, PlanError, Setting, hookimpl
 
 from .facts import COMPILE_BACKENDS, FIRST_GENERATION, generation, owns
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.model_source import ModelInfo
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision, JSONValue
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    DecisionValue,
+    ModelInfo,
+    PlanError,
+    Request,
+    hookimpl,
+)
 
 from .facts import NATIVE_GQA_TORCH, mine, torch_at_least, torch_version
 from .hubkernels import (
@@ -66,7 +70,7 @@ def _fa2_status(backend: BackendStatus, env: Mapping[str, str]) -> tuple[bool, s
 
 
 def _flash_attention_2(backend: BackendStatus, request: Request, env: Mapping[str, str],
-                       decisions: Mapping[str, JSONValue]) -> Decision:
+                       decisions: Mapping[str, DecisionValue]) -> Decision:
     wanted = request.attention
     usable, why = _fa2_status(backend, env)
     if not usable:
@@ -83,7 +87,7 @@ def _flash_attention_2(backend: BackendStatus, request: Request, env: Mapping[st
 
 @hookimpl
 def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                             decisions: Mapping[str, JSONValue]) -> Decision | None:
+                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X4/X5: ``sdpa`` by default (with the GQA note for this torch); ``flash_attention_2`` only
     when its hub kernel can be loaded; FlashAttention-3/-4 refused (NVIDIA only)."""
     if not mine(backend):

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision
+from intelrt.plugin import BackendStatus, CompileChoice, Decision, PlanError, Request, hookimpl
 
 from .facts import mine
 
@@ -26,9 +23,9 @@ def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision
         raise PlanError(f"compile={choice!r} cannot run on Intel GPUs: {_NOT_ON_XPU[choice]}; use compile='on' "
                         "(inductor) or 'none'")
     if choice in ("on", "inductor"):
-        return Decision({"enabled": True, "backend": "inductor", "mode": None}, f"requested by the user; {_INDUCTOR}")
+        return Decision(CompileChoice(True, "inductor"), f"requested by the user; {_INDUCTOR}")
     if choice == "auto":
-        return Decision({"enabled": False, "backend": None, "mode": None},
+        return Decision(CompileChoice.off(),
                         "off unless asked: compile warm-up outweighs its gain for one-off runs; with compile='on', "
                         + _INDUCTOR)
     return None  # "none", eager/aot_eager or a custom backend: the generic decision applies

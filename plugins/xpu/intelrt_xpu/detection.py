@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from intelrt import hookimpl
-from intelrt.types import BackendStatus, DeviceInfo
-from intelrt.versions import at_least
-from intelrt.visibility import parse_device_list
+from intelrt.plugin import BackendStatus, DeviceInfo, at_least, hookimpl, parse_device_list
 
 from .facts import ACCELERATE_TORCH_FLOOR, MASK_VAR, NAME, PRIORITY, TRANSFORMERS_TORCH_FLOOR
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.request import Request
-from intelrt.types import BackendStatus, EnvVar, Finding
-from intelrt.visibility import parse_device_list
+from intelrt.plugin import (
+    BackendStatus,
+    EnvVar,
+    Finding,
+    PlanError,
+    Request,
+    hookimpl,
+    parse_device_list,
+)
 
 from .facts import (
     MARK_VAR,

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from intelrt import hookimpl
-from intelrt.hubcache import hub_offline
-from intelrt.types import BackendStatus, Finding
-from intelrt.versions import at_least
+from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, hub_offline
 
 from .detection import XPU_INDEX
 from .devices import SET_ON_COMMAND_LINE, malformed_mask

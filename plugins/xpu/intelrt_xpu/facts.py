@@ -3,8 +3,7 @@ detection recorded (so most hooks never import torch)."""
 
 from __future__ import annotations
 
-from intelrt.types import BackendStatus
-from intelrt.versions import at_least
+from intelrt.plugin import BackendStatus, at_least
 
 NAME = "xpu"
 PRIORITY = 60

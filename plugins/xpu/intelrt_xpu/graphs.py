@@ -11,12 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.decoding.capture import stream_capturer
-from intelrt.decoding.policy import decode_blockers, decode_compile, decode_graphs, fast_decode
-from intelrt.model_source import ModelInfo
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision, JSONValue
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    DecisionValue,
+    ModelInfo,
+    Request,
+    decode_attention_kernel,
+    decode_blockers,
+    decode_compile,
+    decode_graphs,
+    fast_decode,
+    hookimpl,
+    stream_capturer,
+)
 
 from .facts import mine
 
@@ -30,12 +38,15 @@ def xpu_graphs_available() -> bool:
 
 @hookimpl
 def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          decisions: Mapping[str, JSONValue]) -> Decision | None:
+                          decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """Fast decode loop on XPU: static KV cache, inductor-compiled step, XPU graph when torch has one."""
     if not mine(backend) or decode_blockers(model, decisions) is not None:
         return None
     import torch
 
+    # The step is the model's own forward; intelrt's Triton decode attention is unmeasured on Intel GPUs.
+    decode_attention_kernel(request, False, "intelrt's Triton decode attention is not measured on Intel GPUs",
+                            "model")
     available = xpu_graphs_available()
     graphs = decode_graphs(request, backend, "xpu" if available else None,
                            f"torch {torch.__version__} has no torch.xpu.XPUGraph (XPU graphs need a newer torch)")

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from intelrt.hubcache import hub_offline
-from intelrt.versions import package_version, parse
+from intelrt.plugin import hub_offline, package_version, parse
 
 FA2_REPO = "kernels-community/flash-attn2"
 #: Flash kernels transformers 5.24 lists with CUDA (or ROCm) builds only (FLASH_ATTN_KERNEL_DEVICES).
@@ -82,7 +81,7 @@ def _cache_dirs(env: Mapping[str, str]) -> list[Path]:
         return [Path(env["HF_HUB_CACHE"])]
     if env.get("HF_HOME"):
         return [Path(env["HF_HOME"]) / "hub"]
-    from intelrt.hubcache import hub_cache_dir
+    from intelrt.plugin import hub_cache_dir
 
     return [hub_cache_dir()]
 

@@ -19,11 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.model_source import ModelInfo
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    KernelChoice,
+    ModelInfo,
+    PlanError,
+    Request,
+    hookimpl,
+)
 
 from .facts import mine
 from .hubkernels import KernelSource, fetch_hint, kernels_problem, locate
@@ -43,7 +47,6 @@ XPU_LAYERS: dict[str, tuple[str, str, int]] = {
 ACTIVATION_LAYERS = {"silu": "SiLU", "gelu": "GeLU", "gelu_pytorch_tanh": "GeluTanh", "gelu_fast": "FastGELU",
                      "quick_gelu": "QuickGELU", "gelu_new": "NewGELU"}
 _REGISTERED = re.compile(r"use_kernel_(?:forward|func)_from_hub\(\s*[\"']([^\"']+)[\"']")
-_OFF: dict[str, Any] = {"use_kernels": False, "kernel_mapping": None, "use_local_kernel": False}
 _MODES = ("model.train() / model.eval() re-kernelize for the mode (transformers' set_use_kernels); "
           "transformers' XPU kernels for these layers are inference kernels, so training runs their PyTorch forward")
 
@@ -85,7 +88,7 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request, model: Mode
         return None
     forced = request.kernels is True
     if request.kernels is False:
-        return Decision(dict(_OFF), "turned off by the user", claim="X8")
+        return Decision(KernelChoice.off(), "turned off by the user", claim="X8")
     problem = kernels_problem()
     if problem is None and str(env.get("USE_HUB_KERNELS", "YES")).upper() not in ("1", "ON", "YES", "TRUE"):
         problem = (f"USE_HUB_KERNELS={env['USE_HUB_KERNELS']} turns transformers' hub-kernel layers off; "
@@ -93,13 +96,13 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request, model: Mode
     if problem is not None:
         if forced:
             raise PlanError(f"kernels=True: {problem}")
-        return Decision(dict(_OFF), problem, claim="X8")
+        return Decision(KernelChoice.off(), problem, claim="X8")
     layers = registered_layers(model)
     if not layers:
         if forced:
             raise PlanError(f"kernels=True: no XPU hub kernel is known for the layers of model type "
                             f"{model.model_type!r} (intelrt maps {', '.join(XPU_LAYERS)})")
-        return Decision(dict(_OFF), f"no XPU hub kernel is known for the layers of model type {model.model_type!r}",
+        return Decision(KernelChoice.off(), f"no XPU hub kernel is known for the layers of model type {model.model_type!r}",
                         claim="X8")
     sources = {layer: locate(XPU_LAYERS[layer][0], XPU_LAYERS[layer][2], env) for layer in layers}
     ready = {k: s for k, s in sources.items() if s.offline_ready}
@@ -114,7 +117,7 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request, model: Mode
     else:
         if not ready:
             first = next(iter(missing.values()))
-            return Decision(dict(_OFF), "no XPU hub kernel for this model is available offline ("
+            return Decision(KernelChoice.off(), "no XPU hub kernel for this model is available offline ("
                             + "; ".join(f"{k}: {s.describe()}" for k, s in missing.items())
                             + f"); {fetch_hint(first)}", claim="X8")
         chosen = ready
@@ -127,5 +130,5 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request, model: Mode
     if local:
         notes.append("every kernel comes from LOCAL_KERNELS: KernelConfig(use_local_kernel=True) with local paths")
     notes.append(_MODES)
-    return Decision({"use_kernels": True, "kernel_mapping": mapping, "use_local_kernel": local}, reason,
+    return Decision(KernelChoice(True, mapping, local), reason,
                     claim="X8", notes=tuple(notes))

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from intelrt import hookimpl
-from intelrt.backends.defaults import FIT_HEADROOM, bytes_per_parameter, fits_one_device
-from intelrt.model_source import ModelInfo
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision, JSONValue
+from intelrt.plugin import (
+    FIT_HEADROOM,
+    BackendStatus,
+    BatchingChoice,
+    Decision,
+    DecisionValue,
+    ModelInfo,
+    Request,
+    bytes_per_parameter,
+    fast_decode_planned,
+    fits_one_device,
+    hookimpl,
+)
 
 from .facts import mine, size
 
@@ -17,7 +25,7 @@ _PIPELINE = "pipeline() without device= also picks the Intel GPU (transformers' 
 
 @hookimpl
 def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo,
-                             decisions: Mapping[str, JSONValue]) -> Decision | None:
+                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X6: ``device_map="xpu"`` when the weights fit one Intel GPU, ``"auto"`` (accelerate splits
     them) when they do not and the run has several."""
     if not mine(backend):
@@ -41,13 +49,11 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
 
 @hookimpl
 def intelrt_select_batching(backend: BackendStatus, request: Request,
-                            decisions: Mapping[str, JSONValue]) -> Decision | None:
+                            decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X7: a list of prompts goes through transformers' continuous batching, which supports XPU
     graphs and async batching and decides itself whether to use them (``None``) unless forced."""
     if not mine(backend) or request.batching == "padded":
         return None  # padded batches are not XPU-specific: the generic decision applies
-    from intelrt.decoding.policy import batching_value
-
     graphs = {"on": True, "off": False}.get(request.graphs)
     attention = str(decisions.get("attention") or "sdpa")
     flash = "flash" in attention
@@ -58,9 +64,8 @@ def intelrt_select_batching(backend: BackendStatus, request: Request,
     else:
         notes = (f"XPU graphs forced {request.graphs} (ContinuousBatchingConfig.use_cuda_graph={graphs}); async "
                  "batching left to transformers' auto",)
-    decode = decisions.get("decode")
-    if isinstance(decode, dict) and decode.get("method") == "fast" and request.batching == "auto":
+    if fast_decode_planned(decisions) and request.batching == "auto":
         notes += ("batching='padded' sends a list through the fast decode loop instead",)
     reason = "requested by the user" if request.batching == "continuous" else (
         "transformers' continuous batching (generate_batch) runs on Intel GPUs, with XPUGraph and async batching")
-    return Decision(batching_value("continuous", use_graphs=graphs), reason, claim="X7", notes=notes)
+    return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.request import Request
-from intelrt.types import BackendStatus, Decision, JSONValue
-from intelrt.versions import at_least, package_version
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    DecisionValue,
+    PlanError,
+    Request,
+    at_least,
+    bitsandbytes_choice,
+    hookimpl,
+    package_version,
+)
 
 from .facts import BITSANDBYTES_FLOOR, TRANSFORMERS_TORCH_FLOOR, mine, torch_at_least, torch_version
 
@@ -19,7 +24,7 @@ _OTHER_METHODS = ("other methods of the Intel GPU column of transformers' quanti
 
 @hookimpl
 def intelrt_select_quantization(backend: BackendStatus, request: Request,
-                                decisions: Mapping[str, JSONValue]) -> Decision | None:
+                                decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X9: bitsandbytes 4-bit (NF4) or 8-bit on XPU (bitsandbytes >= 0.47, torch >= 2.6); a 4-bit
     model is the base of QLoRA (LoRA adapters trained with PEFT)."""
     if not mine(backend) or request.quantization is None:
@@ -35,13 +40,10 @@ def intelrt_select_quantization(backend: BackendStatus, request: Request,
         raise PlanError(f"quantization={request.quantization!r}: bitsandbytes on Intel GPUs needs torch >= "
                         f"{TRANSFORMERS_TORCH_FLOOR} (this is torch {torch_version(backend)}); install a newer torch "
                         "from the XPU index")
-    bits = 4 if request.quantization == "4bit" else 8
-    value: dict[str, Any] = {"method": "bitsandbytes", "bits": bits}
+    value = bitsandbytes_choice(request.quantization, decisions)
+    bits = value.bits
     notes = [_OTHER_METHODS]
     if bits == 4:
-        dtype = decisions.get("dtype")
-        compute = dtype if dtype in ("bfloat16", "float16") else "float32"
-        value.update(quant_type="nf4", compute_dtype=compute, double_quant=True)
         peft = package_version("peft")
         notes.insert(0, "QLoRA: to fine-tune a model too big for the GPU, train LoRA adapters with PEFT on this "
                         "4-bit base (Loaded.train(..., lora=True))"

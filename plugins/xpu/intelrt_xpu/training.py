@@ -10,11 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.request import Request
-from intelrt.training import is_distributed_launch, world_size
-from intelrt.types import BackendStatus, Decision, Setting
+from intelrt.plugin import (
+    BackendStatus,
+    Decision,
+    PlanError,
+    Request,
+    Setting,
+    hookimpl,
+    is_distributed_launch,
+    world_size,
+)
 
 from .facts import XCCL_TORCH_FLOOR, device_label, mine, torch_at_least, torch_version
 

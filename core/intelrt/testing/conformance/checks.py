@@ -24,10 +24,17 @@ from typing import Any
 
 import pluggy
 
-from ... import hookspecs
 from ...errors import IntelrtError, PluginError
-from ...plugins import ALLOW_VAR, BLOCK_VAR, ENTRY_POINT_GROUP, PluginHost
-from ...types import BackendStatus, Decision, EnvVar, Finding, Setting
+from ...hooks import hookspecs
+from ...hooks.payloads import CompileChoice, Payload
+from ...hooks.types import BackendStatus, Decision, EnvVar, Finding, Setting
+from ...host.manager import PluginHost
+from ...host.settings import ALLOW_VAR, BLOCK_VAR, ENTRY_POINT_GROUP
+from ...planning.concerns import CONCERNS
+from ...planning.detection import detect_backends
+from ...planning.model_source import resolve_model
+from ...planning.planner import make_plan
+from ...planning.request import Request
 from .models import write_models
 from .report import Report
 from .scenarios import Scenario, default_scenarios
@@ -38,8 +45,8 @@ HEAVY_MODULES = ("torch", "transformers", "accelerate", "habana_frameworks", "in
                  "bitsandbytes", "kernels", "peft", "datasets", "triton", "deepspeed")
 #: Hooks that report rather than decide: they must not raise at all.
 NEVER_RAISE = ("intelrt_detect", "intelrt_diagnose")
-#: Forced choices a selection hook must return verbatim (the host enforces the same).
-VERBATIM = ("dtype", "attention")
+#: Selection hook → the concern it decides (the registry: what is verbatim, what the value's type is).
+SELECTION = {c.hook: c for c in CONCERNS if c.hook is not None}
 USER_VALUE = "set-by-the-user"
 _WEAK_REASONS = {"todo", "tbd", "n/a", "none", "ok", "because", "reason", "default", "auto"}
 
@@ -101,6 +108,8 @@ def _valid_type(hook: str, result: Any) -> str | None:
     if shape == "one":
         ok = isinstance(result, types)
         wanted = " or ".join(t.__name__ for t in types)
+        if ok and hook in SELECTION:
+            return _valid_value(hook, result.value)
     elif shape == "callable":
         ok = callable(result)
         wanted = "a callable"
@@ -108,6 +117,24 @@ def _valid_type(hook: str, result: Any) -> str | None:
         ok = isinstance(result, (list, tuple)) and all(isinstance(r, types) for r in result)
         wanted = "a list of " + " / ".join(t.__name__ for t in types)
     return None if ok else f"returned {type(result).__name__} ({result!r:.100}); expected {wanted} or None"
+
+
+def _valid_value(hook: str, value: Any) -> str | None:
+    """A decision's value fits its concern: plain JSON, or the concern's payload (a dict with the
+    payload's keys is accepted, as the host converts it)."""
+    payload = SELECTION[hook].payload
+    if payload is None:
+        return (f"returned a Decision holding a {type(value).__name__}; {SELECTION[hook].name} takes a plain JSON "
+                "value") if isinstance(value, Payload) else None
+    if value is None or isinstance(value, payload):
+        return None
+    if isinstance(value, Mapping):
+        try:
+            payload.from_dict(value)
+        except TypeError as exc:
+            return f"returned a Decision whose value is not a {payload.__name__}: {exc}"
+        return None
+    return f"returned a Decision holding {type(value).__name__} ({value!r:.80}); expected a {payload.__name__} or None"
 
 
 def _weak(reason: str, value: object = None) -> bool:
@@ -204,8 +231,6 @@ def _rule_of(exc: PluginError) -> str:
 def _plan(request: Any, env: Mapping[str, str], host: PluginHost, model: Any, plugin: str, report: Report,
           scenario: str, rule: str | None = None) -> Any:
     """Plan with every plugin; a failure of the plugin under test is a violation, a refusal is not."""
-    from ...planning import make_plan
-
     before = dict(os.environ)
     try:
         return make_plan(request, env=env, host=host, model=model)
@@ -242,19 +267,20 @@ def _check_env_items(report: Report, hook: str, items: Sequence[Any], devices_as
 
 
 def _check_forced(report: Report, hook: str, request: Any, decision: Decision, scenario: str) -> None:
-    concern = hook.removeprefix("intelrt_select_")
-    if concern in VERBATIM and request.is_forced(concern) and decision.value != getattr(request, concern):
-        report.add("forced", f"the user forced {concern}={getattr(request, concern)!r} and the plugin answered "
+    declared = SELECTION[hook]
+    option = declared.option
+    if declared.verbatim and option and request.is_forced(option) and decision.value != getattr(request, option):
+        report.add("forced", f"the user forced {option}={getattr(request, option)!r} and the plugin answered "
                              f"{decision.value!r}; return it unchanged, None, or raise PlanError", hook, scenario)
-    if concern == "compile" and request.compile == "none" and isinstance(decision.value, dict) \
-            and decision.value.get("enabled"):
+    value = decision.value
+    compiled = CompileChoice.from_dict(value) if isinstance(value, Mapping) else value
+    if declared.name == "compile" and request.compile == "none" and isinstance(compiled, CompileChoice) \
+            and compiled.enabled:
         report.add("forced", "the user turned compile off (compile='none') and the plugin enabled it", hook, scenario)
 
 
 def _exercise_backend(caller: _Caller, plugin: _Plugin, report: Report, host: PluginHost, without: PluginHost,
                       env: dict[str, str], backend: BackendStatus, models: Sequence[Any], scenario: str) -> None:
-    from ...request import Request
-
     def compile_fn(model: Any = None, **kwargs: Any) -> Any:
         return model
 
@@ -278,9 +304,8 @@ def _exercise_backend(caller: _Caller, plugin: _Plugin, report: Report, host: Pl
             kwargs = {"backend": backend, "request": request, "model": info, "env": env, "plan": plan,
                       "compile_fn": compile_fn, "nproc": 2, "kind": backend.device_type, "backends": plan.detected}
             for hook in caller.impls:
-                if hook.startswith("intelrt_select_"):
-                    concern = hook.removeprefix("intelrt_select_")
-                    decisions = {k: v for k, v in values.items() if k != concern}
+                if hook in SELECTION:
+                    decisions = {k: v for k, v in values.items() if k != SELECTION[hook].name}
                     _, decision = caller.call(hook, where, decisions=decisions, **kwargs)
                     if isinstance(decision, Decision):
                         _check_forced(report, hook, request, decision, where)
@@ -343,7 +368,7 @@ def _check_import_cost(plugin: _Plugin, report: Report) -> None:
     code = "\n".join([
         "import json, os, sys",
         "before = dict(os.environ)",
-        "import intelrt, intelrt.plugins, intelrt.types",
+        "import intelrt, intelrt.plugin",
         f"heavy = {HEAVY_MODULES!r}",
         "core = [m for m in heavy if m in sys.modules]",
         plugin.import_code,
@@ -386,8 +411,6 @@ def _host_with(plugin: _Plugin, env: Mapping[str, str], report: Report, scenario
 
 def _run_scenario(caller: _Caller, plugin: _Plugin, report: Report, scenario: Scenario,
                   models: Sequence[Any], seen_cpu: list[bool]) -> None:
-    from ...detection import detect_backends
-
     with scenario.start():
         env = _base_env()
         caller.call("intelrt_detect", scenario.name, env=env)
@@ -415,9 +438,6 @@ def _run_scenario(caller: _Caller, plugin: _Plugin, report: Report, scenario: Sc
 
 
 def _check_allow_block(plugin: _Plugin, report: Report, scenarios: Sequence[Scenario], models: Sequence[Any]) -> None:
-    from ...detection import detect_backends
-    from ...request import Request
-
     # Failing alone would only repeat a result-types/raises violation: check it once those pass.
     alone = not report.broken_rules() & {"result-types", "raises"}
     if not alone:
@@ -457,7 +477,7 @@ def _check_allow_block(plugin: _Plugin, report: Report, scenarios: Sequence[Scen
                 if not plugin.installed:
                     host.register(plugin.obj, plugin.name)
                 detected = detect_backends(host, env)
-                host.call_all("intelrt_diagnose", backends=detected, env=env)
+                host.diagnose(detected, env)
             except PluginError as exc:
                 if exc.plugin == plugin.name:
                     report.add("allow-block", f"alone, detection or diagnosis failed: {exc}", None, where)
@@ -486,8 +506,6 @@ def check_plugin(plugin: object, *, name: str | None = None, scenarios: Sequence
         BERT configs.
     :param import_check: import the plugin in a fresh interpreter (rule ``import-cost``).
     """
-    from ...model_source import resolve_model
-
     report = Report(plugin=name or (plugin if isinstance(plugin, str) else str(getattr(plugin, "__name__", "plugin"))))
     report.checked.add("loads")
     resolved = _resolve(plugin, name, report)

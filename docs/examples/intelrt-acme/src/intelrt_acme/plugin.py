@@ -18,14 +18,12 @@ import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from intelrt import hookimpl
-from intelrt.errors import PlanError
-from intelrt.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
+from intelrt.plugin import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, PlanError, hookimpl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from intelrt.request import Request
+    from intelrt.plugin import Request
 
 NAME = "acme"
 RUNTIME = "acme_runtime"

@@ -19,13 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from intelrt import hookimpl
-from intelrt.types import Decision
+from intelrt.plugin import Decision, hookimpl
 
 if TYPE_CHECKING:
-    from intelrt.model_source import ModelInfo
-    from intelrt.request import Request
-    from intelrt.types import BackendStatus
+    from intelrt.plugin import BackendStatus, ModelInfo, Request
 
 BACKEND = "xpu"
 FAMILIES = ("gemma2",)

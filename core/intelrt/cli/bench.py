@@ -1,0 +1,425 @@
+"""Side-by-side benchmark: plain transformers against ``intelrt.load(...).generate`` (issue 6).
+
+Builds a Qwen3-0.6B-shaped model with random bf16 weights from its config alone (no download),
+or a tiny one (``tiny=True``, for the CPU), and in one process measures tokens per second for:
+batch 1 (eager ``generate``, ``cache_implementation="static"`` + auto-compile, intelrt), many
+requests (one padded ``generate``, ``generate_batch`` with defaults, intelrt), and load wall
+time (``from_pretrained`` with the plan's own keywords + tokenizer, against ``intelrt.load``).
+Outputs are compared token for token. ``benchmarks/bench_generate.py`` and ``intelrt bench``
+call :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+QWEN3_0_6B: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
+}
+TARGETS = {"batch1_tok_s": 1000.0, "batch1_vs_static": 3.0, "many_tok_s": 5000.0, "many_vs_padded": 3.0,
+           "load_ratio": 1.03}
+
+
+@dataclass
+class Row:
+    group: str
+    name: str
+    tok_s: float | None = None
+    seconds: float | None = None
+    match: str = ""
+    calls: list[float] = field(default_factory=list)
+    """Every timed call's seconds, when ``seconds`` is their median."""
+
+
+@dataclass
+class Results:
+    device: str
+    model: str
+    rows: list[Row] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    plan: dict[str, Any] = field(default_factory=dict)
+    path: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        log.info("bench %s / %s: %s tok/s in %.3f s %s%s", row.group, row.name,
+                 f"{row.tok_s:,.0f}" if row.tok_s else "-", row.seconds or 0.0, row.match,
+                 f" (median of calls: {', '.join(f'{c:.3f}' for c in row.calls)} s)" if row.calls else "")
+
+    def get(self, group: str, name: str) -> Row:
+        return next(r for r in self.rows if r.group == group and r.name == name)
+
+
+def build_model(directory: Path, *, tiny: bool, device: str) -> None:
+    """Save a random-weight bf16 Qwen3 (0.6B-shaped, or tiny) and a small tokenizer in ``directory``."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ..tiny import build_causal_lm, build_tokenizer
+
+    if tiny:
+        build_causal_lm(directory, hidden_size=64, layers=2)
+        return
+    build_tokenizer(directory)
+    config = Qwen3Config(**QWEN3_0_6B, bos_token_id=None, eos_token_id=None, pad_token_id=1)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model: Any = Qwen3ForCausalLM(config)
+        model = model.to(dtype=torch.bfloat16)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 1
+    model.save_pretrained(directory, safe_serialization=True)
+    del model
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device != "cpu":
+        torch.accelerator.synchronize()
+
+
+def timed(device: str, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall time, device work included; garbage collected first, so no run pays
+    for the collection of what earlier runs left."""
+    gc.collect()
+    _sync(device)
+    start = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, time.perf_counter() - start
+
+
+def timed_median(device: str, fn: Callable[[], Any], repeats: int) -> tuple[Any, float, list[float]]:
+    """The last output, the median wall time of ``repeats`` calls, and every call's time."""
+    calls: list[float] = []
+    out: Any = None
+    for _ in range(repeats):
+        out, seconds = timed(device, fn)
+        calls.append(seconds)
+    return out, statistics.median(calls), calls
+
+
+def compare(ours: Sequence[Sequence[int]], theirs: Sequence[Sequence[int]]) -> str:
+    """``identical`` or how many rows differ and where the first difference is."""
+    differ = [(i, next((j for j, (a, b) in enumerate(zip(o, t, strict=False)) if a != b), min(len(o), len(t))))
+              for i, (o, t) in enumerate(zip(ours, theirs, strict=True)) if list(o) != list(t)]
+    if not differ:
+        return "identical"
+    first = min(d[1] for d in differ)
+    return f"{len(differ)}/{len(ours)} rows differ (first at token {first})"
+
+
+def run(args: argparse.Namespace) -> Results:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import intelrt
+
+    from ..runtime.pretrained_kwargs import from_pretrained_kwargs
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    results = Results(device=device, model="tiny Qwen3" if args.tiny else "Qwen3-0.6B-shaped, random bf16",
+                      versions={"torch": str(torch.__version__), "transformers": transformers.__version__})
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="intelrt-bench-"))
+    build_model(workdir, tiny=args.tiny, device=device)
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(2, 384, (args.requests, args.prompt_tokens), generator=gen).tolist()
+    new = args.new_tokens
+    settings = {"max_new_tokens": new, "do_sample": False, "pad_token_id": 1, "eos_token_id": None}
+
+    # -- intelrt first: its plan fixes the choices the plain run copies ---------------------
+    loaded = intelrt.load(workdir, backend=device)
+    plan = loaded.plan
+    results.plan = {k: {"value": v.value, "reason": v.reason} for k, v in plan.decisions.items()
+                    if k in ("dtype", "placement", "attention", "decode", "batching")}
+    kwargs = from_pretrained_kwargs(plan)
+
+    def plain_load() -> Any:
+        model = AutoModelForCausalLM.from_pretrained(workdir, **kwargs).eval()
+        AutoTokenizer.from_pretrained(workdir)
+        return model
+
+    if not args.only_verify:
+        _speed(args, results, loaded, plain_load(), prompts, settings, device)
+    if args.verify or args.only_verify:
+        _verify(results, workdir, prompts, settings, device)
+    if args.only_verify:
+        return results
+
+    # load wall time, alternating, median of N (the same from_pretrained keywords as the plan's)
+    del loaded
+    gc.collect()
+    plain_times: list[float] = []
+    ours_times: list[float] = []
+    for _ in range(args.load_repeats):
+        for which, sink in ((plain_load, plain_times), (lambda: intelrt.load(workdir, backend=device), ours_times)):
+            obj, seconds = timed(device, which)
+            sink.append(seconds)
+            del obj
+            gc.collect()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    results.add(Row("load", "from_pretrained + tokenizer", None, statistics.median(plain_times)))
+    results.add(Row("load", "intelrt.load", None, statistics.median(ours_times)))
+    results.checks = check_targets(results, len(prompts), new)
+    return results
+
+
+def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, prompts: list[list[int]],
+           settings: dict[str, Any], device: str) -> None:
+    import torch
+
+    new = args.new_tokens
+    dev = plain.device
+
+    def hf_generate(model: Any, rows: Sequence[Sequence[int]], **extra: Any) -> list[list[int]]:
+        ids = torch.tensor(rows, device=dev)
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **{**settings, **extra})
+        return out[:, ids.shape[1]:].tolist()
+
+    one = prompts[:1]
+    # batch 1: eager generate (short warm-up, then timed)
+    hf_generate(plain, one, max_new_tokens=8)
+    eager, seconds = timed(device, lambda: hf_generate(plain, one))
+    results.add(Row("batch 1", "eager generate", new / seconds, seconds))
+    # batch 1: static cache (+ transformers' auto-compile on cuda/xpu): warm-up is a full run
+    hf_generate(plain, one, cache_implementation="static")
+    static, seconds, calls = timed_median(device, lambda: hf_generate(plain, one, cache_implementation="static"),
+                                          args.repeats)
+    results.add(Row("batch 1", "static cache + compile", new / seconds, seconds,
+                    compare(static, eager) + " vs eager", calls))
+    # batch 1: intelrt (warm-up compiles and captures)
+    loaded.generate_ids(one[0], **settings)
+    ours, seconds, calls = timed_median(device, lambda: [loaded.generate_ids(one[0], **settings)], args.repeats)
+    results.path["batch 1"] = loaded.last_generation.to_dict() if loaded.last_generation else {}
+    results.add(Row("batch 1", "intelrt", new / seconds, seconds,
+                    f"{compare(ours, static)} vs static; {compare(ours, eager)} vs eager", calls))
+
+    if args.variants:
+        import intelrt
+
+        for label, graphs, compiled in (("intelrt, graphs off", "off", "auto"),
+                                        ("intelrt, eager step in graph", "auto", "none")):
+            variant = intelrt.load(loaded.plan.model.local_dir, backend=device, graphs=graphs, compile=compiled)
+
+            def once(v: Any = variant) -> list[Any]:
+                return [v.generate_ids(one[0], **settings)]
+
+            once()
+            out, seconds, calls = timed_median(device, once, args.repeats)
+            results.add(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static", calls))
+            del variant
+            gc.collect()
+
+    # many requests: one padded generate
+    many = len(prompts) * new
+    hf_generate(plain, prompts, max_new_tokens=8)
+    padded, seconds = timed(device, lambda: hf_generate(plain, prompts))
+    results.add(Row(f"{len(prompts)} x {new}", "padded generate", many / seconds, seconds))
+    # many requests: continuous batching with transformers' defaults
+    if not args.skip_continuous:
+        from transformers import GenerationConfig
+
+        config = GenerationConfig(**settings)
+
+        def batch(rows: list[list[int]], cfg: Any) -> list[list[int]]:
+            # No inference_mode here: generate_batch decodes on its own thread, where it would not apply.
+            out = plain.generate_batch(rows, generation_config=cfg)
+            tokens = [list(o.generated_tokens) for o in out.values()]
+            failed = [o.error for o in out.values() if getattr(o, "error", None)]
+            if len(tokens) != len(rows) or failed or any(len(t) != cfg.max_new_tokens for t in tokens):
+                raise RuntimeError(f"generate_batch failed: {len(tokens)} of {len(rows)} results; "
+                                   f"{failed[:1] or 'short outputs'}")
+            return tokens
+
+        try:
+            batch(prompts[:4], GenerationConfig(**{**settings, "max_new_tokens": 8}))
+            cont, seconds = timed(device, lambda: batch(prompts, config))
+            results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
+                            compare(cont, padded) + " vs padded"))
+        except Exception as exc:  # noqa: BLE001 - reported in the table instead of ending the run
+            results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", None, None,
+                            f"FAILED: {str(exc)[:120]}"))
+    # many requests: intelrt
+    loaded.generate_ids(prompts, **settings)
+    ours_many, seconds, calls = timed_median(device, lambda: loaded.generate_ids(prompts, **settings), args.repeats)
+    results.path["many"] = loaded.last_generation.to_dict() if loaded.last_generation else {}
+    results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
+                    compare(ours_many, padded) + " vs padded", calls))
+
+
+def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings: dict[str, Any],
+            device: str) -> None:
+    """Token-for-token check in float32, where argmax has no bf16 ties: intelrt's fast path
+    (compiled, graph-captured) against plain ``generate``, at batch 1 and for the whole batch."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import intelrt
+
+    from ..runtime.pretrained_kwargs import from_pretrained_kwargs
+
+    ours = intelrt.load(workdir, backend=device, dtype="float32")
+    plain = AutoModelForCausalLM.from_pretrained(workdir, **from_pretrained_kwargs(ours.plan)).eval()
+    group = "verify fp32"
+    for label, rows in (("batch 1", prompts[:1]), (f"{len(prompts)} x {settings['max_new_tokens']}", prompts)):
+        ids = torch.tensor(rows, device=plain.device)
+        with torch.inference_mode():
+            out = plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
+        reference = out[:, ids.shape[1]:].tolist()
+
+        def run_ours(r: list[list[int]] = rows) -> Any:
+            return [ours.generate_ids(r[0], **settings)] if len(r) == 1 else ours.generate_ids(r, **settings)
+
+        run_ours()  # warm-up: compile and capture
+        mine, seconds = timed(device, run_ours)
+        info = ours.last_generation
+        assert info is not None
+        results.add(Row(group, f"intelrt {label}", len(rows) * settings["max_new_tokens"] / seconds, seconds,
+                        f"{compare(mine, reference)} vs plain generate (path {info.path}, "
+                        f"graphs={info.graphs}, compiled={info.compiled}, step={info.step}, "
+                        f"attention kernel={info.attention_kernel})"))
+
+
+def check_targets(results: Results, requests: int, new: int) -> list[str]:
+    b1 = results.get("batch 1", "intelrt").tok_s or 0.0
+    static = results.get("batch 1", "static cache + compile").tok_s or 1.0
+    many = results.get(f"{requests} x {new}", "intelrt").tok_s or 0.0
+    padded = results.get(f"{requests} x {new}", "padded generate").tok_s or 1.0
+    load = (results.get("load", "intelrt.load").seconds or 0.0) / (
+        results.get("load", "from_pretrained + tokenizer").seconds or 1.0)
+    t = TARGETS
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "MISS"
+
+    return [
+        f"{verdict(b1 >= t['batch1_tok_s'])} batch 1: {b1:,.0f} tok/s (target >= {t['batch1_tok_s']:,.0f})",
+        f"{verdict(b1 / static >= t['batch1_vs_static'])} batch 1: {b1 / static:.2f}x static+compile "
+        f"(target >= {t['batch1_vs_static']}x)",
+        f"{verdict(many >= t['many_tok_s'])} {requests} x {new}: {many:,.0f} tok/s (target >= {t['many_tok_s']:,.0f})",
+        f"{verdict(many / padded >= t['many_vs_padded'])} {requests} x {new}: {many / padded:.2f}x padded generate "
+        f"(target >= {t['many_vs_padded']}x)",
+        f"{verdict(load <= t['load_ratio'])} load: intelrt.load / from_pretrained = {load:.3f} "
+        f"(target <= {t['load_ratio']})",
+    ]
+
+
+def format_table(results: Results) -> str:
+    lines = [f"intelrt bench — {results.model} on {results.device} "
+             f"(torch {results.versions.get('torch')}, transformers {results.versions.get('transformers')})",
+             f"{'group':<12} {'run':<28} {'tok/s':>10} {'seconds':>9}  {'ratio':>8}  outputs"]
+    base: dict[str, float] = {}
+    for row in results.rows:
+        if row.name in ("static cache + compile", "padded generate"):
+            base[row.group] = row.tok_s or 0.0
+        if row.group == "load" and row.name.startswith("from_pretrained"):
+            base["load"] = row.seconds or 0.0
+    for row in results.rows:
+        ratio = ""
+        if row.tok_s and base.get(row.group):
+            ratio = f"{row.tok_s / base[row.group]:.2f}x"
+        elif row.group == "load" and row.seconds and base.get("load"):
+            ratio = f"{row.seconds / base['load']:.3f}x"
+        tok = f"{row.tok_s:,.0f}" if row.tok_s else "-"
+        lines.append(f"{row.group:<12} {row.name:<28} {tok:>10} {row.seconds or 0:>9.3f}  {ratio:>8}  {row.match}")
+    lines.append("ratios: tok/s against static+compile (batch 1) or padded generate (many); load time against "
+                 "from_pretrained")
+    for name, info in results.path.items():
+        lines.append(f"intelrt path ({name}): {info.get('path')} — graphs={info.get('graphs')}, "
+                     f"compiled={info.get('compiled')}; {info.get('reason')}")
+        lines.extend(f"  note: {n}" for n in info.get("notes") or ())
+    lines.extend(results.checks)
+    return "\n".join(lines)
+
+
+def write_chart(results: Results, path: str) -> None:
+    """A PNG bar chart of tok/s per run (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigurationError("--chart needs matplotlib, which is not installed: pip install matplotlib "
+                                 "(or leave --chart out)") from None
+    rows = [r for r in results.rows if r.tok_s]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    colors = ["#1f77b4" if r.name != "intelrt" else "#d62728" for r in rows]
+    ax.barh([f"{r.group}: {r.name}" for r in rows], [r.tok_s for r in rows], color=colors)
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens per second (log scale)")
+    ax.set_title(f"transformers vs intelrt — {results.model} on {results.device}")
+    for i, r in enumerate(rows):
+        ax.text(r.tok_s or 0, i, f" {r.tok_s:,.0f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tiny", action="store_true", help="tiny model (for the CPU) instead of Qwen3-0.6B-shaped")
+    parser.add_argument("--device", default=None, help="cuda, xpu, hpu or cpu (default: cuda when present)")
+    parser.add_argument("--requests", type=int, default=None, help="prompts in the batch run (default 64; tiny 8)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 256; tiny 32)")
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--load-repeats", type=int, default=3,
+                        help="alternating from_pretrained / intelrt.load pairs (median of each side)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed calls per fast run (static cache, intelrt), median shown; the slow eager "
+                             "and padded generate runs are timed once")
+    parser.add_argument("--skip-continuous", action="store_true", help="leave out generate_batch (slow on CPU)")
+    parser.add_argument("--workdir", default=None, help="where the random model is saved (default: a temp dir)")
+    parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
+    parser.add_argument("--chart", default=None, help="also write a PNG bar chart here (needs matplotlib)")
+    parser.add_argument("--verify", action="store_true",
+                        help="also compare intelrt's fast path with plain generate in float32 (no bf16 argmax "
+                             "ties), at batch 1 and for the whole batch: the tokens must be identical")
+    parser.add_argument("--only-verify", action="store_true", help="run only the float32 comparison")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.chart:  # fail before minutes of benchmarking, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigurationError("--chart needs matplotlib, which is not installed: pip install matplotlib "
+                                     "(or leave --chart out)") from None
+    if args.requests is None:
+        args.requests = 8 if args.tiny else 64
+    if args.new_tokens is None:
+        args.new_tokens = 32 if args.tiny else 256
+    for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats", "repeats"):
+        if getattr(args, name) < 1:
+            raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1")
+    results = run(args)
+    print(format_table(results))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(asdict(results), indent=2))
+    if args.chart:
+        write_chart(results, args.chart)
+        print(f"chart written to {args.chart}")
+    return 0

@@ -1,0 +1,73 @@
+"""The decode engine's tuning: sizes, buckets and switches of the fast loop, as one value.
+
+Device choices (graphs, compile backend, which step, whether the one-kernel attention runs) come
+from the plan's decode decision; these are the engine's own settings. The defaults are the ones
+measured best on an H200 (docs/performance.md, "Fast decode path"); ``benchmarks/profile_decode.py``
+compares variants by building other values, never by changing module state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFETCH_MODES = ("early", "late", "off")
+PREFETCHABLE = ("o_proj", "gate_up", "down_proj", "next_qkv")
+
+
+@dataclass(frozen=True)
+class DecodeTuning:
+    """Settings of :class:`~intelrt.decoding.engine.FastDecoder` and the compact step."""
+
+    warmup_steps: int = 2
+    """Real decode steps run before capture (compile and allocate outside the graph)."""
+    eos_check_every: int = 16
+    """Tokens between the host's checks whether every row has finished (one sync each)."""
+    cache_length_bucket: int = 128
+    """Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
+    max_sessions: int = 4
+    """Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
+    prompt_bucket: int = 16
+    """With device graphs, the compact step's prompts are left-padded (masked, as in a batch) to a
+    multiple of this many tokens, so prompts of similar length share one captured prompt pass."""
+    prompt_graph_max_tokens: int = 4096
+    """Prompt passes over more tokens (rows × padded length) run uncaptured: they launch few
+    kernels per token, and their graph would hold much memory."""
+    prompt_graphs_per_session: int = 4
+    """Captured prompt lengths kept per session (least recently used dropped first)."""
+    compiled_record: bool = True
+    """With a compiled step, recording the chosen token and advancing position and slot are
+    compiled too: one fused kernel instead of about seven small ones. The choice itself stays
+    eager: compiled, a one-row argmax over the vocabulary fuses into one slow single-program kernel."""
+    compiled_prompt: bool = True
+    """A compiled compact step comes with a compiled prompt pass (dynamic shapes): eagerly, the
+    prompt's pass is about 2,000 small operations per call."""
+    gemv_max_rows: int = 4
+    """A compiled compact step of at most this many rows writes its projections as
+    multiply-and-sum, which the compiler fuses with the operation after them."""
+    fold_norms: bool = True
+    """Fold RMSNorms into the multiply-and-sum projections after them (norm and projection in one kernel)."""
+    prefetch_weights: tuple[str, ...] = PREFETCHABLE
+    """With few rows, the weights a layer's attention kernel prefetches into L2, of those read
+    after it: the layer's o-projection, gate/up and down projections, the next layer's q/k/v."""
+    attention_splits: int = 64
+    """The attention kernel splits the cache so that about this many programs share the work
+    (flash-decoding): one row has too few key/value heads to keep a GPU busy."""
+    merge_in_kernel: bool = True
+    """The last split of each head merges the splits' states (else a second kernel merges them)."""
+    prefetch: str = "early"
+    """When the attention kernel prefetches ``prefetch_weights``: ``early`` (extra programs, as the
+    kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
+
+    def __post_init__(self) -> None:
+        counts = ("warmup_steps", "eos_check_every", "cache_length_bucket", "max_sessions", "prompt_bucket",
+                  "prompt_graphs_per_session", "gemv_max_rows", "attention_splits")
+        for name in counts:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "gemv_max_rows" else 1):
+                raise ValueError(f"DecodeTuning.{name} must be a whole number >= 1, got {value!r}")
+        if self.prefetch not in PREFETCH_MODES:
+            raise ValueError(f"DecodeTuning.prefetch={self.prefetch!r} is not one of {', '.join(PREFETCH_MODES)}")
+        unknown = sorted(set(self.prefetch_weights) - set(PREFETCHABLE))
+        if unknown:
+            raise ValueError(f"DecodeTuning.prefetch_weights names {', '.join(unknown)}; choose from "
+                             f"{', '.join(PREFETCHABLE)}")

@@ -1,0 +1,233 @@
+"""Typed values of the structured plan decisions: compile, kernels, quantization, decode, batching.
+
+A selection hook answers ``Decision(value, reason)``; for these five concerns ``value`` is one of
+the frozen dataclasses below (a dict with the same keys is accepted from a plugin and converted by
+the host, so a wrong key fails naming the plugin). Plans serialise them with :meth:`Payload.to_dict`
+and read them back with :meth:`Payload.from_dict`. Each validates its fields when built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
+
+P = TypeVar("P", bound="Payload")
+
+DECODE_METHODS = ("fast", "generate")
+"""``fast``: intelrt's decode loop; ``generate``: transformers' ``model.generate``."""
+DECODE_STEPS = ("compact", "model")
+"""``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
+BATCHING_METHODS = ("continuous", "padded")
+BATCHING_ENGINES = ("fast", "generate", "continuous")
+KV_SIZINGS = ("memory", "requests")
+
+
+def _fail(cls: type, message: str) -> None:
+    raise TypeError(f"{cls.__name__}: {message}")
+
+
+def _check(obj: object, name: str, kinds: tuple[type, ...], *, optional: bool = False,
+           choices: tuple[object, ...] | None = None) -> None:
+    value = getattr(obj, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) and bool not in kinds:
+        _fail(type(obj), f"{name} must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}")
+    if not isinstance(value, kinds):
+        wanted = " or ".join(k.__name__ for k in kinds) + (" or None" if optional else "")
+        _fail(type(obj), f"{name} must be {wanted}, got {value!r}")
+    if choices is not None and value not in choices:
+        _fail(type(obj), f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+
+class Payload:
+    """Base of the typed decision values: JSON fields, ``to_dict`` and ``from_dict``."""
+
+    def _validate(self) -> None:
+        try:
+            json.dumps(self.to_dict())
+        except (TypeError, ValueError) as exc:
+            _fail(type(self), f"every field must be JSON-serialisable (plans are data): {exc}")
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        """The value as plain JSON data (what ``Plan.to_dict`` holds)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[P], data: Mapping[str, Any]) -> P:
+        """The value from ``to_dict`` output (or a plugin's dict); unknown or missing keys are a ``TypeError``."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        names = [f.name for f in fields]
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))}; its fields: {', '.join(names)}")
+        required = [f.name for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in data]
+        if missing:
+            raise TypeError(f"{cls.__name__} needs {', '.join(map(repr, missing))}")
+        return cls(**dict(data))
+
+
+def _plain(value: Any) -> JSONValue:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class CompileChoice(Payload):
+    """Whether ``torch.compile`` wraps the loaded model, with which backend and mode."""
+
+    enabled: bool
+    backend: str | None = None
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self, "enabled", (bool,))
+        _check(self, "backend", (str,), optional=True)
+        _check(self, "mode", (str,), optional=True)
+        if self.enabled and not self.backend:
+            _fail(type(self), "enabled=True needs a backend (e.g. 'inductor')")
+
+    @classmethod
+    def off(cls) -> CompileChoice:
+        return cls(False)
+
+
+@dataclass(frozen=True)
+class KernelChoice(Payload):
+    """Hub kernels: ``use_kernels`` and the ``KernelConfig`` mapping (layer → {device: kernel})."""
+
+    use_kernels: bool
+    kernel_mapping: Mapping[str, JSONValue] | None = None
+    use_local_kernel: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self, "use_kernels", (bool,))
+        _check(self, "kernel_mapping", (Mapping,), optional=True)
+        _check(self, "use_local_kernel", (bool,))
+        if self.kernel_mapping is not None:
+            object.__setattr__(self, "kernel_mapping", _plain(self.kernel_mapping))
+        self._validate()
+
+    @classmethod
+    def off(cls) -> KernelChoice:
+        return cls(False)
+
+
+@dataclass(frozen=True)
+class QuantizationChoice(Payload):
+    """Weights quantized by ``method`` (``bitsandbytes``) to ``bits`` (4 or 8); the 4-bit details."""
+
+    method: str
+    bits: int
+    quant_type: str | None = None
+    """4-bit only: ``nf4`` or ``fp4``."""
+    compute_dtype: str | None = None
+    """4-bit only: the dtype matmuls run in (``bfloat16``, ``float16``, ``float32``)."""
+    double_quant: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self, "method", (str,))
+        _check(self, "bits", (int,), choices=(4, 8))
+        _check(self, "quant_type", (str,), optional=True)
+        _check(self, "compute_dtype", (str,), optional=True)
+        _check(self, "double_quant", (bool,))
+
+
+@dataclass(frozen=True)
+class DecodeChoice(Payload):
+    """How ``Loaded.generate`` decodes one prompt: intelrt's fast loop or transformers' ``generate``.
+
+    For ``fast``: a static KV ``cache``; the step ``compile``\\ d with a torch.compile backend (or
+    eager), captured into device ``graphs`` of that kind (``cuda``, ``xpu``, ``hpu``) or not; the
+    ``step`` is intelrt's ``compact`` step or the ``model``'s own forward; ``compile_options`` are
+    inductor settings; ``attention_kernel`` runs the compact step's decode attention as one
+    Triton kernel per layer (the backend says whether its device runs that kernel).
+    """
+
+    method: str
+    cache: str | None = None
+    graphs: str | None = None
+    compile: str | None = None
+    step: str | None = None
+    compile_options: Mapping[str, JSONValue] | None = None
+    attention_kernel: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self, "method", (str,), choices=DECODE_METHODS)
+        for name in ("cache", "graphs", "compile"):
+            _check(self, name, (str,), optional=True)
+        _check(self, "step", (str,), optional=True, choices=DECODE_STEPS)
+        _check(self, "compile_options", (Mapping,), optional=True)
+        _check(self, "attention_kernel", (bool,))
+        if self.compile_options is not None:
+            object.__setattr__(self, "compile_options", _plain(self.compile_options))
+        if self.method == "generate" and (self.graphs or self.compile or self.attention_kernel):
+            _fail(type(self), "method='generate' runs transformers' generate: graphs, compile and "
+                              "attention_kernel belong to the fast loop")
+        self._validate()
+
+    @property
+    def fast(self) -> bool:
+        return self.method == "fast"
+
+    @classmethod
+    def plain_generate(cls) -> DecodeChoice:
+        return cls("generate")
+
+
+@dataclass(frozen=True)
+class BatchingChoice(Payload):
+    """How a list of prompts is generated.
+
+    ``padded``: prompts go in padded batches of at most ``max_batch`` through ``engine`` (``fast``,
+    the decode loop, or ``generate``). ``continuous``: transformers' ``generate_batch`` with
+    ``use_graphs`` / ``use_async_batching`` (``None``: its auto) and the KV cache sized from free
+    device ``memory`` or from the ``requests`` of the call (``kv_sizing``).
+    """
+
+    method: str
+    engine: str = "generate"
+    max_batch: int | None = None
+    use_graphs: bool | None = None
+    use_async_batching: bool | None = None
+    kv_sizing: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self, "method", (str,), choices=BATCHING_METHODS)
+        _check(self, "engine", (str,), choices=BATCHING_ENGINES)
+        _check(self, "max_batch", (int,), optional=True)
+        _check(self, "use_graphs", (bool,), optional=True)
+        _check(self, "use_async_batching", (bool,), optional=True)
+        _check(self, "kv_sizing", (str,), optional=True, choices=KV_SIZINGS)
+        if self.max_batch is not None and self.max_batch < 1:
+            _fail(type(self), f"max_batch must be >= 1, got {self.max_batch}")
+        if (self.method == "continuous") != (self.engine == "continuous"):
+            _fail(type(self), "method='continuous' and engine='continuous' go together")
+
+    @classmethod
+    def padded(cls, engine: str, max_batch: int | None) -> BatchingChoice:
+        return cls("padded", engine=engine, max_batch=max_batch)
+
+    @classmethod
+    def continuous(cls, *, use_graphs: bool | None = None, use_async_batching: bool | None = None,
+                   kv_sizing: str = "memory") -> BatchingChoice:
+        return cls("continuous", engine="continuous", use_graphs=use_graphs,
+                   use_async_batching=use_async_batching, kv_sizing=kv_sizing)
+
+
+PAYLOADS: tuple[type[Payload], ...] = (CompileChoice, KernelChoice, QuantizationChoice, DecodeChoice, BatchingChoice)
+
+DecisionValue = JSONValue | Payload
+"""What a decision holds: plain JSON (dtype, placement, attention, collective, task) or a payload."""

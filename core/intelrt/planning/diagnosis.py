@@ -1,0 +1,90 @@
+"""``intelrt doctor``: versions, every backend with reasons, environment in effect, findings —
+as data (:func:`diagnose`) and as text (:func:`format_report`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ..errors import IntelrtError
+from ..hooks.types import Finding
+from ..host.manager import PluginHost
+from ..host.settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR
+from ..support.redaction import MASK, is_secret_name, redact
+from ..support.versions import FLOORS, at_least, installed_version, package_version
+from .detection import BACKEND_VAR, detect_backends
+
+PACKAGES = ("intelrt", "torch", "transformers", "accelerate", "huggingface_hub", "pluggy", "kernels",
+            "bitsandbytes", "peft", "datasets")
+#: Variables worth showing in a bug report (others are left out to keep the report short).
+RELEVANT_PREFIXES = ("INTELRT_", "ZE_", "HABANA_", "PT_HPU_", "PT_ENABLE_", "CUDA_", "HF_", "TRANSFORMERS_",
+                     "MASTER_", "LOCAL_RANK", "RANK", "WORLD_SIZE", "ONEAPI_", "SYCL_", "CCL_")
+
+
+def floor_findings(severity: Literal["error", "warning"] = "error") -> list[Finding]:
+    """A finding per dependency below :data:`FLOORS` (not installed is left to the import that needs it)."""
+    findings = []
+    for name, floor in FLOORS.items():
+        version = installed_version(name)
+        if version is not None and not at_least(version, floor):
+            findings.append(Finding(severity, f"{name} {version} is older than intelrt needs",
+                                    f"intelrt needs {name} >= {floor} (see its pyproject dependencies); with "
+                                    f"{name} {version}, loading and training fail in ways far from this cause",
+                                    fix=f"pip install --upgrade '{name}>={floor}'"))
+    return findings
+
+
+def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(env.items()) if k.startswith(RELEVANT_PREFIXES)}
+
+
+def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = None) -> dict[str, Any]:
+    """The doctor report as data (``intelrt doctor --json`` prints it)."""
+    env = dict(os.environ) if env is None else dict(env)
+    findings: list[Finding] = floor_findings("error")
+    host = host or PluginHost(env, on_error="record")
+    for record in host.records:
+        if record.status == "failed":
+            findings.append(Finding("error", f"plugin {record.name} failed to load", record.error or "",
+                                    fix=f"fix or uninstall {record.distribution}, or set {BLOCK_VAR}={record.name}",
+                                    claim="C6"))
+    try:
+        backends = detect_backends(host, env)
+    except IntelrtError as exc:
+        backends = ()
+        findings.append(Finding("error", "backend detection failed", str(exc), fix="see the message", claim="C6"))
+    try:
+        for _plugin, finding in host.diagnose(backends, env):
+            findings.append(finding)
+    except IntelrtError as exc:
+        findings.append(Finding("error", "a diagnosis hook failed", str(exc), fix="see the message", claim="C6"))
+    report = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {name: package_version(name) for name in PACKAGES},
+        "plugins": [r.to_dict() for r in host.records],
+        "backends": [b.to_dict() for b in backends],
+        "environment": relevant_env(env),
+        "intelrt_settings": {v: env.get(v) for v in (ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, BACKEND_VAR)},
+        "findings": [f.to_dict() for f in findings],
+    }
+    return dict(redact(report))
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    lines = [f"intelrt doctor — python {report['python']} on {report['platform']}", "packages:"]
+    lines += [f"  {k:<16} {v or 'not installed'}" for k, v in report["packages"].items()]
+    lines.append("plugins:")
+    lines += [f"  {p['name']:<10} {p['distribution']} {p['version']}  [{p['status']}]" for p in report["plugins"]]
+    lines.append("backends:")
+    lines += [f"  {b['name']:<6} {'available' if b['available'] else 'unavailable':<11} {b['reason']}"
+              + "".join(f"\n         note: {n}" for n in b["notes"]) for b in report["backends"]]
+    lines.append("environment in effect:")
+    lines += [f"  {k}={v}" for k, v in report["environment"].items()] or ["  (no intelrt-relevant variables set)"]
+    lines.append("findings:")
+    lines += [f"  [{f['severity']}] {f['title']}: {f['detail']}" + (f"\n      fix: {f['fix']}" if f["fix"] else "")
+              for f in report["findings"]] or ["  none"]
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""The plan: every decision for a run as plain data — printable, serialisable, assertable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..hooks.payloads import (
+    BatchingChoice,
+    CompileChoice,
+    DecisionValue,
+    DecodeChoice,
+    KernelChoice,
+    Payload,
+    QuantizationChoice,
+)
+from ..hooks.types import BackendStatus, Finding
+from ..support.redaction import redact, redact_text
+from .concerns import CONCERN_NAMES
+from .environment import EnvSetting
+from .model_source import ModelInfo
+from .request import Request
+
+P = TypeVar("P", bound=Payload)
+
+
+@dataclass(frozen=True)
+class PlannedDecision:
+    """One decision of a plan: value, why, who decided, and whether the user forced it."""
+
+    name: str
+    value: DecisionValue
+    """Plain JSON, or the concern's payload (:class:`~intelrt.hooks.payloads.DecodeChoice` …)."""
+    reason: str
+    plugin: str
+    forced: bool
+    claim: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        value = self.value.to_dict() if isinstance(self.value, Payload) else self.value
+        return {"value": value, "reason": self.reason, "plugin": self.plugin, "forced": self.forced,
+                "claim": self.claim, "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``intelrt.load`` will do, decided without touching a device or the network."""
+
+    request: Request
+    model: ModelInfo
+    backend: BackendStatus
+    backend_reason: str
+    backend_forced: bool
+    decisions: Mapping[str, PlannedDecision]
+    env: tuple[EnvSetting, ...]
+    findings: tuple[Finding, ...] = ()
+    detected: tuple[BackendStatus, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def device(self) -> str:
+        """The torch device string of the run (``"xpu"``, ``"hpu"``, ``"cpu"`` …)."""
+        return self.backend.device_type
+
+    @property
+    def task(self) -> str:
+        return str(self.decisions["task"].value)
+
+    def value(self, concern: str) -> DecisionValue:
+        """The value of ``concern`` (``None`` when the plan has no such decision)."""
+        decision = self.decisions.get(concern)
+        return None if decision is None else decision.value
+
+    def _payload(self, concern: str, kind: type[P]) -> P | None:
+        value = self.value(concern)
+        if value is None:
+            return None
+        if not isinstance(value, kind):
+            raise TypeError(f"the plan's {concern} decision holds {type(value).__name__}, not {kind.__name__}")
+        return value
+
+    @property
+    def decode_choice(self) -> DecodeChoice | None:
+        return self._payload("decode", DecodeChoice)
+
+    @property
+    def batching_choice(self) -> BatchingChoice | None:
+        return self._payload("batching", BatchingChoice)
+
+    @property
+    def compile_choice(self) -> CompileChoice | None:
+        return self._payload("compile", CompileChoice)
+
+    @property
+    def kernel_choice(self) -> KernelChoice | None:
+        return self._payload("kernels", KernelChoice)
+
+    @property
+    def quantization_choice(self) -> QuantizationChoice | None:
+        return self._payload("quantization", QuantizationChoice)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity in ("warning", "error"))
+
+    def env_to_set(self) -> dict[str, str]:
+        return {s.name: s.value for s in self.env if s.to_set}
+
+    # -- data ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": {"name": self.backend.name, "device": self.device, "reason": self.backend_reason,
+                        "forced": self.backend_forced, "plugin": self.backend.plugin,
+                        "device_count": self.backend.device_count,
+                        "devices": [d.name for d in self.backend.devices]},
+            "model": self.model.to_dict(),
+            "request": self.request.to_dict(),
+            "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
+            "env": [s.to_dict() for s in self.env],
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "detected": [b.to_dict() for b in self.detected],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(redact(self.to_dict()), indent=indent)
+
+    def __str__(self) -> str:
+        lines = [f"intelrt plan for {self.model.source}",
+                 f"  backend   {self.backend.name} ({self.backend.device_count} device(s)) — {self.backend_reason}"]
+        rows = [("decision", "value", "by", "why")]
+        for name in CONCERN_NAMES:
+            d = self.decisions.get(name)
+            if d is None:
+                continue
+            value = _short(d.value)
+            by = d.plugin + (" (forced)" if d.forced else "")
+            why = d.reason + (f" [{d.claim}]" if d.claim else "")
+            rows.append((name, value, by, why))
+            rows.extend(("", "", "", f"note: {n}") for n in d.notes)
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for r in rows:
+            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        if self.env:
+            lines.append("  environment of the run:")
+            for s in self.env:
+                extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
+                lines.append(f"    {s.name}={s.value}  [{s.action} by {s.plugin}{extra}] {s.reason}")
+        for f in self.findings:
+            lines.append(f"  {f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        return redact_text("\n".join(lines))
+
+
+def _short(value: DecisionValue) -> str:
+    if isinstance(value, Payload):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        shown = {k: v for k, v in value.items() if v not in (None, False, {})}
+        return ", ".join(f"{k}={v}" for k, v in shown.items()) or "off"
+    return "none" if value is None else str(value)

@@ -1,0 +1,157 @@
+"""Request → Plan: pure; asks the hooks, touches no device and downloads nothing.
+
+The concerns are decided in the order of :data:`~intelrt.planning.concerns.CONCERNS`, each by its
+selection hook (the task by intelrt itself, from the model's config); later hooks see earlier
+values. A request without a model (training arguments, launching) gets a backend-only plan: the
+same hooks, for the concerns that need no model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import PlanError
+from ..hooks.payloads import DecisionValue
+from ..hooks.types import BackendStatus, EnvVar, Finding
+from ..host.manager import PluginHost, get_host
+from .concerns import CONCERNS, Concern
+from .detection import choose_backend, detect_backends
+from .diagnosis import floor_findings
+from .environment import EnvSetting, resolve_env
+from .model_source import ModelInfo, check_safety, resolve_model
+from .options import AUTO
+from .plan import Plan, PlannedDecision
+from .request import NO_MODEL, Request
+
+#: Stands in for the model in a backend-only plan: no config, no weights, no tokenizer.
+NO_MODEL_INFO = ModelInfo(source=NO_MODEL, local_dir=None, config={}, weight_files=(), has_tokenizer=False)
+
+
+def decide_task(request: Request, model: ModelInfo) -> PlannedDecision:
+    archs = model.architectures
+    if request.task != AUTO:
+        return PlannedDecision("task", request.task, "requested by the user", "intelrt", True)
+    for arch in archs:
+        if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
+            return PlannedDecision("task", "text-generation", f"config.architectures names {arch}", "intelrt", False)
+        if arch.endswith("ForSequenceClassification"):
+            return PlannedDecision("task", "sequence-classification", f"config.architectures names {arch}",
+                                   "intelrt", False)
+    if archs:
+        return PlannedDecision("task", "feature-extraction", f"{archs[0]} has no generation or classification head",
+                               "intelrt", False)
+    raise PlanError(f"{model.source}: config.json names no architectures, so the task is unknown; pass "
+                    "task='text-generation', 'feature-extraction' or 'sequence-classification'")
+
+
+def decide_concern(host: PluginHost, concern: Concern, request: Request,
+                   kwargs: Mapping[str, Any]) -> PlannedDecision | None:
+    """Ask ``concern``'s hook; ``None`` when no plugin answered a concern that may stay undecided."""
+    assert concern.hook is not None
+    answer = host.select(concern.hook, concern.payload, **kwargs)
+    forced = request.is_forced(concern.option) if concern.option else False
+    if answer is None:
+        if not concern.required:
+            return None
+        raise PlanError(f"no plugin decided {concern.name} for backend {kwargs['backend'].name!r}; "
+                        "its plugin may be incomplete (see `intelrt plugins`)")
+    result, plugin = answer
+    wanted = getattr(request, concern.option) if concern.option else None
+    if forced and concern.verbatim and result.value != wanted:
+        raise PlanError(f"{host.describe(plugin)} changed your {concern.name}={wanted!r} "
+                        f"to {result.value!r}; intelrt never overrides what you set. Report it to the "
+                        "plugin's authors, or block the plugin with INTELRT_DISABLE_PLUGINS.")
+    return PlannedDecision(concern.name, result.value, result.reason, plugin, forced, result.claim, result.notes)
+
+
+def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, model: ModelInfo,
+               env: Mapping[str, str]) -> dict[str, PlannedDecision]:
+    """Every concern the request calls for, in registry order (later hooks see earlier values)."""
+    decisions: dict[str, PlannedDecision] = {}
+    values: dict[str, DecisionValue] = {}
+    for concern in CONCERNS:
+        if concern.needs_model and not request.has_model:
+            continue
+        if concern.hook is None:
+            decided: PlannedDecision | None = decide_task(request, model)
+        else:
+            kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
+            decided = decide_concern(host, concern, request, kwargs)
+        if decided is not None:
+            decisions[concern.name] = decided
+            values[concern.name] = decided.value
+    return decisions
+
+
+def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
+             env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
+    """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
+    wanted: list[tuple[str, EnvVar]] = []
+    findings: list[Finding] = floor_findings("warning")
+    for plugin, item in host.setup_env(backend, request, env):
+        if isinstance(item, EnvVar):
+            wanted.append((plugin, item))
+        else:
+            findings.append(item)
+    settings, env_findings = resolve_env(wanted, env, host.describe)
+    return settings, findings + env_findings
+
+
+def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
+              host: PluginHost | None = None, model: ModelInfo | None = None) -> Plan:
+    """Build the plan for ``request`` against ``env`` (default: this process's environment).
+
+    ``model``: the model's files, when the caller resolved them already (``load`` does, to fetch a
+    hub model's config). A request without a model gets a backend-only plan.
+    """
+    env = dict(os.environ) if env is None else dict(env)
+    host = host or get_host()
+    notes: list[str] = []
+    if request.has_model:
+        model = model or resolve_model(request.model)
+        notes += check_safety(model, trust_remote_code=request.trust_remote_code, allow_pickle=request.allow_pickle)
+        if not model.has_tokenizer:
+            notes.append("no tokenizer or processor files next to the model: generate() needs token ids")
+    else:
+        model = NO_MODEL_INFO
+        notes.append("backend-only plan: no model was given")
+    detected = detect_backends(host, env)
+    backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
+    settings, findings = plan_env(host, backend, request, env)
+    decisions = decide_all(host, backend=backend, request=request, model=model, env=env)
+    return Plan(request=request, model=model, backend=backend, backend_reason=backend_reason,
+                backend_forced=backend_forced, decisions=decisions, env=tuple(settings),
+                findings=tuple(findings), detected=detected, notes=tuple(notes))
+
+
+def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
+         attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
+         compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
+         attention_kernel: str | bool = AUTO, trust_remote_code: bool = False, allow_pickle: bool = False,
+         strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
+    """Decide everything ``load`` would do for ``model``, without touching a device or the network.
+
+    Every argument defaults to ``"auto"`` (intelrt decides); any other value is forced and shows
+    as such in the plan. The options are described in :data:`intelrt.planning.options.REQUEST_OPTIONS`
+    (``intelrt plan --help`` prints them). Extra keyword arguments go to ``from_pretrained`` unchanged.
+    """
+    request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
+                            kernels=kernels, quantization=quantization, compile=compile, task=task,
+                            batching=batching, graphs=graphs, attention_kernel=attention_kernel,
+                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                            **from_pretrained_kwargs)
+    return make_plan(request)
+
+
+def plan_backend(*, backend: str = AUTO, devices: object = None, dtype: str = AUTO, compile: str | bool = AUTO,
+                 strict: bool = False, env: Mapping[str, str] | None = None,
+                 host: PluginHost | None = None) -> Plan:
+    """A backend-only plan: the backend, its environment, dtype, compile and collective — no model.
+
+    Decisions that need a model (task, placement, attention, kernels, quantization, decode,
+    batching) are absent, and ``plan.value()`` returns ``None`` for them.
+    """
+    request = Request.build(NO_MODEL, backend=backend, devices=devices, dtype=dtype, compile=compile, strict=strict)
+    return make_plan(request, env=env, host=host)

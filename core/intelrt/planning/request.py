@@ -1,0 +1,80 @@
+"""What the user asked for: the input of planning, validated once at the door.
+
+The fields are the request options of :mod:`intelrt.planning.options` (a test keeps them equal),
+plus the model and the keywords that go to ``from_pretrained`` unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, PlanError
+from ..hooks.types import Finding
+from .options import AUTO, OPTION_NAMES, PLANNED_KWARGS, REQUEST_OPTIONS, option
+
+NO_MODEL = "(no model: backend-only plan)"
+"""``Request.model`` of a backend-only plan (training and launching without a model)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything the caller of ``plan``/``load`` asked for. ``"auto"`` means "intelrt decides"."""
+
+    model: str
+    backend: str = AUTO
+    devices: tuple[int, ...] | None = None
+    dtype: str = AUTO
+    attention: str = AUTO
+    kernels: str | bool = AUTO
+    quantization: str | None = None
+    compile: str = AUTO
+    task: str = AUTO
+    batching: str = AUTO
+    """How a list of prompts is generated: ``continuous`` batching (SPEC X7), ``padded`` batch, or auto."""
+    graphs: str = AUTO
+    """Device graphs (CUDA / XPU / HPU graphs) for decoding: ``on``, ``off`` or auto."""
+    attention_kernel: str = AUTO
+    """intelrt's one-kernel decode attention in the fast step: ``on``, ``off`` or auto (the backend's word)."""
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+    strict: bool = False
+    """Turn warnings that may hide a misconfiguration (e.g. unsupported device sets) into errors."""
+    from_pretrained_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_model(self) -> bool:
+        """False for a backend-only request (no model: training arguments, launching)."""
+        return self.model != NO_MODEL
+
+    def warn_or_refuse(self, finding: Finding) -> Finding:
+        """Return the warning ``finding``; in strict mode raise it as a :class:`PlanError` instead."""
+        if self.strict:
+            raise PlanError(f"strict mode: {finding.detail}. Fix: {finding.fix}")
+        return finding
+
+    def is_forced(self, name: str) -> bool:
+        """True when the user set option ``name`` to something other than its default."""
+        if name not in OPTION_NAMES:
+            return False
+        return bool(getattr(self, name) != option(name).default)
+
+    @classmethod
+    def build(cls, model: object, **options: Any) -> Request:
+        """Validate ``model`` and the request options (see :data:`~intelrt.planning.options.REQUEST_OPTIONS`);
+        keywords that are not options go to ``from_pretrained`` unchanged."""
+        if model != NO_MODEL and (not isinstance(model, (str, os.PathLike)) or not str(model)):
+            raise ConfigurationError(f"model must be a local path or a hub id, got {model!r}")
+        values = {o.name: o.normalize(options.pop(o.name, o.default)) for o in REQUEST_OPTIONS}
+        for key in options:
+            if key in PLANNED_KWARGS:
+                raise ConfigurationError(f"{key}= is decided by the plan; pass {PLANNED_KWARGS[key]} to intelrt instead")
+        return cls(model=os.fspath(model), **values, from_pretrained_kwargs=dict(options))
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"model": self.model}
+        data.update({o.name: o.to_json(getattr(self, o.name)) for o in REQUEST_OPTIONS})
+        data["from_pretrained_kwargs"] = {k: repr(v) for k, v in self.from_pretrained_kwargs.items()}
+        return data

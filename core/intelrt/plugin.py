@@ -1,0 +1,84 @@
+"""The plugin API: everything a plugin may import from intelrt, in one module.
+
+A plugin imports from ``intelrt`` (the public API), ``intelrt.plugin`` (this module) and
+``intelrt.testing`` (simulated hardware and the conformance suite) only; the rest of intelrt is
+internal and may change in any release. Every name here keeps its meaning and signature across
+minor releases; docs/plugin-api.md lists each with its contract.
+
+The names fall into four groups:
+
+* **the hook contract**: ``hookimpl``, the argument and result types of every hook
+  (``BackendStatus``, ``DeviceInfo``, ``Decision``, ``EnvVar``, ``Finding``, ``Setting``,
+  ``Request``, ``ModelInfo``, ``Plan``) and the typed decision values (``DecodeChoice`` …);
+* **errors** a hook raises to refuse a request (``PlanError``, ``ConfigurationError``);
+* **facts about the machine**: installed versions, visibility-variable parsing, the hub cache,
+  the launch environment;
+* **shared decisions** a backend may answer with or delegate to: the generic defaults' sizing
+  rules, the decode-path rules and the device-graph capturers.
+"""
+
+from __future__ import annotations
+
+from .backends.defaults import (
+    BYTES_PER_PARAM,
+    DEVICE_COLLECTIVES,
+    FIT_HEADROOM,
+    bitsandbytes_choice,
+    bytes_per_parameter,
+    check_training_overrides,
+    fits_one_device,
+)
+from .decoding.capture import begin_end, stream_capturer
+from .decoding.policy import (
+    compact_step,
+    decode_attention_kernel,
+    decode_blockers,
+    decode_compile,
+    decode_graphs,
+    fast_decode,
+    fast_decode_planned,
+    plain_generate,
+    triton_installed,
+)
+from .errors import ConfigurationError, IntelrtError, PlanError
+from .hooks.markers import PROJECT, hookimpl
+from .hooks.payloads import (
+    BatchingChoice,
+    CompileChoice,
+    DecisionValue,
+    DecodeChoice,
+    JSONValue,
+    KernelChoice,
+    Payload,
+    QuantizationChoice,
+)
+from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+from .planning.model_source import ModelInfo
+from .planning.plan import Plan, PlannedDecision
+from .planning.request import Request
+from .support.distributed import is_distributed_launch, world_size
+from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
+from .support.versions import at_least, package_version, parse, torch_version
+from .support.visibility import DeviceList, parse_device_list
+
+__all__ = [
+    # the hook contract
+    "PROJECT", "hookimpl",
+    "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
+    "Request", "ModelInfo", "Plan", "PlannedDecision",
+    "Payload", "DecisionValue", "JSONValue",
+    "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
+    # errors
+    "IntelrtError", "ConfigurationError", "PlanError",
+    # facts about the machine
+    "package_version", "at_least", "parse", "torch_version",
+    "DeviceList", "parse_device_list",
+    "hub_cache_dir", "hub_offline", "is_repo_cached",
+    "world_size", "is_distributed_launch",
+    # shared decisions
+    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
+    "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
+    "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
+    "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
+    "stream_capturer", "begin_end",
+]

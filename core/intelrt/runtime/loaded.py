@@ -1,0 +1,179 @@
+"""A loaded model with its tokenizer and plan: what ``intelrt.load`` returns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..decoding.tuning import DecodeTuning
+from ..errors import ConfigurationError
+from ..hooks.payloads import DecodeChoice
+from ..host.manager import PluginHost, get_host
+from ..planning.plan import Plan
+
+if TYPE_CHECKING:
+    from ..decoding.generation import GenerationReport, Generator
+    from ..training.fine_tuning import TrainResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
+@dataclass
+class Loaded:
+    """The model, its tokenizer (or processor) and the plan that produced them."""
+
+    model: Any
+    tokenizer: Any
+    plan: Plan
+    last_generation: GenerationReport | None = field(default=None, compare=False)
+    """What the last ``generate`` call did: the ``path`` (``fast``, ``continuous`` or ``generate``)
+    and its ``reason``, ``batches``, ``graphs``, ``compiled``, ``step``, ``captured`` and ``notes``."""
+    decode_tuning: DecodeTuning = field(default_factory=DecodeTuning, repr=False, compare=False)
+    """The fast decode loop's own settings (sizes, buckets); set before the first ``generate``."""
+    host: PluginHost | None = field(default=None, repr=False, compare=False)
+    """The plugin host that made the plan (asked for the device-graph capturer); default: the process's."""
+    _generator: Generator | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def device(self) -> Any:
+        return self.model.device
+
+    def _require_tokenizer(self, what: str) -> Any:
+        if self.tokenizer is None:
+            raise ConfigurationError(
+                f"{what} needs a tokenizer, and {self.plan.model.source} has none (no tokenizer.json / "
+                "tokenizer_config.json). Save one next to the model, or call loaded.model directly with token ids.")
+        return self.tokenizer
+
+    def _require_task(self, *tasks: str) -> None:
+        if self.plan.task not in tasks:
+            raise ConfigurationError(f"this model was loaded for {self.plan.task!r}; that call needs "
+                                     f"{' or '.join(tasks)} (pass task= to intelrt.load)")
+
+    @staticmethod
+    def _prompts(prompt: str | Sequence[str]) -> tuple[list[str], bool]:
+        if isinstance(prompt, str):
+            return [prompt], True
+        if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            prompts = list(prompt)
+            if not prompts:
+                raise ConfigurationError("generate() got an empty list of prompts; pass at least one string")
+            bad = [type(p).__name__ for p in prompts if not isinstance(p, str)]
+            if bad:
+                raise ConfigurationError(f"every prompt must be a str; got {', '.join(sorted(set(bad)))}")
+            return prompts, False
+        raise ConfigurationError(f"prompt must be a str or a list of str, got {type(prompt).__name__}")
+
+    def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> str | list[str]:
+        """Generate a continuation of ``prompt`` (or of each prompt in a list); returns the new text.
+
+        Keyword arguments are transformers generation settings (``max_new_tokens`` defaults to 32,
+        greedy unless ``do_sample=True``). The plan's ``decode`` and ``batching`` decisions pick
+        the path: intelrt's fast decode loop (static KV cache, compiled and graph-captured step),
+        transformers' continuous batching for lists, or plain ``model.generate`` for settings the
+        fast loop does not honour. ``last_generation`` names the path taken and why.
+        """
+        self._require_task("text-generation")
+        tokenizer = self._require_tokenizer("generate()")
+        prompts, single = self._prompts(prompt)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        generation_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+        ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+        new_tokens = self._generate_ids(ids, not single, generation_kwargs)
+        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return texts[0] if single else list(texts)
+
+    def generate_ids(self, prompts: Sequence[int] | Sequence[Sequence[int]], **generation_kwargs: Any
+                     ) -> list[int] | list[list[int]]:
+        """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them; returns
+        the new ids of each, up to and including the first end-of-sequence token."""
+        self._require_task("text-generation")
+        if isinstance(prompts, Sequence) and prompts and all(isinstance(t, int) for t in prompts):
+            return self._generate_ids([list(prompts)], False, generation_kwargs)[0]  # type: ignore[arg-type]
+        if not isinstance(prompts, Sequence) or not prompts or not all(
+                isinstance(p, Sequence) and p and all(isinstance(t, int) for t in p) for p in prompts):
+            raise ConfigurationError("generate_ids() takes a non-empty list of token ids, or a non-empty list of "
+                                     "such lists")
+        return self._generate_ids([list(p) for p in prompts], True, generation_kwargs)  # type: ignore[arg-type]
+
+    def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
+                      ) -> list[list[int]]:
+        if any(not p for p in ids):
+            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
+        kwargs = {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "do_sample": False, **generation_kwargs}
+        max_new = kwargs["max_new_tokens"]
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+            raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        if self._generator is None:
+            self._generator = self._new_generator()
+        outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
+        return outputs
+
+    def _new_generator(self) -> Generator:
+        from ..decoding.generation import Generator
+        from ..decoding.routing import GenerationPlan
+
+        decode = self.plan.decisions.get("decode")
+        batching = self.plan.decisions.get("batching")
+        generation = GenerationPlan(
+            decode=self.plan.decode_choice or DecodeChoice.plain_generate(),
+            decode_reason=decode.reason if decode is not None else "the plan has no decode decision",
+            batching=self.plan.batching_choice,
+            batching_reason=batching.reason if batching is not None else "the plan has no batching decision")
+        return Generator(self.model, generation, self._graph_capturer, self.decode_tuning)
+
+    def _graph_capturer(self) -> Callable[..., Any] | None:
+        """The backend's capturer for the plan's device-graph kind (asked once, at the first fast call)."""
+        decode = self.plan.decode_choice
+        if decode is None or not decode.graphs:
+            return None
+        return (self.host or get_host()).decode_graph(self.plan.backend, decode.graphs)
+
+    def embed(self, texts: str | Sequence[str]) -> Any:
+        """Mean-pooled last hidden states, one row per text (feature-extraction models)."""
+        self._require_task("feature-extraction")
+        tokenizer = self._require_tokenizer("embed()")
+        items, _ = self._prompts(texts)
+        import torch
+
+        inputs = tokenizer(items, return_tensors="pt", padding=True, truncation=True).to(self.model.device)
+        with torch.inference_mode():
+            hidden = self.model(**inputs).last_hidden_state
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+    def classify(self, texts: str | Sequence[str]) -> list[str]:
+        """Predicted label for each text (sequence-classification models)."""
+        self._require_task("sequence-classification")
+        tokenizer = self._require_tokenizer("classify()")
+        items, _ = self._prompts(texts)
+        import torch
+
+        inputs = tokenizer(items, return_tensors="pt", padding=True, truncation=True).to(self.model.device)
+        with torch.inference_mode():
+            logits = self.model(**inputs).logits
+        labels = self.model.config.id2label
+        return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
+
+    def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
+              resume: Any = False, **training_overrides: Any) -> TrainResult:
+        """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
+
+        ``data``: a text file, a list of strings or a ``datasets.Dataset`` (``text`` or
+        ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA adapters; a
+        model loaded with ``quantization="4bit"`` trains them as QLoRA. ``resume=True`` continues
+        from the last ``checkpoint-N`` in ``output_dir``. ``block_size=`` (tokens per example, default
+        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
+        ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
+        model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
+        and returns a :class:`~intelrt.training.fine_tuning.TrainResult`.
+        """
+        from ..training.fine_tuning import train
+
+        return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
+                     **training_overrides)

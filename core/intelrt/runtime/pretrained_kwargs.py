@@ -1,0 +1,66 @@
+"""Plan → keyword arguments for ``from_pretrained`` (builds transformers' config objects)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..planning.plan import Plan
+
+
+def _kernel_entry(value: Any) -> Any:
+    """A plan holds JSON: ``["org/repo:Layer", {"version": 2}]`` is transformers' tuple form."""
+    if isinstance(value, dict):
+        return {k: _kernel_entry(v) for k, v in value.items()}
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict):
+        return (value[0], dict(value[1]))
+    return value
+
+
+def kernel_config(plan: Plan) -> Any:
+    """transformers ``KernelConfig`` for the plan's kernel mapping, or ``None`` (SPEC X8)."""
+    value = plan.kernel_choice
+    if value is None or not value.use_kernels or not value.kernel_mapping:
+        return None
+    from transformers import KernelConfig
+
+    return KernelConfig(kernel_mapping={layer: _kernel_entry(entry) for layer, entry in value.kernel_mapping.items()},
+                        use_local_kernel=value.use_local_kernel)
+
+
+def quantization_config(plan: Plan) -> Any:
+    """transformers ``BitsAndBytesConfig`` for the plan's quantization, or ``None``."""
+    value = plan.quantization_choice
+    if value is None:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if value.bits == 8:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type=value.quant_type or "nf4",
+        bnb_4bit_compute_dtype=getattr(torch, value.compute_dtype or "float32"),
+        bnb_4bit_use_double_quant=value.double_quant)
+
+
+def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
+    """Everything the plan decided, as ``from_pretrained`` keywords (plus the user's extras)."""
+    kwargs: dict[str, Any] = {
+        "dtype": plan.value("dtype"),
+        "device_map": plan.value("placement"),
+        "attn_implementation": plan.value("attention"),
+        "trust_remote_code": plan.request.trust_remote_code,
+    }
+    if not plan.request.allow_pickle:
+        kwargs["use_safetensors"] = True
+    kernels = plan.kernel_choice
+    if kernels is not None and kernels.use_kernels:
+        kwargs["use_kernels"] = True
+        config = kernel_config(plan)
+        if config is not None:
+            kwargs["kernel_config"] = config
+    quant = quantization_config(plan)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+    kwargs.update(plan.request.from_pretrained_kwargs)
+    return kwargs

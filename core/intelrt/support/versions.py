@@ -1,0 +1,71 @@
+"""Installed versions, read the way plugins need them (no import of the package itself)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from importlib import metadata
+
+from packaging.version import InvalidVersion, Version
+
+
+def package_version(distribution: str, module: str | None = None) -> str | None:
+    """Version of an installed distribution whose module is importable, else ``None``."""
+    module = module or distribution.replace("-", "_")
+    try:
+        if importlib.util.find_spec(module) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    try:
+        found = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    return _version_from_folder(found) or found.version
+
+
+def _version_from_folder(found: metadata.Distribution) -> str | None:
+    """The version in a ``<name>-<version>.dist-info`` folder's name: reading it there skips parsing
+    the whole METADATA file (torch's is long; planning reads several versions per plan)."""
+    folder = getattr(getattr(found, "_path", None), "name", "")
+    if not folder.endswith(".dist-info") or "-" not in folder:
+        return None
+    version = folder[: -len(".dist-info")].split("-", 1)[1]
+    return version if parse(version) is not None else None
+
+
+def parse(version: str | None) -> Version | None:
+    """``"2.13.0+cpu"`` → ``Version("2.13.0")``; ``None`` or garbage → ``None``."""
+    if not version:
+        return None
+    try:
+        return Version(version.split("+")[0])
+    except InvalidVersion:
+        return None
+
+
+def at_least(version: str | None, floor: str) -> bool:
+    parsed = parse(version)
+    return parsed is not None and parsed >= Version(floor)
+
+
+def torch_version() -> str | None:
+    """The running torch's version string (imports torch), or ``None`` without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return str(torch.__version__)
+
+
+#: What intelrt itself needs (``pyproject.toml`` dependencies). Older versions fail far from the
+#: cause (an unknown ``dtype=`` keyword, a missing ``KernelConfig``), so doctor and plans say so first.
+FLOORS = {"torch": "2.6", "transformers": "5.0", "accelerate": "1.5", "huggingface_hub": "1.0"}
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version; for torch, its ``__version__`` once imported (what runs: XPU and
+    Gaudi builds carry local version tags, and the simulation reports its torch there)."""
+    module = sys.modules.get(distribution) if distribution == "torch" else None
+    version = getattr(module, "__version__", None) if module is not None else None
+    return str(version) if version else package_version(distribution)

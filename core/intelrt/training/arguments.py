@@ -1,0 +1,171 @@
+"""``transformers.TrainingArguments`` built from a plan (SPEC X10, H8, H9, X11, H10).
+
+The backend's ``intelrt_training_arguments`` hooks contribute keywords (precision,
+``ddp_backend``, ``torch_compile_backend`` …), each with its reason; the user's own keywords
+win; a keyword that cannot work on the backend is refused with an intelrt error before
+transformers would raise its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import ConfigurationError, PluginError
+from ..host.manager import PluginHost, get_host
+from ..planning.environment import setup_env
+from ..planning.options import AUTO
+from ..planning.plan import Plan
+from ..planning.planner import plan_backend
+from ..support.distributed import is_distributed_launch
+
+log = logging.getLogger(__name__)
+
+#: Keywords of which at most one may be True; the first plugin (or the user) to set one owns precision.
+PRECISION = ("bf16", "fp16")
+USER = "user"
+
+
+@dataclass(frozen=True)
+class TrainingSetting:
+    """One ``TrainingArguments`` keyword and where it came from (a plugin, or ``"user"``)."""
+
+    name: str
+    value: Any
+    reason: str
+    source: str
+    claim: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        try:
+            json.dumps(self.value)
+            value = self.value
+        except (TypeError, ValueError):
+            value = repr(self.value)
+        return {"name": self.name, "value": value, "reason": self.reason, "source": self.source,
+                "claim": self.claim}
+
+    def __str__(self) -> str:
+        claim = f" [{self.claim}]" if self.claim else ""
+        return f"{self.name}={self.value!r} ({self.source}: {self.reason}{claim})"
+
+
+def argument_names() -> frozenset[str]:
+    """Every keyword ``TrainingArguments`` accepts (imports transformers)."""
+    from transformers import TrainingArguments
+
+    return frozenset(f.name for f in dataclasses.fields(TrainingArguments) if f.init)
+
+
+def _check_names(names: Mapping[str, Any], valid: frozenset[str]) -> None:
+    unknown = sorted(set(names) - valid)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(valid), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigurationError(f"not a TrainingArguments keyword: {', '.join(hints)}. See "
+                             "help(transformers.TrainingArguments) for the keywords it takes.")
+
+
+def resolve_plan(plan: object = None, backend: str = AUTO) -> Plan:
+    """The plan training follows: ``plan`` (a Plan or a Loaded), else a backend-only plan."""
+    if plan is None:
+        return plan_backend(backend=backend)
+    found = getattr(plan, "plan", plan)
+    if not isinstance(found, Plan):
+        raise ConfigurationError(f"plan= takes an intelrt Plan (intelrt.plan(...)) or a loaded model "
+                                 f"(intelrt.load(...)), not {type(plan).__name__}")
+    if backend != AUTO and backend != found.backend.name:
+        raise ConfigurationError(f"backend={backend!r} contradicts plan=, which runs on {found.backend.name!r}; "
+                                 "pass one of them")
+    return found
+
+
+def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost | None = None,
+                      env: Mapping[str, str] | None = None) -> list[TrainingSetting]:
+    """The keywords for ``TrainingArguments``: the backend hooks' settings, then the user's.
+
+    A user's keyword always wins; among plugins the first to answer wins (a backend plugin
+    before the generic ``trylast`` defaults), and precision (``bf16``/``fp16``) is one choice.
+    ``ddp_backend`` applies only in a launched rank (``env`` has ``LOCAL_RANK``): accelerate
+    fails on it in a single process, so there it is left out (and refused when you pass it).
+    """
+    host = host or get_host()
+    valid = argument_names()
+    _check_names(overrides, valid)
+    if overrides.get("bf16") and overrides.get("fp16"):
+        raise ConfigurationError("bf16=True and fp16=True: mixed precision is one or the other; pass only one")
+    # a plugin refuses what cannot work on its backend
+    results = host.training_arguments(plan.backend, plan, MappingProxyType(dict(overrides)))
+    distributed = is_distributed_launch(env)
+    if overrides.get("ddp_backend") and not distributed:
+        raise ConfigurationError(
+            f"ddp_backend={overrides['ddp_backend']!r} applies to a distributed launch, and this process is not "
+            "one (no LOCAL_RANK / WORLD_SIZE in its environment; accelerate would fail with 'Default process "
+            "group has not been initialized'). Start the script with `intelrt launch` (or torchrun), or drop "
+            "ddp_backend: intelrt sets it in launched ranks.")
+    chosen: dict[str, TrainingSetting] = {}
+    user_precision = any(k in overrides for k in PRECISION)
+    for plugin, setting in results:
+        if setting.name not in valid:
+            raise PluginError(f"{host.describe(plugin)} returned TrainingArguments keyword {setting.name!r}, "
+                              "which this transformers version does not have; report it to the plugin's authors",
+                              plugin=plugin, distribution=host.distribution_of(plugin))
+        if setting.name in overrides or setting.name in chosen:
+            continue  # the user's value, or an earlier plugin's, wins
+        if setting.name == "ddp_backend" and not distributed:
+            log.debug("ddp_backend=%r left out: not a launched rank", setting.value)
+            continue
+        if setting.name in PRECISION and (user_precision or any(p in chosen for p in PRECISION)):
+            continue
+        chosen[setting.name] = TrainingSetting(setting.name, setting.value, setting.reason, plugin, setting.claim)
+    users = [TrainingSetting(k, v, "set by you", USER) for k, v in overrides.items()]
+    return list(chosen.values()) + users
+
+
+def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
+                             settings: list[TrainingSetting]) -> Any:
+    """``TrainingArguments(output_dir, **settings)``; a refusal by transformers names intelrt's part."""
+    from transformers import TrainingArguments
+
+    kwargs = {s.name: s.value for s in settings}
+    for s in settings:
+        if s.source != USER:
+            log.info("TrainingArguments %s", s)
+    try:
+        return TrainingArguments(output_dir=os.fspath(output_dir), **kwargs)
+    except ValueError as exc:
+        added = "; ".join(str(s) for s in settings if s.source != USER) or "nothing"
+        raise ConfigurationError(f"transformers refused these training arguments: {exc} "
+                                 f"(backend {plan.backend.name}; intelrt added: {added})") from exc
+
+
+def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = None, backend: str = AUTO,
+                       **overrides: Any) -> Any:
+    """``transformers.TrainingArguments`` for this machine, built from a plan.
+
+    :param output_dir: where ``Trainer`` writes checkpoints.
+    :param plan: an :class:`intelrt.Plan` or a loaded model (``intelrt.load``); without one,
+        intelrt plans the backend alone (no model needed — for frameworks that build their own).
+    :param backend: for the backend-only plan: ``"auto"`` or a backend name.
+    :param overrides: any ``TrainingArguments`` keyword; yours win over the backend's. One that
+        cannot work on the backend (``bf16=True`` on a device without bf16, ``ddp_backend="nccl"``
+        on Gaudi) raises :class:`~intelrt.errors.PlanError` before transformers would.
+
+    The plan's environment is applied first, as ``load()`` does (values you set are kept).
+    """
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+        raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
+    resolved = resolve_plan(plan, backend)
+    settings = training_settings(resolved, overrides)
+    setup_env(resolved)
+    return build_training_arguments(output_dir, resolved, settings)

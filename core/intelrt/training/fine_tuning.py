@@ -1,0 +1,258 @@
+"""``Loaded.train``: fine-tune a loaded causal LM with transformers' ``Trainer`` — whole, or
+LoRA adapters through PEFT (QLoRA when the model was loaded in 4-bit, SPEC X9/H7) — and save
+what was trained so ``intelrt.load(output_dir)`` loads it back.
+
+Nothing here is a training loop of its own: ``Trainer`` trains, checkpoints and resumes; intelrt
+prepares its arguments from the plan (:mod:`intelrt.training.arguments`), the data and the adapters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError, SaveError
+from .arguments import USER, TrainingSetting, build_training_arguments, training_settings
+from .data import DEFAULT_BLOCK_SIZE, causal_lm_blocks
+from .saving import (
+    CHECKPOINT_COMPLETE,
+    check_writable,
+    discard_incomplete,
+    last_complete_checkpoint,
+    save_model_atomically,
+    write_json_atomically,
+)
+
+log = logging.getLogger(__name__)
+
+#: ``lora=True``: a small adapter on every linear layer (PEFT's ``all-linear`` skips the output head).
+DEFAULT_LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
+#: Defaults intelrt picks for ``Trainer`` (each can be overridden by keyword).
+DEFAULT_TRAINING = {"logging_steps": 1, "report_to": "none", "per_device_train_batch_size": 8}
+LORA_LEARNING_RATE = 2e-4  # PEFT's usual LoRA rate; transformers' 5e-5 barely moves adapters
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a ``train()`` call did: losses, steps, time and where it saved."""
+
+    output_dir: str
+    adapter: bool
+    """True when LoRA adapters were trained (and saved), False for the whole model."""
+    quantized: bool
+    steps: int
+    epochs: float
+    seconds: float
+    losses: tuple[tuple[int, float], ...]
+    """(step, loss) as ``Trainer`` logged them (every ``logging_steps``)."""
+    mean_loss: float
+    trainable_parameters: int
+    total_parameters: int
+    examples: int
+    resumed_from: str | None = None
+    settings: tuple[TrainingSetting, ...] = field(default=())
+
+    @property
+    def first_loss(self) -> float:
+        return self.losses[0][1] if self.losses else float("nan")
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[-1][1] if self.losses else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_dir": self.output_dir, "adapter": self.adapter, "quantized": self.quantized,
+                "steps": self.steps, "epochs": self.epochs, "seconds": round(self.seconds, 3),
+                "first_loss": self.first_loss, "final_loss": self.final_loss, "mean_loss": self.mean_loss,
+                "losses": [list(x) for x in self.losses], "trainable_parameters": self.trainable_parameters,
+                "total_parameters": self.total_parameters, "examples": self.examples,
+                "resumed_from": self.resumed_from, "settings": [s.to_dict() for s in self.settings]}
+
+    def __str__(self) -> str:
+        what = ("QLoRA adapters" if self.quantized else "LoRA adapters") if self.adapter else "the whole model"
+        share = 100.0 * self.trainable_parameters / max(self.total_parameters, 1)
+        lines = [f"trained {what}: {self.trainable_parameters:,} of {self.total_parameters:,} parameters ({share:.2f}%)",
+                 f"  loss      {self.first_loss:.4f} -> {self.final_loss:.4f} (mean {self.mean_loss:.4f})",
+                 f"  steps     {self.steps} ({self.epochs:g} epochs over {self.examples} blocks)",
+                 f"  time      {self.seconds:.1f} s"]
+        if self.resumed_from:
+            lines.append(f"  resumed   from {self.resumed_from}")
+        lines.append(f"  saved to  {self.output_dir}" + (" (adapter; intelrt.load() it directly)" if self.adapter else ""))
+        ours = [s for s in self.settings if s.source != USER]
+        if ours:
+            lines.append("  settings  " + "; ".join(f"{s.name}={s.value!r} ({s.reason})" for s in ours))
+        return "\n".join(lines)
+
+
+PEFT_MISSING = ("lora= trains LoRA adapters with PEFT, which is not installed: pip install 'intelrt[peft]' "
+                "(peft>=0.15), or leave lora unset to train the whole model")
+
+
+def _peft() -> Any:
+    """The ``peft`` module, or ``None`` when it is not installed (full training does not need it)."""
+    try:
+        import peft
+    except ImportError:
+        return None
+    return peft
+
+
+def _lora_config(lora: object) -> Any:
+    from peft import LoraConfig
+
+    if lora is True:
+        return LoraConfig(task_type="CAUSAL_LM", **DEFAULT_LORA)  # type: ignore[arg-type]
+    if isinstance(lora, LoraConfig):
+        return lora
+    raise ConfigurationError(f"lora= takes True or a peft.LoraConfig, not {type(lora).__name__}")
+
+
+def _resume_checkpoint(resume: object, output_dir: str) -> str | None:
+    last, skipped = last_complete_checkpoint(output_dir)
+    if skipped and resume is True:
+        log.warning("%s: skipping incomplete %s (no %s: its save was cut short); resuming from %s", output_dir,
+                    ", ".join(skipped), CHECKPOINT_COMPLETE, os.path.basename(last) if last else "the start")
+    if resume is False or resume is None:
+        if last:
+            log.warning("%s holds %s from an earlier run; this run starts over (pass resume=True to continue it)",
+                        output_dir, os.path.basename(last))
+        return None
+    if resume is True:
+        if last is None:
+            found = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+            raise ConfigurationError(f"resume=True, but {output_dir} holds no checkpoint-N directory with "
+                                     f"{CHECKPOINT_COMPLETE} (it has: {', '.join(found) or 'nothing'}); save checkpoints with "
+                                     "save_steps=N, or leave resume unset to start over")
+        return str(last)
+    if isinstance(resume, (str, os.PathLike)):
+        path = Path(resume)
+        if not (path / "trainer_state.json").is_file():
+            raise ConfigurationError(f"resume={os.fspath(resume)!r} is not a Trainer checkpoint (no trainer_state.json)")
+        return str(path)
+    raise ConfigurationError(f"resume= takes True, False or a checkpoint directory, not {resume!r}")
+
+
+def _quiet_progress() -> Any:
+    """Trainer's progress bar, showing the loss on the bar instead of printing every log line."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class LossOnBar(ProgressCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if state.is_world_process_zero and self.training_bar is not None and logs and "loss" in logs:
+                self.training_bar.set_postfix(loss=f"{float(logs['loss']):.4f}", refresh=False)
+
+    return LossOnBar
+
+
+def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradient_checkpointing: bool) -> tuple[Any, bool]:
+    from transformers import set_seed
+
+    peft = _peft()
+    model = loaded.model
+    is_peft = peft is not None and isinstance(model, peft.PeftModel)
+    adapter_of = loaded.plan.model.base
+    if adapter_of is not None and not is_peft:
+        raise ConfigurationError(
+            f"this model was loaded from the adapter directory {loaded.plan.model.source} (an adapter of "
+            f"{adapter_of.source}); train from the base model instead: intelrt.load({adapter_of.source!r}) and "
+            "lora=True (resume=True continues from the last checkpoint in that output_dir)")
+    if is_peft:
+        if not (lora is None or lora is True):
+            raise ConfigurationError("this model already carries LoRA adapters (trained before); pass lora=True "
+                                     "to keep training them, or reload the base model for a new LoraConfig")
+        return model, True
+    if not lora:
+        if quantized:
+            raise ConfigurationError(
+                f"the model was loaded {loaded.plan.request.quantization} (quantized): its weights cannot be trained "
+                "directly. Pass lora=True to train LoRA adapters on top of it (QLoRA, SPEC X9).")
+        return model, False
+    if peft is None:
+        raise ConfigurationError(PEFT_MISSING)
+    config = _lora_config(lora)
+    if quantized:
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+    set_seed(seed)  # adapter initialisation is random: the same seed gives the same run
+    peft_model = peft.get_peft_model(model, config)
+    source = loaded.plan.model
+    base = os.path.abspath(source.local_dir) if os.path.isdir(source.source) and source.local_dir else source.source
+    for adapter_config in peft_model.peft_config.values():
+        adapter_config.base_model_name_or_path = base  # reloadable from any working directory
+    return peft_model, True
+
+
+def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0,
+          output_dir: str | os.PathLike[str], resume: object = False, block_size: int = DEFAULT_BLOCK_SIZE,
+          callbacks: Sequence[Any] = (), **training_overrides: Any) -> TrainResult:
+    """Fine-tune ``loaded`` on ``data``; see :meth:`intelrt.Loaded.train`."""
+    loaded._require_task("text-generation")
+    tokenizer = loaded._require_tokenizer("train()")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
+        raise ConfigurationError(f"epochs must be a number > 0, got {epochs!r}")
+    if "num_train_epochs" in training_overrides:
+        raise ConfigurationError("pass epochs= (not num_train_epochs=) to train()")
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
+        raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
+    out = os.fspath(output_dir)
+    quantized = loaded.plan.quantization_choice is not None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dataset = causal_lm_blocks(data, tokenizer, block_size)
+
+    overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
+    if lora or quantized:
+        overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
+    settings = training_settings(loaded.plan, overrides)
+    args = build_training_arguments(out, loaded.plan, settings)
+    checkpoint = _resume_checkpoint(resume, out)
+    check_writable(out)  # before training: a full or read-only disk must not cost the whole run
+    model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
+
+    from transformers import DataCollatorForLanguageModeling, Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+                      callbacks=list(callbacks))
+    trainer.pop_callback(PrinterCallback)  # one summary at the end instead of a dict per log step
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(_quiet_progress())
+    loaded.model = model  # generate() now uses what is being trained
+    started = time.perf_counter()
+    model.train()  # kernels switch to their training mode (SPEC X8)
+    since = time.time()
+    try:
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+    except Exception as exc:  # noqa: BLE001 - re-raised; a checkpoint cut short must not look resumable
+        removed = discard_incomplete(out, since) if trainer.is_world_process_zero() else []
+        if removed:
+            raise SaveError(f"training stopped while writing {', '.join(removed)} to {out} ({type(exc).__name__}: "
+                            f"{exc}): disk full, quota or read-only? Removed the incomplete checkpoint; free space, "
+                            "then train(..., resume=True) continues from the last complete one.") from exc
+        raise
+    finally:
+        model.eval()  # …and back to inference
+    seconds = time.perf_counter() - started
+    save_model_atomically(trainer, out)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    losses = tuple((int(e["step"]), float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+    result = TrainResult(output_dir=out, adapter=adapter, quantized=quantized, steps=int(output.global_step),
+                         epochs=float(trainer.state.epoch or 0.0), seconds=seconds, losses=losses,
+                         mean_loss=float(output.training_loss), trainable_parameters=trainable,
+                         total_parameters=total, examples=len(dataset), resumed_from=checkpoint,
+                         settings=tuple(settings))
+    if trainer.is_world_process_zero():  # in a launched job every rank trains; one writes
+        _write_summary(out, result)
+    log.info("%s", result)
+    return result
+
+
+def _write_summary(output_dir: str, result: TrainResult) -> None:
+    """``intelrt_train.json`` next to the saved model: what the run did, for later reading."""
+    write_json_atomically(os.path.join(output_dir, "intelrt_train.json"), result.to_dict())

@@ -1,0 +1,250 @@
+"""``intelrt launch``: one process per device through ``torchrun`` or ``accelerate launch``, with
+the environment the backend's hooks ask for (SPEC X2, X11, H3, H5, H10, C2).
+
+intelrt is not a distributed engine: it decides the command line and the environment, then
+hands over to ``python -m torch.distributed.run`` (or ``accelerate launch``). Every rank gets
+the same environment — one visibility mask for all, each rank picking its device by
+``LOCAL_RANK`` (a per-rank mask hangs XCCL collectives, SPEC X11).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigurationError, PlanError, PluginError
+from ..hooks.types import EnvVar, Finding
+from ..host.manager import PluginHost, get_host
+from ..planning.environment import EnvSetting, child_env, resolve_env
+from ..planning.options import AUTO
+from ..planning.plan import Plan
+from ..planning.planner import plan_backend
+
+log = logging.getLogger(__name__)
+
+VIA = ("torchrun", "accelerate")
+_ENDPOINT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
+#: Shown by ``--dry-run``: what the launcher itself adds to each rank's environment.
+PER_RANK = "RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """The exact launcher command and the environment every rank shares."""
+
+    argv: tuple[str, ...]
+    nproc: int
+    """Processes per node."""
+    nnodes: int
+    via: str
+    plan: Plan
+    env: tuple[EnvSetting, ...]
+    """intelrt-managed variables: the plan's (``intelrt_setup_env``) and the launch's (``intelrt_launch_env``)."""
+    findings: tuple[Finding, ...] = ()
+    returncode: int | None = None
+    """The launcher's exit status once it ran (``None`` for a dry run)."""
+
+    def env_to_set(self) -> dict[str, str]:
+        return {s.name: s.value for s in self.env if s.to_set}
+
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The launcher's full environment: ``base`` (default ``os.environ``) plus what intelrt sets."""
+        return child_env(self.env, base)
+
+    def shell(self) -> str:
+        """The command as one shell line, with the variables intelrt sets in front of it."""
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in self.env_to_set().items()]
+        return " ".join(assignments + [shlex.quote(a) for a in self.argv])
+
+    @property
+    def collective(self) -> str | None:
+        value = self.plan.value("collective")
+        return None if value is None else str(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        decision = self.plan.decisions.get("collective")
+        return {
+            "via": self.via, "nproc": self.nproc, "nnodes": self.nnodes, "command": list(self.argv),
+            "shell": self.shell(),
+            "backend": {"name": self.plan.backend.name, "device": self.plan.device,
+                        "devices": list(self.plan.request.devices) if self.plan.request.devices else None,
+                        "reason": self.plan.backend_reason},
+            "collective": None if decision is None else {"value": decision.value, "reason": decision.reason,
+                                                         "plugin": decision.plugin, "claim": decision.claim},
+            "env": {s.name: s.value for s in self.env},
+            "env_settings": [s.to_dict() for s in self.env],
+            "per_rank": PER_RANK.split(", "),
+            "findings": [f.to_dict() for f in self.findings],
+            "returncode": self.returncode,
+        }
+
+    def __str__(self) -> str:
+        devices = self.plan.request.devices
+        where = f"{self.plan.backend.name}" + (f" devices {','.join(map(str, devices))}" if devices else "")
+        decision = self.plan.decisions.get("collective")
+        collective = (f"collective {decision.value} ({decision.reason})" if decision is not None
+                      else "collective chosen by torch.distributed (no plugin decided one)")
+        nodes = f" on each of {self.nnodes} nodes" if self.nnodes > 1 else ""
+        lines = [f"intelrt launch: {self.nproc} process(es){nodes} on {where} via {self.via}; {collective}",
+                 f"  every rank gets the environment below; {self.via} adds {PER_RANK} per rank, "
+                 "and each rank picks its device by LOCAL_RANK"]
+        if self.env:
+            lines.append("environment (shared by every rank):")
+            for s in self.env:
+                extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
+                claim = f" [{s.claim}]" if s.claim else ""
+                lines.append(f"  {s.name}={s.value}  [{s.action} by {s.plugin}{extra}] {s.reason}{claim}")
+        else:
+            lines.append("environment: nothing to add (the launcher's own environment is used as is)")
+        for f in self.findings:
+            lines.append(f"{f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))
+        lines.append("command:")
+        lines.append(f"  {self.shell()}")
+        return "\n".join(lines)
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigurationError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _endpoint(endpoint: str) -> tuple[str, str]:
+    match = _ENDPOINT.match(endpoint.strip())
+    if match is None or not 0 < int(match["port"]) < 65536:
+        raise ConfigurationError(f"--rdzv-endpoint {endpoint!r}: give HOST:PORT of the rank-0 node, "
+                                 "e.g. node0.example:29400")
+    return match["host"], match["port"]
+
+
+def _merge_env(first: Sequence[EnvSetting], second: Sequence[EnvSetting], host: PluginHost) -> list[EnvSetting]:
+    merged = {s.name: s for s in first}
+    for s in second:
+        other = merged.get(s.name)
+        if other is not None and other.value != s.value:
+            raise PluginError(f"{host.describe(other.plugin)} (setup env) and {host.describe(s.plugin)} (launch env) "
+                              f"both set {s.name} ({other.value!r} vs {s.value!r}); block one of them with "
+                              "INTELRT_DISABLE_PLUGINS", plugin=s.plugin, distribution=host.distribution_of(s.plugin))
+        merged.setdefault(s.name, s)
+    return list(merged.values())
+
+
+def _torchrun_argv(nproc: int, nnodes: int, node_rank: int | None, endpoint: str | None, rdzv_id: str,
+                   master: tuple[str, str] | None) -> list[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    if endpoint is not None:
+        argv += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                 "--rdzv-id", rdzv_id]
+        if node_rank is not None:
+            argv += ["--node-rank", str(node_rank)]
+    elif master is not None:  # torchrun ignores MASTER_PORT in its environment: pass it on
+        argv += ["--master-addr", master[0], "--master-port", master[1]]
+    else:
+        argv.append("--standalone")  # single node, a free port chosen by torchrun
+    return argv
+
+
+def _accelerate_argv(nproc: int, nnodes: int, node_rank: int | None, endpoint: str | None,
+                     master: tuple[str, str] | None) -> list[str]:
+    total = nproc * nnodes  # accelerate counts processes over all machines
+    argv = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(total),
+            "--num_machines", str(nnodes)]
+    if total > 1:
+        argv.append("--multi_gpu")  # accelerate's switch for one process per device (any device type)
+    if endpoint is not None:
+        if node_rank is None:
+            raise ConfigurationError("accelerate launch on several nodes needs --node-rank (0 on the node "
+                                     "at --rdzv-endpoint, 1.. on the others)")
+        ip, port = _endpoint(endpoint)
+        argv += ["--machine_rank", str(node_rank), "--main_process_ip", ip, "--main_process_port", port]
+    elif master is not None:
+        argv += ["--main_process_port", master[1]]
+    return argv
+
+
+def launch_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int | None = None,
+                   devices: object = None, nnodes: int = 1, node_rank: int | None = None,
+                   rdzv_endpoint: str | None = None, rdzv_id: str = "intelrt", via: str = "torchrun",
+                   module: bool = False, backend: str = AUTO, strict: bool = False,
+                   env: Mapping[str, str] | None = None, host: PluginHost | None = None) -> LaunchCommand:
+    """Decide the launcher command and environment for ``script`` without running anything."""
+    if via not in VIA:
+        raise ConfigurationError(f"via={via!r}: use one of {', '.join(VIA)}")
+    nnodes = _check_int("nnodes", nnodes, 1)
+    if node_rank is not None:
+        node_rank = _check_int("node_rank", node_rank, 0)
+        if node_rank >= nnodes:
+            raise ConfigurationError(f"node_rank {node_rank} is not below nnodes {nnodes}")
+    if nnodes > 1 and not rdzv_endpoint:
+        raise ConfigurationError(f"nnodes={nnodes}: several nodes meet at a rendezvous; pass --rdzv-endpoint "
+                                 "HOST:PORT of the first node")
+    if rdzv_endpoint:
+        _endpoint(rdzv_endpoint)
+    script = os.fspath(script)
+    if not module and not Path(script).is_file():
+        raise ConfigurationError(f"{script}: no such script (pass -m/--module to run a module by name)")
+    if not all(isinstance(a, str) for a in args):
+        raise ConfigurationError("script arguments must be strings")
+    env = dict(os.environ) if env is None else dict(env)
+    host = host or get_host()
+    plan = plan_backend(backend=backend, devices=devices, strict=strict, env=env, host=host)
+    visible = len(plan.request.devices) if plan.request.devices else max(plan.backend.device_count, 1)
+    if nproc is None:
+        nproc = visible
+    nproc = _check_int("nproc", nproc, 1)
+    if plan.device != "cpu" and nproc > visible:
+        raise ConfigurationError(f"nproc={nproc}, but only {visible} {plan.backend.name} device(s) are visible to "
+                                 "this run: one process per device. Lower --nproc, or select more --devices.")
+
+    wanted: list[tuple[str, EnvVar]] = []
+    findings = list(plan.findings)
+    for plugin, item in host.launch_env(plan.backend, plan, nproc, env):
+        if isinstance(item, EnvVar):
+            wanted.append((plugin, item))
+        else:
+            findings.append(item)
+    launch_settings, env_findings = resolve_env(wanted, env, host.describe)
+    settings = _merge_env(plan.env, launch_settings, host)
+    findings.extend(env_findings)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise PlanError("refusing to launch: " + "; ".join(f"{f.title} — {f.detail} Fix: {f.fix}" for f in errors))
+
+    final_env = child_env(settings, env)
+    master = (final_env.get("MASTER_ADDR") or "127.0.0.1", final_env["MASTER_PORT"]) \
+        if final_env.get("MASTER_PORT") else None
+    if via == "torchrun":
+        argv = _torchrun_argv(nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, master)
+    else:
+        argv = _accelerate_argv(nproc, nnodes, node_rank, rdzv_endpoint, master)
+    if module:
+        argv.append("--module")
+    argv += [script, *args]
+    return LaunchCommand(argv=tuple(argv), nproc=nproc, nnodes=nnodes, via=via, plan=plan, env=tuple(settings),
+                         findings=tuple(findings))
+
+
+def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, dry_run: bool = False,
+           **options: Any) -> LaunchCommand:
+    """Run ``script`` with one process per device (see :func:`launch_command` for ``options``).
+
+    ``dry_run=True`` only decides: print the result to see the exact command and environment.
+    Otherwise the launcher runs to completion; its exit status is in ``returncode``.
+    """
+    command = launch_command(script, args, **options)
+    if dry_run:
+        return command
+    for finding in command.findings:
+        if finding.severity == "warning":
+            log.warning("%s — %s Fix: %s", finding.title, finding.detail, finding.fix)
+    log.info("launching: %s", command.shell())
+    completed = subprocess.run(list(command.argv), env=command.environment(), check=False)  # noqa: S603
+    return replace(command, returncode=completed.returncode)

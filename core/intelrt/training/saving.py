@@ -1,0 +1,160 @@
+"""Writing training output so that nothing half-written ever looks complete.
+
+A directory "looks complete" to ``intelrt.load`` when it holds ``config.json`` (a model) or
+``adapter_config.json`` (adapters), and a ``checkpoint-N`` directory looks complete to
+``Trainer``'s ``get_last_checkpoint`` just by existing. A full disk, a quota or a read-only mount
+can stop a write half way — after ``config.json``, before the weights. So:
+
+* the output directory is checked for writing *before* training starts (a run is not lost at
+  its last step);
+* the final model is saved into a staging directory next to its target and moved into place
+  only when every file is written, the marker files last; on failure the staging directory is
+  removed and what the output directory held before is untouched;
+* a ``checkpoint-N`` this run left without ``trainer_state.json`` (``Trainer`` writes it last)
+  is removed, and ``resume=True`` never picks such a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from ..errors import SaveError
+
+log = logging.getLogger(__name__)
+
+#: Files whose presence makes a directory look like a loadable model or adapter.
+MARKERS = ("config.json", "adapter_config.json")
+#: ``Trainer`` writes it last into a checkpoint: a checkpoint without it is incomplete.
+CHECKPOINT_COMPLETE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_STAGING_PREFIX = ".intelrt-saving-"
+#: File times come from a coarse kernel clock that can lag ``time.time()`` by a tick.
+_CLOCK_SLACK_S = 0.05
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_writable(directory: str) -> None:
+    """Create ``directory`` if needed and write (then remove) a probe file; :class:`SaveError` if that fails."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".intelrt-probe-"):
+            pass
+    except OSError as exc:
+        raise SaveError(f"output_dir {directory} cannot be written ({_why(exc)}); nothing was trained. Pick a "
+                        "directory you can write, or fix its permissions / free space first.") from None
+
+
+def checkpoints(directory: str) -> dict[str, bool]:
+    """``checkpoint-N`` directories in ``directory`` → whether each is complete."""
+    if not os.path.isdir(directory):
+        return {}
+    return {name: os.path.isfile(os.path.join(directory, name, CHECKPOINT_COMPLETE))
+            for name in os.listdir(directory)
+            if _CHECKPOINT.match(name) and os.path.isdir(os.path.join(directory, name))}
+
+
+def last_complete_checkpoint(directory: str) -> tuple[str | None, list[str]]:
+    """The highest complete ``checkpoint-N`` (or ``None``) and the incomplete ones above it."""
+    found = checkpoints(directory)
+    ordered = sorted(found, key=lambda n: int(_CHECKPOINT.match(n).group(1)), reverse=True)  # type: ignore[union-attr]
+    skipped: list[str] = []
+    for name in ordered:
+        if found[name]:
+            return os.path.join(directory, name), skipped
+        skipped.append(name)
+    return None, skipped
+
+
+def _newest(path: str) -> float:
+    return max((entry.stat().st_mtime for entry in os.scandir(path) if entry.is_file()), default=0.0)
+
+
+def discard_incomplete(directory: str, since: float) -> list[str]:
+    """Remove the checkpoints written to since ``since`` (a ``time.time()``) whose save was cut short
+    — no ``trainer_state.json`` written since then — and return their names.
+
+    ``Trainer`` rewrites an existing ``checkpoint-N`` in place when a new run reaches step N, so a
+    checkpoint of an earlier run can be cut short too; its old ``trainer_state.json`` then vouches
+    for half-rewritten weights, and it is removed as well.
+    """
+    removed = []
+    since -= _CLOCK_SLACK_S
+    for name in sorted(checkpoints(directory)):
+        path = os.path.join(directory, name)
+        state = os.path.join(path, CHECKPOINT_COMPLETE)
+        touched = _newest(path) >= since
+        finished = os.path.isfile(state) and os.path.getmtime(state) >= since
+        if touched and not finished:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+def save_model_atomically(trainer: Any, directory: str) -> None:
+    """``trainer.save_model(directory)`` through a staging directory: all of it lands, or none of it.
+
+    In a launched job (several ranks) every rank must call ``save_model`` on the same path (sharded
+    states are gathered there), so the model is saved in place, as ``Trainer`` does.
+    """
+    if int(getattr(trainer.args, "world_size", 1) or 1) > 1:
+        started = time.time()
+        try:
+            trainer.save_model(directory)
+        except Exception as exc:  # noqa: BLE001 - safetensors and torch report a full disk as their own errors
+            written = [m for m in MARKERS if os.path.isfile(os.path.join(directory, m))
+                       and os.path.getmtime(os.path.join(directory, m)) >= started - 1]
+            for marker in written:  # this save's marker would vouch for missing weights
+                os.remove(os.path.join(directory, marker))
+            raise SaveError(f"saving the trained model to {directory} failed ({_why(exc)}): disk full, quota or "
+                            f"read-only? Removed this save's {', '.join(written) or 'marker files'} so the "
+                            "partial model does not look complete.") from exc
+        return
+    staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=directory)
+    try:
+        try:
+            trainer.save_model(staging)
+        except Exception as exc:  # noqa: BLE001 - safetensors and torch report a full disk as their own errors
+            raise SaveError(
+                f"saving the trained model to {directory} failed ({_why(exc)}): disk full, quota or read-only? "
+                f"Nothing in {directory} was replaced and the partial files were removed; free space and train again "
+                "(with save_steps=N checkpoints, resume=True continues from the last complete one).") from exc
+        names = sorted(os.listdir(staging), key=lambda n: (n in MARKERS, n))  # markers move last
+        if not names:
+            return
+        for marker in MARKERS:  # an older model's marker must not vouch for half-moved new files
+            if os.path.lexists(os.path.join(directory, marker)):
+                os.remove(os.path.join(directory, marker))
+        for name in names:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+    except OSError as exc:
+        if isinstance(exc, SaveError):
+            raise
+        raise SaveError(f"moving the saved model into {directory} failed ({_why(exc)}); the directory may hold "
+                        "only part of it and no marker file, so intelrt.load() will not take it for complete") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_json_atomically(path: str, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same directory."""
+    directory = os.path.dirname(path) or "."
+    handle, temporary = tempfile.mkstemp(prefix=".intelrt-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise SaveError(f"writing {path} failed ({_why(exc)})") from None
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
