@@ -225,6 +225,20 @@ def test_settings_that_only_look_secret_stay_readable(monkeypatch: pytest.Monkey
     assert redact({"hub_token": "hf_x1234", "max_new_tokens": "32"}) == {"hub_token": "***", "max_new_tokens": "32"}
 
 
+def test_a_hub_token_given_to_train_is_masked_in_intelrt_train_json_and_the_result(tiny_model: Path,
+                                                                                  tmp_path: Path) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    result = intelrt.load(tiny_model).train(["Intel GPUs run PyTorch."] * 8, lora=True, output_dir=tmp_path / "out",
+                                            max_steps=1, block_size=8, disable_tqdm=True, save_strategy="no",
+                                            hub_token=SECRET)
+    saved = (tmp_path / "out" / "intelrt_train.json").read_text()
+    assert {"name": "hub_token", "value": "***", "reason": "set by you", "source": "user", "claim": None} in \
+        json.loads(saved)["settings"]
+    assert not [text for text in (saved, str(result), json.dumps(result.to_dict())) if SECRET in text]
+
+
 @given(st.text(st.characters(blacklist_categories=("Cs", "Zs", "Cc"), blacklist_characters="@/:?#"), min_size=4,
                max_size=20),
        st.text(st.characters(whitelist_categories=("Ll", "Nd")), min_size=1, max_size=8))

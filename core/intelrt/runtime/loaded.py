@@ -161,13 +161,15 @@ class Loaded:
         return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
-              resume: Any = False, **training_overrides: Any) -> TrainResult:
+              resume: Any = False, overwrite: bool = False, **training_overrides: Any) -> TrainResult:
         """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
 
-        ``data``: a text file, a list of strings or a ``datasets.Dataset`` (``text`` or
-        ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA adapters; a
-        model loaded with ``quantization="4bit"`` trains them as QLoRA. ``resume=True`` continues
-        from the last ``checkpoint-N`` in ``output_dir``. ``block_size=`` (tokens per example, default
+        ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
+        (``text`` or ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA
+        adapters; a model loaded with ``quantization="4bit"`` trains them as QLoRA.
+        ``output_dir`` must be new or empty: one holding anything else (the model's own directory
+        above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
+        or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
         128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
         ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
         model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
@@ -176,4 +178,4 @@ class Loaded:
         from ..training.fine_tuning import train
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
-                     **training_overrides)
+                     overwrite=overwrite, **training_overrides)
