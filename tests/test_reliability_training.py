@@ -22,9 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -38,7 +38,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TEXTS = ["Intel GPUs run PyTorch through the XPU backend.", "Gaudi runs PyTorch eager by default."] * 8
 FAST = {"block_size": 16, "disable_tqdm": True, "per_device_train_batch_size": 4}
-KILLABLE = Path(__file__).parent / "scripts" / "train_until_killed.py"
 
 
 def _files(directory: Path) -> dict[str, bytes]:
@@ -311,18 +310,11 @@ def test_a_second_training_into_a_held_directory_is_refused_naming_this_process(
 
 
 @pytest.mark.slow
-def test_two_concurrent_trainings_one_clear_refusal_and_a_killed_holder_blocks_nothing(tiny_model: Path,
-                                                                                       tmp_path: Path) -> None:
-    out, marker = tmp_path / "out", tmp_path / "saved-step"
-    first = subprocess.Popen([sys.executable, str(KILLABLE), str(tiny_model), str(out), "--hang-after", "2",
-                              "--marker", str(marker)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+def test_two_concurrent_trainings_one_clear_refusal_and_a_killed_holder_blocks_nothing(
+        tiny_model: Path, tmp_path: Path, train_until_killed: ModuleType) -> None:
+    out = tmp_path / "out"
+    first = train_until_killed.start_until_checkpoint(tiny_model, out, 2, tmp_path / "saved-step")
     try:
-        deadline = time.monotonic() + 150
-        while not marker.exists():
-            assert first.poll() is None, first.stderr.read().decode() if first.stderr else ""
-            assert time.monotonic() < deadline, "no checkpoint-2 within 150 s"
-            time.sleep(0.2)
         common = ["train", str(tiny_model), "--data", str(_corpus(tmp_path)), "--lora", "--output", str(out),
                   "--block-size", "32", "--batch-size", "4", "--save-steps", "2", "--max-steps", "4"]
         second = _cli(*common)

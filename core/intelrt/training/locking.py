@@ -47,18 +47,6 @@ def _holder(directory: str) -> str:
         return "another process (it has not written its name yet)"
 
 
-def _refuse(directory: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"output_dir {directory} is in use by another training: {_holder(directory)}. Two runs in one directory "
-        "mix their checkpoints; wait for that run to end, or pick another output_dir.")
-
-
-def _lock(directory: str) -> Any:
-    from filelock import FileLock
-
-    return FileLock(os.path.join(directory, LOCK_NAME), timeout=0)
-
-
 def _release(lock: Any, directory: str) -> None:
     """Remove the holder and lock files, then let go: a run ends without leaving either behind."""
     try:
@@ -69,19 +57,25 @@ def _release(lock: Any, directory: str) -> None:
         lock.release()
 
 
-def refuse_if_held(directory: str) -> None:
-    """Raise the refusal naming the holder when a training holds ``directory`` now; a lock left by
-    a killed run is removed. Creates nothing."""
-    if not os.path.isfile(os.path.join(directory, LOCK_NAME)):
-        return
-    from filelock import Timeout
+def _acquire(directory: str) -> Any:
+    """The lock on ``directory``, held; the refusal naming the holder when another process holds it."""
+    from filelock import FileLock, Timeout
 
-    lock = _lock(directory)
+    lock = FileLock(os.path.join(directory, LOCK_NAME), timeout=0)
     try:
         lock.acquire()
     except Timeout:
-        raise _refuse(directory) from None
-    _release(lock, directory)
+        raise ConfigurationError(
+            f"output_dir {directory} is in use by another training: {_holder(directory)}. Two runs in one "
+            "directory mix their checkpoints; wait for that run to end, or pick another output_dir.") from None
+    return lock
+
+
+def refuse_if_held(directory: str) -> None:
+    """Raise the refusal naming the holder when a training holds ``directory`` now; a lock left by
+    a killed run is removed. Creates nothing."""
+    if os.path.isfile(os.path.join(directory, LOCK_NAME)):
+        _release(_acquire(directory), directory)
 
 
 @contextlib.contextmanager
@@ -91,13 +85,7 @@ def hold_output_dir(directory: str) -> Iterator[None]:
     if not is_main_process():
         yield
         return
-    from filelock import Timeout
-
-    lock = _lock(directory)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise _refuse(directory) from None
+    lock = _acquire(directory)
     try:
         with open(os.path.join(directory, HOLDER_NAME), "w", encoding="utf-8") as fh:
             json.dump({"pid": os.getpid(), "host": socket.gethostname(),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigurationError, SaveError
 from ..planning.model_source import ModelInfo
-from .saving import MARKERS, STAGING_PREFIX, checkpoints, removal_failures
+from .saving import MARKERS, STAGING_PREFIX, checkpoints, remove_directories
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def clean_debris(directory: str, *, resuming: bool) -> None:
     found = checkpoints(directory)
     debris = sorted(n for n in os.listdir(directory) if n.startswith(STAGING_PREFIX)
                     or (n in found and (_is_empty_dir(os.path.join(directory, n)) or (resuming and not found[n]))))
-    removed, failed = _remove(directory, debris)
+    removed, failed = remove_directories(directory, debris)
     if removed:
         log.warning("%s: removed %s, left by a run that was cut short (a save interrupted by a kill or Ctrl-C)",
                     directory, ", ".join(removed))
@@ -135,7 +135,7 @@ def remove_earlier_checkpoints(directory: str) -> None:
     """``overwrite=True``: an earlier run's ``checkpoint-N`` would mix with this run's (and a later
     ``resume=True`` would pick the highest, whichever run wrote it), so it goes first."""
     earlier = sorted(checkpoints(directory))
-    removed, failed = _remove(directory, earlier)
+    removed, failed = remove_directories(directory, earlier)
     if removed:
         log.warning("%s: overwrite=True: removed the earlier run's %s", directory, ", ".join(removed))
     if failed:
@@ -143,16 +143,4 @@ def remove_earlier_checkpoints(directory: str) -> None:
         raise SaveError(f"overwrite=True, but the earlier run's checkpoints in {directory} cannot all be removed: "
                         f"{'; '.join(failed)}{done}; nothing was trained. Remove them by hand, or pick another "
                         "directory.")
-
-
-def _remove(directory: str, names: list[str]) -> tuple[list[str], list[str]]:
-    removed, failed = [], []
-    for name in names:
-        path = os.path.join(directory, name)
-        problem = removal_failures(path)
-        if problem:
-            failed.append(f"{name} ({problem})")
-        else:
-            removed.append(name)
-    return removed, failed
 

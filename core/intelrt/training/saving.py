@@ -90,15 +90,20 @@ def _newest(path: str) -> float:
     return max(files, default=os.stat(path).st_mtime)
 
 
-def removal_failures(path: str) -> str | None:
-    """Remove the directory ``path``; ``None`` when it is gone, else why it could not be removed."""
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return _why(exc)
-    return None
+def remove_directories(directory: str, names: list[str]) -> tuple[list[str], list[str]]:
+    """Remove each ``directory/name``: the names removed, and ``"name (why)"`` for each that could
+    not be (a read-only directory) — so a message never calls removed what is still there."""
+    removed, failed = [], []
+    for name in names:
+        try:
+            shutil.rmtree(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed.append(f"{name} ({_why(exc)})")
+            continue
+        removed.append(name)
+    return removed, failed
 
 
 def discard_incomplete(directory: str, since: float) -> tuple[list[str], list[str]]:
@@ -110,20 +115,16 @@ def discard_incomplete(directory: str, since: float) -> tuple[list[str], list[st
     checkpoint of an earlier run can be cut short too; its old ``trainer_state.json`` then vouches
     for half-rewritten weights, and it is removed as well.
     """
-    removed, failed = [], []
     since -= _CLOCK_SLACK_S
+    cut_short = []
     for name in sorted(checkpoints(directory)):
         path = os.path.join(directory, name)
         state = os.path.join(path, CHECKPOINT_COMPLETE)
         touched = _newest(path) >= since
         finished = os.path.isfile(state) and os.path.getmtime(state) >= since
         if touched and not finished:
-            problem = removal_failures(path)
-            if problem:
-                failed.append(f"{name} ({problem})")
-            else:
-                removed.append(name)
-    return removed, failed
+            cut_short.append(name)
+    return remove_directories(directory, cut_short)
 
 
 def save_model_atomically(trainer: Any, directory: str) -> None:
