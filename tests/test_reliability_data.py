@@ -96,6 +96,17 @@ def test_out_of_range_token_ids_name_the_id_and_the_vocabulary_size(loaded: inte
     loaded.train(id_rows.from_dict({"input_ids": [[0, size - 1]] * 4}), output_dir=tmp_path / "edge", **FAST)  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("format_", ["torch", "numpy"])
+def test_a_dataset_formatted_as_arrays_is_read_as_ids(loaded: intelrt.Loaded, tmp_path: Path, id_rows: type,
+                                                      format_: str) -> None:
+    """``with_format("torch")`` hands rows over as tensors: they are ids like any list of ints."""
+    rows = id_rows.from_dict({"input_ids": [[1, 2, 3, 4]] * 8}).with_format(format_)  # type: ignore[attr-defined]
+    assert loaded.train(rows, output_dir=tmp_path / "out", **FAST).examples == 8
+    bad = id_rows.from_dict({"input_ids": [[1, 2], [3, 10**6]]}).with_format(format_)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match=r"datasets\.Dataset row 1: token id 1000000 is outside"):
+        loaded.train(bad, output_dir=tmp_path / "bad", **FAST)
+
+
 def test_text_whose_tokens_the_model_cannot_embed_names_the_line(tiny_model: Path, tmp_path: Path) -> None:
     """A tokenizer with more tokens than the model's embedding (tokens added, embeddings not resized)."""
     loaded = intelrt.load(tiny_model)

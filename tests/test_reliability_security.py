@@ -207,6 +207,11 @@ def test_the_log_filter_masks_url_passwords_secret_values_and_registered_tokens(
             raise ValueError("bad token hf_RegisteredTokenValue")
         except ValueError:
             logger.exception("failed")
+        logging.raiseExceptions, before = False, logging.raiseExceptions
+        try:
+            logger.warning("a malformed call %d", "not a number")  # logging's own problem: the filter adds none
+        finally:
+            logging.raiseExceptions = before
     finally:
         logger.removeHandler(handler)
     text = stream.getvalue()

@@ -85,7 +85,10 @@ def redact(data: Any, env: Mapping[str, str] | None = None) -> Any:
 
 def redact_record(record: logging.LogRecord) -> None:
     """Mask secrets in a log record's message, exception and stack text, in place."""
-    message = record.getMessage()
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError, KeyError):  # a malformed logging call: logging reports it when it formats
+        return
     clean = redact_text(message)
     if clean != message:
         record.msg, record.args = clean, None

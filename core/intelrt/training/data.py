@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,9 +106,13 @@ def _jsonl_rows(path: Path, text: str) -> _Rows:
 
 
 def _id_row(where: str, row: object) -> list[int]:
-    if not isinstance(row, (list, tuple)) or any(type(t) is not int for t in row):
+    tolist = getattr(row, "tolist", None)  # a dataset formatted as numpy or torch gives arrays
+    if callable(tolist):
+        row = tolist()
+    if not isinstance(row, (list, tuple)) or any(isinstance(t, bool) or not isinstance(t, numbers.Integral)
+                                                 for t in row):
         raise ConfigurationError(f"{where}: input_ids must be a list of whole numbers, got {str(row)[:80]}")
-    return list(row)
+    return [int(t) for t in row]
 
 
 def _rows_from(data: object) -> _Rows:
