@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import ModelSourceError, UnsafeModelError
 from ..support.redaction import redact_text
+from .architecture import Architecture
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,9 @@ class ModelInfo:
     base: ModelInfo | None = None
     """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
     it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
+    architecture: Architecture | None = None
+    """The transformers class ``load`` will instantiate (set by planning once the task is decided;
+    ``None`` for remote code, or a model transformers has no class for)."""
 
     @property
     def model_type(self) -> str:
@@ -80,7 +84,8 @@ class ModelInfo:
         return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
                 "architectures": list(self.architectures), "weights_format": self.weights_format,
                 "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
-                "adapter_of": self.base.source if self.base else None}
+                "adapter_of": self.base.source if self.base else None,
+                "class": self.architecture.to_dict() if self.architecture else None}
 
 
 def estimate_parameters(config: dict[str, Any]) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import IntelrtError, ModelSourceError
 from ..host.manager import PluginHost, get_host
+from ..planning.architecture import AUTO_CLASSES
 from ..planning.environment import setup_env
 from ..planning.model_source import require_weights, resolve_model
 from ..planning.options import AUTO
@@ -21,12 +22,6 @@ from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
 
 log = logging.getLogger(__name__)
-
-AUTO_CLASSES = {
-    "text-generation": "AutoModelForCausalLM",
-    "feature-extraction": "AutoModel",
-    "sequence-classification": "AutoModelForSequenceClassification",
-}
 
 
 def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any:
@@ -45,7 +40,7 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     import transformers
 
     credentials = dict(credentials or {})
-    auto_class = getattr(transformers, AUTO_CLASSES[plan.task])
+    auto_class = getattr(transformers, AUTO_CLASSES[plan.task][0])
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
     log.info("loading %s with %s%s", source, redact({k: v for k, v in kwargs.items() if k != "kernel_config"}),
