@@ -51,6 +51,8 @@ from .hooks.payloads import (
     KernelChoice,
     Payload,
     QuantizationChoice,
+    limited_placement,
+    placement_kwargs,
 )
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 from .planning.model_source import ModelInfo
@@ -59,6 +61,7 @@ from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
 from .support.versions import at_least, package_version, parse, torch_version
+from .support.units import format_bytes
 from .support.visibility import DeviceList, parse_device_list
 
 __all__ = [
@@ -68,10 +71,11 @@ __all__ = [
     "Request", "ModelInfo", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
+    "limited_placement", "placement_kwargs",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
-    "package_version", "at_least", "parse", "torch_version",
+    "package_version", "at_least", "parse", "torch_version", "format_bytes",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",

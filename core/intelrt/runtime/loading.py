@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import setup_env
+from ..planning.environment import apply_in_process
 from ..planning.model_source import require_weights, resolve_model
 from ..planning.options import AUTO
 from ..planning.plan import Plan
@@ -38,7 +38,7 @@ def _load_tokenizer(plan: Plan, source: str) -> Any:
 
 def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
     """Load the model exactly as ``plan`` says."""
-    setup_env(plan)
+    apply_in_process(plan)
     install_compile_wrapper(plan.backend, host)
     import transformers
 
