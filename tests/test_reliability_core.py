@@ -24,7 +24,13 @@ from intelrt.planning.request import Request
 from intelrt.support.distributed import world_size
 from intelrt.support.hubcache import hub_offline
 from intelrt.support.visibility import parse_device_list
-from intelrt.testing.simulation import XPU_PRODUCTS, Simulation, _from_parent, _parse_visibility, parse_spec
+from intelrt.testing.simulation import (
+    XPU_PRODUCTS,
+    Simulation,
+    _from_parent,
+    _parse_visibility,
+    parse_spec,
+)
 from intelrt_hpu import diagnosis as hpu_diagnosis
 from intelrt_hpu import environment as hpu_environment
 from intelrt_hpu.detection import mode_note, visibility_note
@@ -216,7 +222,7 @@ def test_gaudi_environment_hooks_never_crash_on_any_visibility(env: dict[str, st
     assert items is not None and all(isinstance(i, (Finding, intelrt.EnvVar)) for i in items)
     accelerate = dict(status.versions, accelerate="1.15.0")
     findings = hpu_diagnosis.intelrt_diagnose(backends=[BackendStatus("hpu", "hpu", count > 0, "test",
-                                                                      versions=accelerate)], env=env)
+                                                                      versions=accelerate)], env=env, probe=False)
     assert all(isinstance(f, Finding) for f in findings or ())
 
 

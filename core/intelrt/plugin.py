@@ -60,8 +60,8 @@ from .planning.plan import Plan, PlannedDecision
 from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
-from .support.versions import at_least, package_version, parse, torch_version
 from .support.units import format_bytes
+from .support.versions import at_least, package_version, parse, torch_version
 from .support.visibility import DeviceList, parse_device_list
 
 __all__ = [

@@ -9,7 +9,8 @@ for the query Habana's documentation uses to map device indices to module ids
     0, 0
     1, 1
 
-Other queries exit with status 2 and say that the simulation does not know them.
+Other queries exit with status 2 and say that the simulation does not know them. Every run is
+reported to the simulation (``Simulation.children()``), so tests can prove when it ran.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def main(argv: list[str]) -> int:
         print("hl-smi (simulated): no simulated machine (INTELRT_SIMULATION is not set)", file=sys.stderr)
         return 1
     facts = json.loads(description)
+    if facts.get("child_log"):
+        with open(facts["child_log"], "a", encoding="utf-8") as log:
+            log.write(json.dumps({"pid": os.getpid(), "import_env": None, "calls": [" ".join(["hl-smi", *argv])]}) + "\n")
     if facts.get("kind") != "hpu":
         print("hl-smi: no Habana devices found", file=sys.stderr)
         return 1

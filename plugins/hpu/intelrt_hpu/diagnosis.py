@@ -34,7 +34,7 @@ def probe_modules(env: Mapping[str, str]) -> Finding:
 
 
 @hookimpl
-def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool = False
+def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool
                      ) -> list[Finding] | None:
     """H4: accelerate < 1.5.0 is why transformers reports no Gaudi; H1 mode; H3 int64; H5 visibility;
     with ``probe`` (``intelrt doctor --probe``), hl-smi's index → module id map."""

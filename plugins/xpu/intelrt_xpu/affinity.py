@@ -12,6 +12,10 @@ the mask, once, when it loads (docs/backends/fidelity.md cites the lines):
   in ``COMPOSITE`` ``card.tile`` selects one tile. Mask order is never applied.
 * An empty mask selects every device.
 
+One thing a process cannot check: in ``COMPOSITE`` mode it sees cards, not how many tiles each
+has, so a ``card.tile`` entry for a tile the card lacks (which the driver drops) counts here as
+selecting the card.
+
 This module reads a mask the same way without loading anything, so plans and ``intelrt doctor``
 name what the driver will skip or fail on.
 """
@@ -56,13 +60,18 @@ class MaskReading:
     """Entries the driver skips or reads differently from how they look."""
     fatal: tuple[str, ...]
     """Entries the driver cannot read: initialising it fails, so every XPU call fails."""
+    selects_all: bool = False
+    """An empty (or ``default``) mask: the driver shows every device, as without one."""
 
     def visible(self, count: int | None = None) -> list[int]:
-        """The selected ids in the order the driver enumerates them (ascending), below ``count``."""
+        """The selected ids in the order the driver enumerates them (ascending), below ``count``
+        (the machine's device count, when known)."""
+        if self.selects_all:
+            return list(range(count or 0))
         return sorted(i for i in self.ids if count is None or i < count)
 
     def beyond(self, visible: int) -> str | None:
-        if len(self.ids) <= visible:
+        if self.selects_all or len(self.ids) <= visible:
             return None
         return (f"it names {len(self.ids)} device(s) but the driver shows {visible}: ids with no device behind "
                 "them are skipped")
@@ -95,7 +104,7 @@ def read_mask(value: str, mode: str) -> MaskReading:
     if value in ("", "default"):
         problems.append(f"{MASK_VAR} is set but {'empty' if not value else 'default'}: the driver then shows every "
                         "device, as if it were unset")
-        return MaskReading(value, mode, (), tuple(problems), ())
+        return MaskReading(value, mode, (), tuple(problems), (), selects_all=True)
     entries = value.split(",")
     if entries[-1] == "":
         entries.pop()  # the driver's split: a trailing comma adds no entry

@@ -70,7 +70,7 @@ def in_process_index(backend: BackendStatus, env: Mapping[str, str], device: int
     """Where device id ``device`` is in *this* process, whose driver enumerated the devices at
     detection (with the environment's mask, if any); ``PlanError`` when this process cannot reach it."""
     reading = mask_reading(env, backend)
-    if reading is None:
+    if reading is None or reading.selects_all:
         if device >= backend.device_count:
             raise PlanError(f"devices: id {device} does not exist: this machine shows {backend.device_count} Intel "
                             f"GPU device(s), ids 0..{backend.device_count - 1}")
@@ -125,7 +125,7 @@ def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) 
     ids = list(request.devices or ())
     inherited = mask_reading(env, backend)
     items: list[EnvVar | Finding] = []
-    if inherited is None:
+    if inherited is None or inherited.selects_all:
         # No mask in effect: the driver shows every device, so detection's count is the machine's.
         count = backend.device_count
         bad = [i for i in ids if i >= count]

@@ -7,7 +7,8 @@ because it counts emulation; intelrt asks whether the device has *native* bfloat
 it gets fp16 (auto) or a clear error (explicit ``bf16=True``).
 
 ``xccl`` is chosen as accelerate chooses it: torch >= 2.7 *and* a build with XCCL
-(``torch.distributed.is_xccl_available()``); without it accelerate silently runs every rank alone.
+(``torch.distributed.is_xccl_available()``); without it accelerate picks no collective for the
+ranks and torch.distributed fails to start their process group, deep inside TrainingArguments.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def xccl_missing(backend: BackendStatus) -> str:
         return (f"torch {torch_version(backend)} has no xccl collective backend for accelerate (it asks for xccl from "
                 f"torch {XCCL_TORCH_FLOOR}); {_LEGACY_CCL}. {install[0].upper()}{install[1:]}")
     return (f"this torch build ({torch_version(backend)}) has no XCCL: torch.distributed.is_xccl_available() is False "
-            "(built without USE_XCCL), so accelerate would run every rank alone on xpu:0 (distributed_type NO) and "
-            f"nothing would be reduced across ranks; {install} — Intel's XPU wheels include XCCL from "
-            f"{XCCL_WHEELS_TORCH}")
+            "(built without USE_XCCL), so accelerate finds no collective for the Intel GPU (distributed_type NO) and "
+            "torch.distributed stops every rank with \"Distributed package doesn't have XCCL built in\"; "
+            f"{install} — Intel's XPU wheels include XCCL from {XCCL_WHEELS_TORCH}")
 
 
 @hookimpl

@@ -53,6 +53,19 @@ def _index(device: Any) -> int:
     return current_device() if raw is None else int(raw)
 
 
+def _acquired_module() -> int:
+    """The module this process acquires: ``HLS_MODULE_ID``, else the entry of
+    ``HABANA_VISIBLE_MODULES`` at ``LOCAL_RANK`` (Habana's Gaudi-to-process assignment: module =
+    local rank when the list is unset), else the first visible one."""
+    sim = _current()
+    if os.environ.get(_MODULE_ID):
+        return int(os.environ[_MODULE_ID])
+    rank = os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
+    if rank is not None and rank.isdigit():
+        return _available_modules()[int(rank)] if _VISIBLE in os.environ else int(rank)
+    return sim.modules()[sim.visible_ids()[0]]
+
+
 def _lazy_init() -> None:
     """Acquire a Gaudi for this process (the bridge's ``_hpu_C.init()``)."""
     global _initialized
@@ -61,8 +74,7 @@ def _lazy_init() -> None:
     sim = _current()
     if not sim.visible_ids():
         raise RuntimeError("synStatus 26 [Device not found]: no Gaudi device available (simulated)")
-    module = os.environ.get(_MODULE_ID) or str(sim.modules()[sim.visible_ids()[0]])
-    sim.record(f"hpu.acquire:{module}")
+    sim.record(f"hpu.acquire:{_acquired_module()}")
     _initialized = True
 
 
@@ -125,6 +137,7 @@ def is_bf16_supported() -> bool:
 
 def current_device() -> int:
     _current().record("hpu.current_device")
+    _lazy_init()
     return max(_current_index, 0)
 
 
