@@ -142,7 +142,8 @@ def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) 
                       "ids that do not")
             items.append(request.warn_or_refuse(Finding(
                 "warning", f"devices={ids} not checked against the machine", detail,
-                fix=f"check the ids with `xpu-smi discovery`, or plan without {MASK_VAR} in the environment",
+                fix=f"plan without {MASK_VAR} in the environment to check the ids (device ids of the run's "
+                    "hierarchy: in FLAT mode each tile, while `xpu-smi discovery` lists cards)",
                 claim="X2")))
     mask = ",".join(map(str, ids))
     items += [
