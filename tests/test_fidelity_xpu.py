@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from accelerate import PartialState, init_empty_weights
+from accelerate import PartialState, infer_auto_device_map, init_empty_weights
 from accelerate.utils import is_xpu_available
 from transformers.integrations.accelerate import _get_device_map, check_and_set_device_map
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xpu_available
@@ -149,6 +149,8 @@ def test_X6_infer_auto_device_map_with_the_plans_max_memory_uses_only_the_named_
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, str(plan.value("dtype"))))
     device_map = _get_device_map(model, kwargs["device_map"], kwargs["max_memory"], None)
     assert set(device_map.values()) == {0, 2}
+    direct = infer_auto_device_map(model, max_memory=kwargs["max_memory"], no_split_module_classes=model._no_split_modules)
+    assert set(direct.values()) <= {0, 2}
     assert from_pretrained_kwargs(plan)["max_memory"] == kwargs["max_memory"]
 
 
