@@ -35,20 +35,22 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     import dataclasses
 
     from intelrt.backends import graphs
-    from intelrt.planning.model_source import resolve_model
 
-    model = resolve_model(str(tiny_model))
+    model = intelrt.plan(tiny_model).model  # with its transformers class resolved
+    assert model.architecture is not None
     decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {}, {"task": "text-generation"})
     assert decision is not None
     assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
                                           compile_options={"coordinate_descent_tuning": True},
                                           attention_kernel=triton_installed())
     assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
-    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"})
+    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"},
+                                architecture=dataclasses.replace(model.architecture, name="Phi3ForCausalLM",
+                                                                 module="transformers.models.phi3.modeling_phi3"))
     fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {}, {"task": "text-generation"})
     assert fallback is not None and fallback.value.step == "model"
-    assert fallback.value.compile_options == {"freezing": True, "coordinate_descent_tuning": True}
-    assert "phi3 is not one of the architectures the compact step reproduces" in fallback.reason
+    assert fallback.value.compile_options == {"coordinate_descent_tuning": True}
+    assert "Phi3ForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
     off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {}, {})
     assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason

@@ -23,14 +23,17 @@ from .backends.defaults import (
     BYTES_PER_PARAM,
     DEVICE_COLLECTIVES,
     FIT_HEADROOM,
+    attention_fallback,
     bitsandbytes_choice,
     bytes_per_parameter,
     check_training_overrides,
     fits_one_device,
+    padded_generate_instead,
 )
 from .decoding.capture import begin_end, stream_capturer
 from .decoding.policy import (
     compact_step,
+    continuous_blocker,
     decode_attention_kernel,
     decode_blockers,
     decode_compile,
@@ -55,6 +58,7 @@ from .hooks.payloads import (
     placement_kwargs,
 )
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+from .planning.architecture import Architecture
 from .planning.model_source import ModelInfo
 from .planning.plan import Plan, PlannedDecision
 from .planning.request import Request
@@ -68,7 +72,7 @@ __all__ = [
     # the hook contract
     "PROJECT", "hookimpl",
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
-    "Request", "ModelInfo", "Plan", "PlannedDecision",
+    "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
     "limited_placement", "placement_kwargs",
@@ -82,6 +86,7 @@ __all__ = [
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
+    "attention_fallback", "padded_generate_instead", "continuous_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
     "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
     "stream_capturer", "begin_end",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.policy import (
+    continuous_blocker,
     decode_attention_kernel,
     decode_blockers,
     decode_graphs,
@@ -88,8 +89,23 @@ def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions
     return Decision(backend.device_type, f"the model fits one {backend.name} device")
 
 
+def attention_fallback(model: ModelInfo, preferred: str = "sdpa") -> Decision | None:
+    """The attention decision when the model's class cannot run ``preferred`` (``None`` when it can):
+    transformers' eager attention, with the class named, or — for remote code, whose class is known
+    only once its code runs — ``None``, leaving the choice to transformers (sdpa where the class
+    supports it, else eager). A backend's attention hook asks this before answering ``preferred``."""
+    arch = model.architecture
+    if arch is None:
+        return Decision(None, "the model's class is defined by its own code (or unknown to transformers), so "
+                              "transformers picks at load time: sdpa where the class supports it, else eager")
+    if arch.supports(preferred):
+        return None
+    return Decision("eager", f"{arch.name} does not support {preferred} (it supports {', '.join(arch.attention)}); "
+                             "eager is transformers' own attention for it")
+
+
 @hookimpl(trylast=True)
-def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision:
+def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision:
     if request.is_forced("attention"):
         wanted = request.attention
         if wanted in NVIDIA_ONLY_ATTENTION and backend.device_type != "cuda":
@@ -101,7 +117,8 @@ def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decisi
             raise PlanError(f"attention={wanted!r} is not an attention implementation; use one of "
                             f"{', '.join(KNOWN_ATTENTION)} or a hub kernel id 'org/repo'")
         return Decision(wanted, "requested by the user")
-    return Decision("sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
+    return attention_fallback(model) or Decision(
+        "sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
 
 
 @hookimpl(trylast=True)
@@ -166,12 +183,34 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
                           "so transformers' generate decodes")
 
 
+def padded_generate_instead(request: Request, model: ModelInfo, decisions: Mapping[str, DecisionValue]
+                            ) -> Decision | None:
+    """The batching decision when neither the fast loop nor transformers' continuous batching can run
+    the model (``None`` when one of them can): padded batches through transformers' ``generate``.
+    ``batching='continuous'`` forced for such a model is refused. A backend's batching hook asks this
+    before answering continuous batching."""
+    if fast_decode_planned(decisions):
+        return None
+    blocker = continuous_blocker(model)
+    if blocker is None:
+        return None
+    if request.batching == "continuous":
+        raise PlanError(f"batching='continuous': transformers' continuous batching cannot run this model ({blocker}); "
+                        "use batching='padded' or leave batching to intelrt")
+    return Decision(BatchingChoice.padded("generate", DEFAULT_MAX_PADDED_BATCH),
+                    f"padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts through transformers' generate: "
+                    f"continuous batching cannot run this model ({blocker}) and the fast decode loop is off")
+
+
 @hookimpl(trylast=True)
-def intelrt_select_batching(backend: BackendStatus, request: Request,
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision:
     graphs = {"on": True, "off": False}.get(request.graphs)
     fast = fast_decode_planned(decisions)
     engine = "fast" if fast else "generate"
+    fallback = padded_generate_instead(request, model, decisions) if request.batching != "padded" else None
+    if fallback is not None:
+        return fallback
     if request.batching == "padded":
         return Decision(BatchingChoice.padded(engine, DEFAULT_MAX_PADDED_BATCH),
                         f"requested by the user; padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts "

@@ -172,10 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="intelrt: %(levelname)s: %(message)s")
+    from ..support.redaction import redact_log_output, redact_text
+
+    for handler in logging.getLogger().handlers:
+        redact_log_output(handler)
     try:
         return int(args.func(args))
     except IntelrtError as exc:
         notes = "".join(f"\n  ({n})" for n in getattr(exc, "__notes__", []))
-        print(f"intelrt: error: {exc}{notes}", file=sys.stderr)
+        print(redact_text(f"intelrt: error: {exc}{notes}"), file=sys.stderr)
         return 2
 

@@ -31,6 +31,17 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) ->
     if config.get("is_encoder_decoder"):
         return (f"{model.model_type} is an encoder-decoder model; the fast loop decodes decoder-only models, "
                 "so transformers' generate runs it")
+    arch = model.architecture
+    if arch is None:
+        return ("the model's class is its own code (or unknown to transformers): the fast loop runs only "
+                "transformers' own classes, whose cache handling it reproduces; transformers' generate runs it")
+    if not arch.from_transformers:
+        return f"{arch.name} comes from {arch.module}, not transformers; transformers' generate runs it"
+    if arch.stateful:
+        return (f"{arch.name} carries a recurrent state between steps (transformers marks it _is_stateful), "
+                "which the fast loop's static KV cache does not hold; transformers' generate runs it")
+    if not arch.takes_cache:
+        return f"{arch.name}.forward takes no KV cache to reuse; transformers' generate runs it"
     layer_types = (config.get("text_config") or config).get("layer_types") or ()
     odd = sorted({str(t) for t in layer_types} - set(STATIC_LAYER_TYPES))
     if odd:
@@ -41,6 +52,31 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) ->
                 "so transformers' generate runs them")
     if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
+    return None
+
+
+#: Cache layer kinds transformers' continuous batching allocates (``ATTN_TYPE_TO_ALLOCATOR``).
+CONTINUOUS_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def continuous_blocker(model: ModelInfo) -> str | None:
+    """Why transformers' continuous batching (``generate_batch``) cannot run this model, or ``None``.
+
+    Its paged cache holds full- and sliding-attention layers only
+    (``continuous_batching/cache.py``: ``group_layers_by_attn_type``), for a transformers class
+    whose forward takes a cache and carries no recurrent state."""
+    arch = model.architecture
+    config = model.config
+    if config.get("is_encoder_decoder"):
+        return f"{model.model_type} is an encoder-decoder model"
+    if arch is None or not arch.from_transformers:
+        return "the model's class is not one of transformers' own"
+    if arch.stateful or not arch.takes_cache:
+        return f"{arch.name} carries a recurrent state or takes no KV cache"
+    layer_types = (config.get("text_config") or config).get("layer_types") or ()
+    odd = sorted({str(t) for t in layer_types} - set(CONTINUOUS_LAYER_TYPES))
+    if odd:
+        return f"{model.model_type} has {', '.join(odd)} layers, which the paged cache does not hold"
     return None
 
 
@@ -97,10 +133,12 @@ def compact_step(model: ModelInfo) -> tuple[str, str]:
     ``compact`` is intelrt's compact step (``decoding/compact.py``) for Llama-family layers;
     ``model`` is the model's own forward. Decided from the config; the loaded modules are checked
     again at the first call (adapters or replaced projections fall back, with a note)."""
-    blocker = compact_blocker(model.model_type, model.config)
+    arch = model.architecture
+    blocker = (compact_blocker(arch.name, arch.module, model.config) if arch is not None else
+               "the model's class is unknown; the step runs the model's own forward")
     if blocker is None:
-        return "compact", (f"{model.model_type} layers run as intelrt's compact step (fused q/k/v and gate/up "
-                           "projections, grouped-query attention without expanding K/V, its own KV cache)")
+        return "compact", (f"{model.model_type} layers run as intelrt's compact step (q/k/v and gate/up "
+                           "projections fused, grouped-query attention without expanding K/V, its own KV cache)")
     return "model", blocker
 
 

@@ -25,6 +25,7 @@ from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import plan_backend
 from ..support.distributed import is_distributed_launch
+from ..support.redaction import MASK, is_secret_name
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +44,23 @@ class TrainingSetting:
     source: str
     claim: str | None = None
 
+    @property
+    def shown_value(self) -> Any:
+        """The value as reports show it: a secret (``hub_token`` …) masked."""
+        return MASK if is_secret_name(self.name) and isinstance(self.value, str) else self.value
+
     def to_dict(self) -> dict[str, Any]:
         try:
-            json.dumps(self.value)
-            value = self.value
+            json.dumps(self.shown_value)
+            value = self.shown_value
         except (TypeError, ValueError):
-            value = repr(self.value)
+            value = repr(self.shown_value)
         return {"name": self.name, "value": value, "reason": self.reason, "source": self.source,
                 "claim": self.claim}
 
     def __str__(self) -> str:
         claim = f" [{self.claim}]" if self.claim else ""
-        return f"{self.name}={self.value!r} ({self.source}: {self.reason}{claim})"
+        return f"{self.name}={self.shown_value!r} ({self.source}: {self.reason}{claim})"
 
 
 def argument_names() -> frozenset[str]:

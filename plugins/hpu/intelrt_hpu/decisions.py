@@ -15,6 +15,7 @@ from intelrt.plugin import (
     KernelChoice,
     PlanError,
     QuantizationChoice,
+    attention_fallback,
     bitsandbytes_choice,
     bytes_per_parameter,
     fits_one_device,
@@ -87,7 +88,7 @@ def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions
 
 
 @hookimpl
-def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision | None:
+def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision | None:
     """FlashAttention packages and hub kernels do not run on Gaudi; SDPA does."""
     if not owns(backend):
         return None
@@ -98,7 +99,8 @@ def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decisi
                             f"kernels have no 'hpu' build. Use 'sdpa' (the default) or 'eager'; Optimum for Intel "
                             f"Gaudi ({OPTIMUM_HABANA}) has Gaudi's fused attention")
         return None  # the generic rules check the name
-    return Decision("sdpa", "torch's scaled_dot_product_attention runs on Gaudi with no extra package")
+    return attention_fallback(model) or Decision(
+        "sdpa", "torch's scaled_dot_product_attention runs on Gaudi with no extra package")
 
 
 @hookimpl

@@ -25,6 +25,7 @@ from intelrt.plugin import (
     format_bytes,
     hookimpl,
     limited_placement,
+    padded_generate_instead,
 )
 
 from .devices import in_process_index
@@ -93,12 +94,15 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
 
 
 @hookimpl
-def intelrt_select_batching(backend: BackendStatus, request: Request,
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X7: a list of prompts goes through transformers' continuous batching, which supports XPU
     graphs and async batching and decides itself whether to use them (``None``) unless forced."""
     if not mine(backend) or request.batching == "padded":
         return None  # padded batches are not XPU-specific: the generic decision applies
+    fallback = padded_generate_instead(request, model, decisions)
+    if fallback is not None:
+        return fallback
     graphs = {"on": True, "off": False}.get(request.graphs)
     attention = str(decisions.get("attention") or "sdpa")
     flash = "flash" in attention
