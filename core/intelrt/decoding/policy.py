@@ -10,7 +10,7 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice
+from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice, placement_kwargs
 from ..hooks.types import BackendStatus, Decision
 from .compact import compact_blocker
 
@@ -61,7 +61,7 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) ->
     if isinstance(decisions.get("quantization"), QuantizationChoice):
         return ("bitsandbytes-quantized weights: the compiled, graph-captured step is not proven with them, "
                 "so transformers' generate runs them")
-    if decisions.get("placement") == "auto":
+    if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
     return None
 
