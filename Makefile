@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch first: a bare torch requirement would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[kernels,bitsandbytes,train,dev]" -e plugins/xpu -e plugins/hpu
+	$(PY) -m pip install -q -e ".[kernels,bitsandbytes,train,serve,dev]" -e plugins/xpu -e plugins/hpu
 	touch $(STAMP)
 
 # The example plugins of docs/plugins.md, installed so the suite exercises them as a user would.
