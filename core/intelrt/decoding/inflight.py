@@ -200,6 +200,10 @@ class InflightBatch:
                     else:
                         step()
         self._prefill([(0,)], 1, self._widths(1, 1)[0])
+        if admission_rows(self.rows, self.tuning) > 1:
+            # A second shape: a compiled prompt pass recompiles for any shape here, not at a request.
+            longer = self.tuning.prompt_bucket + 1
+            self._prefill([(0,) * longer, (0,)], 2, self._widths(longer, 2)[0])
         for tensor in self._forwards[self.buckets[-1]].kv():
             tensor.zero_()  # what warm-up wrote is never read, but zeros cannot turn into NaN
         self._set_slot(0)
@@ -366,7 +370,7 @@ class InflightBatch:
                 self._handles += 1
                 handles.append(self._handles)
                 self._rows.append(_Row(self._handles, request, slot - len(request.prompt)))
-            progress = self._record(chosen[:, None].tolist(), first)
+            progress = self._record(chosen[:, None].cpu().tolist(), first)
         return handles, progress
 
     def step(self) -> Progress:
@@ -391,7 +395,8 @@ class InflightBatch:
                 for _ in range(count):
                     step()
             self._slot += count
-            return self._record(self.out[:self.busy, :count].tolist(), 0)
+            # .cpu() waits for the device without the GIL (the server's event loop runs meanwhile).
+            return self._record(self.out[:self.busy, :count].cpu().tolist(), 0)
 
     def _record(self, tokens: list[list[int]], first: int) -> Progress:
         """Hand out rows ``first ..``'s new ``tokens``; free the rows that ended."""
