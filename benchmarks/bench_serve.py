@@ -224,26 +224,29 @@ async def _clients(url: str, model: str, texts: list[str], clients: int, per_cli
 
 
 def _client_process(url: str, model: str, texts: list[str], clients: int, per_client: int, max_tokens: int,
-                    deadline: float, start_at: float) -> tuple[list[dict[str, Any]], float, float]:
-    time.sleep(max(0.0, start_at - time.time()))  # every process starts its clients at once
+                    seconds: float, barrier: Any = None) -> tuple[list[dict[str, Any]], float, float]:
+    import openai  # noqa: F401 - imported before the barrier: no process starts its clients late
+
+    if barrier is not None:
+        barrier.wait(600)  # every process starts its clients at once
+    deadline = time.time() + seconds
     results, began, ended = asyncio.run(_clients(url, model, texts, clients, per_client, max_tokens, deadline))
     return [asdict(r) for r in results], began, ended
 
 
 def run_cell(server: str, url: str, model: str, texts: list[str], concurrency: int, per_client: int, max_tokens: int,
              seconds: float) -> Cell:
-    """``concurrency`` clients, ``per_client`` streamed requests each, stopped at ``seconds``."""
+    """``concurrency`` clients, ``per_client`` streamed requests each, stopped after ``seconds``."""
     processes = max(1, math.ceil(concurrency / CLIENTS_PER_PROCESS)) if concurrency > 1 else 1
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    start_at = time.time() + (3.0 if processes > 1 else 0.0)
-    deadline = start_at + seconds
-    outcomes = []
     if processes == 1:
-        outcomes.append(_client_process(url, model, texts, concurrency, per_client, max_tokens, deadline, start_at))
+        outcomes = [_client_process(url, model, texts, concurrency, per_client, max_tokens, seconds)]
     else:
-        with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+        context = get_context("spawn")
+        with context.Manager() as manager, ProcessPoolExecutor(processes, mp_context=context) as pool:
+            barrier = manager.Barrier(processes)
             futures = [pool.submit(_client_process, url, model, texts[i::processes] or texts, share, per_client,
-                                   max_tokens, deadline, start_at) for i, share in enumerate(shares)]
+                                   max_tokens, seconds, barrier) for i, share in enumerate(shares)]
             outcomes = [f.result() for f in futures]
     requests = [Request(**r) for rows, _, _ in outcomes for r in rows]
     began, ended = min(o[1] for o in outcomes), max(o[2] for o in outcomes)
@@ -356,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_serve: {args.shape} model in {model_dir} ({time.monotonic() - began:.0f} s); device {device}; "
           f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {args.requests_per_client} requests per client, "
           f"cells stop at {seconds:g} s", flush=True)
-    cells: list[Cell] = []
+    results = Path(args.results) if args.results else None
+    earlier = [Cell(**row) for row in json.loads(results.read_text())["cells"]] \
+        if results is not None and results.is_file() else []
+    cells: list[Cell] = [c for c in earlier if c.server not in servers]
+    failures: list[str] = []
     for server in servers:
         log = workdir / f"{server}.log"
         process, url, name = start(server, model_dir, device, log)
@@ -370,23 +377,26 @@ def main(argv: list[str] | None = None) -> int:
                 cell = run_cell(server, url, name, texts, level, args.requests_per_client, max_tokens, seconds)
                 cells.append(cell)
                 print(f"bench_serve: {server} c={level}: warm-up {warm.seconds:.1f} s; {cell.finished}/{cell.requests} "
-                      f"finished, {cell.tok_s:,.0f} tok/s, TTFT p50 "
-                      f"{(cell.ttft_p50 or 0) * 1000:.1f} ms", flush=True)
+                      f"finished, {cell.tok_s:,.0f} tok/s, TTFT p50 {(cell.ttft_p50 or 0) * 1000:.1f} ms"
+                      + (f"; errors: {'; '.join(cell.errors)}" if cell.errors else ""), flush=True)
+                if results is not None:  # after every cell: a run cut short still leaves its rows
+                    results.write_text(json.dumps({"shape": args.shape, "device": device, "prompt_tokens": prompt_tokens,
+                                                   "max_tokens": max_tokens, "cells": [asdict(c) for c in cells]},
+                                                  indent=2))
+        except Exception as exc:  # noqa: BLE001 - the other servers still run; the verdict says what is missing
+            failures.append(f"{server}: {type(exc).__name__}: {exc}")
+            print(f"bench_serve: {server} failed: {exc}", flush=True)
         finally:
             stop(process)
-    if args.results:
-        path = Path(args.results)
-        earlier = [Cell(**row) for row in json.loads(path.read_text())["cells"]] if path.is_file() else []
-        cells = [c for c in earlier if c.server not in servers] + cells
-        path.write_text(json.dumps({"shape": args.shape, "device": device, "prompt_tokens": prompt_tokens,
-                                    "max_tokens": max_tokens, "cells": [asdict(c) for c in cells]}, indent=2))
     print()
     print(f"intelrt serve vs transformers serve — {args.shape}, random weights, on {device} "
           f"(torch {torch.__version__}); {time.monotonic() - began:.0f} s in all")
     print(table(cells))
     for line in verdict(cells):
         print(line)
-    return 0
+    for failure in failures:
+        print(f"FAILED {failure.splitlines()[0]}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
     from transformers import PretrainedConfig
 
+    from ..backends.defaults import BYTES_PER_PARAM
     from ..decoding.tuning import DecodeTuning
     from ..planning.planner import plan
     from ..serving.limits import serving_limits
@@ -69,8 +70,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"
               if decode is not None and decode.fast else
               "one completion at a time: the plan decodes with transformers' generate")
-    dtype = result.value("dtype")
-    size = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(dtype), 2)
+    size = int(BYTES_PER_PARAM.get(str(result.value("dtype")), 2))
     config = PretrainedConfig.from_dict(dict(result.model.config)) if result.model is not None else None
     if config is None:
         emit(args, {"plan": result.to_dict(), "engine": engine}, f"{result}\n\nengine: {engine}")

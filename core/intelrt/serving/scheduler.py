@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.inflight import InflightBatch, InflightUnavailable, RowRequest
@@ -90,7 +90,6 @@ class Completion:
     cancelled: bool = False
     tokens: int = 0
     handle: int | None = None
-    submitted: float = field(default_factory=time.monotonic)
 
 
 class Scheduler:
