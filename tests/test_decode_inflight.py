@@ -259,3 +259,29 @@ def test_decode_reraises_a_streamer_error_without_turning_compiling_off(loaded: 
     with pytest.raises(Gone):
         decoder.decode(ids, torch.ones_like(ids), DecodeOptions(30, False, 1.0, 0, 1.0, (), 1, Streamer()))
     assert decoder.compile_backend == "eager" and not decoder.notes
+
+
+def test_inflight_free_rows_never_step_past_a_learned_position_table() -> None:
+    """GPT-2 looks positions up in a table of ``n_positions``: rows left free while others decode
+    must not run past it however long the server runs (three requests of 50 tokens through a
+    table of 64), and each request still gets ``generate``'s tokens."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                       eos_token_id=None, bos_token_id=None)).eval()
+    from varied_weights import vary
+
+    vary(model, seed=3)
+    batch = InflightBatch(FastDecoder(model, MODEL_STEP, None), 4, 64, model.device)
+    prompt = (5, 9, 13)
+    with torch.inference_mode():
+        expected = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 3, dtype=torch.long),
+                                  max_new_tokens=50, do_sample=False, pad_token_id=0)[0, 3:].tolist()
+    for _ in range(3):
+        handles, progress = batch.admit([RowRequest(prompt, 50)])
+        tokens = list(progress.tokens[handles[0]])
+        while batch.busy:
+            tokens += batch.step().tokens.get(handles[0], [])
+        assert tokens == expected

@@ -390,6 +390,10 @@ class InflightBatch:
             sampling = not all(r.request.greedy for r in self._rows)
             run = self._replays.get((bucket, sampling))
             self.index.zero_()
+            # Free rows in the bucket step too (their output is ignored): from position 0, so a
+            # model with learned absolute positions never indexes past its table, however long
+            # the server runs.
+            self.position[self.busy:bucket].zero_()
             with self.decoder.compiler_settings(), _collector_paused(run is not None):
                 step = run or self._step_fn(bucket, sampling)
                 for _ in range(count):

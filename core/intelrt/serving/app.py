@@ -358,6 +358,7 @@ async def _answer(state: ServerState, scheduler: Scheduler, request: Request, bo
                 event = await asyncio.wait_for(sink.queue.get(), DISCONNECT_POLL_S)
             except TimeoutError:
                 if await request.is_disconnected():
+                    state.metrics.requests.labels(endpoint, "499").inc()
                     return Response(status_code=499)
                 continue
             if isinstance(event, Failed):
