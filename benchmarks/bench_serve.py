@@ -91,11 +91,13 @@ def build(workdir: Path, shape: str, device: str) -> None:
 
     build_model(workdir, tiny=shape == "tiny", device=device)
     config = AutoConfig.from_pretrained(workdir)
-    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(config.vocab_size)}, unk_token="w0"))
+    # Special tokens are matched anywhere in a text: named so that no word contains one.
+    vocabulary = {"<unk>": 0, "<pad>": 1, **{f"w{i}": i for i in range(2, config.vocab_size)}}
+    words = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     for stale in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         (workdir / stale).unlink(missing_ok=True)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", pad_token="w1")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>", pad_token="<pad>")
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(workdir)
     config.eos_token_id, config.bos_token_id, config.pad_token_id = None, None, 1
@@ -328,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=None, help="tokens per completion (default 128; tiny 16)")
     parser.add_argument("--requests-per-client", type=int, default=2, help="streamed requests each client sends")
     parser.add_argument("--cell-seconds", type=float, default=None,
-                        help="a server x concurrency cell stops after this (default 40; tiny 15)")
+                        help="a server x concurrency cell stops after this (default 30; tiny 15)")
     parser.add_argument("--startup-seconds", type=float, default=480, help="how long a server may take to be ready")
     parser.add_argument("--workdir", default=None, help="where the model and server logs go (default: a temp dir)")
     parser.add_argument("--results", default=None, help="JSON file: rows of earlier runs are shown too, this run's added")
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     tiny = args.shape == "tiny"
     prompt_tokens = args.prompt_tokens or (16 if tiny else 128)
     max_tokens = args.max_tokens or (16 if tiny else 128)
-    seconds = args.cell_seconds or (15.0 if tiny else 40.0)
+    seconds = args.cell_seconds or (15.0 if tiny else 30.0)
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     unknown = sorted(set(servers) - set(SERVERS))
     if unknown:

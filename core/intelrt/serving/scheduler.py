@@ -306,6 +306,7 @@ class InflightScheduler(Scheduler):
                 completion.handle = handle
                 self._rows[handle] = completion
             self._progress(progress.tokens, progress.finished)
+            self._flush()  # their first tokens go out now, not after the next steps
         elif waiting and not self.batch.busy:
             raise RuntimeError(f"a waiting completion cannot join an empty batch: {waiting[0].request}")
         if self.batch.busy:
