@@ -82,3 +82,18 @@ def train_until_killed() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The model zoo's counts (tests/test_model_zoo.py), when it ran."""
+    zoo = __import__("sys").modules.get("test_model_zoo")
+    summary = getattr(zoo, "SUMMARY", None)
+    if not summary:
+        return
+    terminalreporter.section("model zoo: intelrt against plain transformers")
+    for kind, outcomes in summary.items():
+        counts = ", ".join(f"{outcome} {len(names)}" for outcome, names in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{kind}: {counts}")
+        for outcome in ("differs", "fails"):
+            if outcomes.get(outcome):
+                terminalreporter.write_line(f"  {outcome}: {', '.join(sorted(outcomes[outcome]))}")

@@ -58,14 +58,20 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     assert graphs.intelrt_decode_graph(CUDA, "xpu") is None
 
 
-def test_decode_graphs_xpu_under_simulation(tiny_model: Path) -> None:
-    with simulate("xpu", 1):
+def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> None:
+    """Upstream (vLLM) keeps XPU graphs opt-in until torch 2.14: so does intelrt (issue 17)."""
+    with simulate("xpu", 1):  # the installed torch 2.13
         plan = intelrt.plan(tiny_model)
+        asked = intelrt.plan(tiny_model, graphs="on").decisions["decode"]
         capture = get_host().decode_graph(plan.backend, "xpu")
     decode = plan.decisions["decode"]
-    assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", "xpu", "inductor")
-    assert "XPU graph (torch.xpu.XPUGraph)" in decode.reason
+    assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", None, "inductor")
+    assert "no XPU graph by default with torch 2.13" in decode.reason and "vllm-project/vllm#38193" in decode.reason
+    assert asked.value.graphs == "xpu" and "as asked (graphs='on')" in asked.reason
     assert callable(capture)
+    with simulate("xpu", 1, torch_version="2.14.0"):
+        default = intelrt.plan(tiny_model).decisions["decode"]
+    assert default.value.graphs == "xpu" and "default from torch 2.14" in default.reason
 
 
 def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: Path) -> None:

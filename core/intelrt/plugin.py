@@ -54,6 +54,8 @@ from .hooks.payloads import (
     KernelChoice,
     Payload,
     QuantizationChoice,
+    limited_placement,
+    placement_kwargs,
 )
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 from .planning.architecture import Architecture
@@ -62,6 +64,7 @@ from .planning.plan import Plan, PlannedDecision
 from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
+from .support.units import format_bytes
 from .support.versions import at_least, package_version, parse, torch_version
 from .support.visibility import DeviceList, parse_device_list
 
@@ -72,10 +75,11 @@ __all__ = [
     "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
+    "limited_placement", "placement_kwargs",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
-    "package_version", "at_least", "parse", "torch_version",
+    "package_version", "at_least", "parse", "torch_version", "format_bytes",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",

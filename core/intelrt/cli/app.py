@@ -71,7 +71,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ..planning.diagnosis import diagnose, format_report
 
     with _maybe_simulate(args.simulate):
-        report = diagnose()
+        report = diagnose(probe=args.probe)
     _emit(args, report, format_report(report))
     return 1 if any(f["severity"] == "error" for f in report["findings"]) else 0
 
@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="versions, backends with reasons, environment, findings with fixes")
     p.add_argument("--json", action="store_true")
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]")
+    p.add_argument("--probe", action="store_true", help="also run vendor tools (hl-smi) to ask the machine")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("plan", help="show what intelrt would do for MODEL, without loading it")

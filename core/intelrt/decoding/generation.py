@@ -170,7 +170,7 @@ class Generator:
             return "a streamer takes one prompt; transformers' generate runs this call (and refuses a batch)"
         limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
         longest = max(len(p) for p in prompts) + options.max_new_tokens
-        if isinstance(limit, int) and longest > limit:
+        if isinstance(limit, int) and 0 < limit < longest:
             return (f"prompt and new tokens reach position {longest}, past the model's max_position_embeddings="
                     f"{limit}; transformers' generate runs this call as it would")
         return None

@@ -47,6 +47,15 @@ class Architecture:
     """A recurrent state carried between steps (RWKV, Mamba …: ``_is_stateful``)."""
     takes_cache: bool
     """Its forward takes a KV cache (``cache`` / ``past_key_values``) intelrt's loop can hand it."""
+    static_cache: bool = False
+    """transformers declares it runs with a static KV cache under ``torch.compile``
+    (``_can_compile_fullgraph``): the cache intelrt's loop hands a model's own forward."""
+    attention_backend: bool = False
+    """Its attention goes through transformers' attention interface (``_supports_attention_backend``),
+    which continuous batching's paged attention plugs into."""
+    layer_types: tuple[str, ...] = ()
+    """The kind of each decoder layer as transformers' config class reads it (``layer_types``:
+    ``full_attention``, ``sliding_attention``, ``linear_attention`` …; empty when it names none)."""
 
     @property
     def from_transformers(self) -> bool:
@@ -76,7 +85,7 @@ class Architecture:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
-                "stateful": self.stateful, "takes_cache": self.takes_cache}
+                "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache}
 
 
 def mapping(name: str) -> dict[str, Any]:
@@ -131,4 +140,7 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
                                  or getattr(cls, "_supports_flash_attn_2", False)),
         supports_flex_attn=bool(getattr(cls, "_supports_flex_attn", False)),
         stateful=bool(getattr(cls, "_is_stateful", False)),
-        takes_cache=bool(CACHE_ARGUMENTS & set(parameters)))
+        takes_cache=bool(CACHE_ARGUMENTS & set(parameters)),
+        static_cache=bool(getattr(cls, "_can_compile_fullgraph", False)),
+        attention_backend=bool(getattr(cls, "_supports_attention_backend", False)),
+        layer_types=tuple(str(t) for t in getattr(config.get_text_config(), "layer_types", None) or ()))

@@ -148,6 +148,7 @@ class Plan:
             lines.append("  environment of the run:")
             for s in self.env:
                 extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
+                extra += "" if s.in_process else "; for started processes only"
                 lines.append(f"    {s.name}={s.value}  [{s.action} by {s.plugin}{extra}] {s.reason}")
         for f in self.findings:
             lines.append(f"  {f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))

@@ -251,6 +251,6 @@ def check_prompts(model: Any, ids: Sequence[Sequence[int]]) -> None:
                     "tokenize with this model's own tokenizer")
     limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     longest = max(len(p) for p in ids)
-    if isinstance(limit, int) and longest > limit:
+    if isinstance(limit, int) and 0 < limit < longest:  # XLNet says -1: relative positions, no limit
         raise ConfigurationError(f"the prompt has {longest} tokens and the model reads at most {limit} positions "
                                  "(max_position_embeddings); shorten the prompt")

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import IntelrtError, ModelSourceError
 from ..host.manager import PluginHost, get_host
 from ..planning.architecture import AUTO_CLASSES
-from ..planning.environment import setup_env
+from ..planning.environment import apply_in_process
 from ..planning.model_source import require_weights, resolve_model
 from ..planning.options import AUTO
 from ..planning.plan import Plan
@@ -35,7 +35,7 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
 def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
     ``from_pretrained`` here and nowhere else: a plan never holds them."""
-    setup_env(plan)
+    apply_in_process(plan)
     install_compile_wrapper(plan.backend, host)
     import transformers
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, PluginError
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import setup_env
+from ..planning.environment import apply_in_process
 from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import plan_backend
@@ -173,5 +173,5 @@ def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = Non
         raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
     resolved = resolve_plan(plan, backend)
     settings = training_settings(resolved, overrides)
-    setup_env(resolved)
+    apply_in_process(resolved)
     return build_training_arguments(output_dir, resolved, settings)
