@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	# Not the kernels extra: the range transformers accepts (>=0.18.2,<0.19) has no release on PyPI
 	# yet. The tests simulate that version's install (docs/backends/fidelity.md) over the module of
 	# the last release, 0.17.2, which they import.
-	$(PY) -m pip install -q -e ".[bitsandbytes,train,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
+	$(PY) -m pip install -q -e ".[bitsandbytes,train,serve,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
 	touch $(STAMP)
 
 # The example plugins of docs/plugins.md, installed so the suite exercises them as a user would.

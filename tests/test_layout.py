@@ -31,7 +31,7 @@ PLUGIN_TREES = [*sorted((ROOT / "plugins").glob("*/intelrt_*")), *sorted((ROOT /
 #: What a plugin may import from intelrt (issue 14, docs/plugin-api.md).
 PLUGIN_MODULES = ("intelrt", "intelrt.plugin", "intelrt.testing")
 #: The layers, top to bottom: a module imports only from its own layer's package or the ones below.
-LAYERS = ["intelrt.cli", "intelrt.testing", "intelrt.runtime", "intelrt.training", "intelrt.plugin",
+LAYERS = ["intelrt.cli", "intelrt.testing", "intelrt.serving", "intelrt.runtime", "intelrt.training", "intelrt.plugin",
           "intelrt.planning", "intelrt.host", "intelrt.backends", "intelrt.decoding", "intelrt.hooks",
           "intelrt.support", {"intelrt.tiny", "intelrt.errors", "intelrt._version"}]
 

@@ -129,7 +129,7 @@ def _an_incomplete_checkpoint(directory: Path) -> None:
 @pytest.mark.parametrize(("fill", "named"), [
     (_a_file, "other files (notes.txt)"),
     (lambda d: shutil.copytree(intelrt.tiny.default_model_path(), d, dirs_exist_ok=True),
-     "a saved model (config.json and 4 more files)"),
+     "a saved model (config.json and 5 more files)"),  # chat_template.jinja among them
     (_an_adapter, "a saved model (adapter_config.json and 1 more files)"),
     (_a_checkpoint, "checkpoints of an earlier run (checkpoint-3)"),
     (_an_incomplete_checkpoint, "checkpoints of an earlier run (checkpoint-2)"),

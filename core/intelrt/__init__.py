@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .runtime.compiling import compile
     from .runtime.loaded import Loaded
     from .runtime.loading import load
+    from .serving import serve
     from .training.arguments import training_arguments
     from .training.launching import launch
 
@@ -42,7 +43,7 @@ _LAZY = {
     "Loaded": "runtime.loaded", "Detection": "planning.detection",
     "BackendStatus": "hooks.types", "Decision": "hooks.types", "DeviceInfo": "hooks.types",
     "EnvVar": "hooks.types", "Finding": "hooks.types", "Setting": "hooks.types",
-    "training_arguments": "training.arguments", "launch": "training.launching",
+    "training_arguments": "training.arguments", "launch": "training.launching", "serve": "serving",
 }
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
     "ModelSourceError", "UnsafeModelError", "SaveError", "TrainingDivergedError",
-    "training_arguments", "launch",
+    "training_arguments", "launch", "serve",
 ]
 
 

@@ -1,7 +1,7 @@
 """The embedded default model: a tiny Qwen3-style causal LM built offline, deterministically.
 
 Random-initialised weights (seed 0) and a byte-level BPE tokenizer trained in about a second on
-the bundled text. Built once into a cache directory; tests and ``intelrt run`` use the same
+the bundled text, with a ChatML-style chat template. Built once into a cache directory; tests and ``intelrt run`` use the same
 builder, so no test needs the network (SPEC C4).
 """
 
@@ -17,9 +17,13 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 VOCAB_SIZE = 384
 SPECIAL_TOKENS = ("<|endoftext|>", "<|pad|>")
+CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""ChatML's layout (its markers are plain text to this tokenizer): what ``/v1/chat/completions``
+of ``intelrt serve`` renders messages with."""
 
 
 def corpus_text() -> str:
@@ -46,6 +50,7 @@ def build_tokenizer(directory: Path) -> None:
     tokenizer.train_from_iterator(corpus_text().splitlines(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=SPECIAL_TOKENS[0],
                                    pad_token=SPECIAL_TOKENS[1], bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
 
 

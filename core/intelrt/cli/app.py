@@ -1,4 +1,4 @@
-"""``intelrt`` command line: plugins | doctor | plan | run | train | launch | bench (each takes --json)."""
+"""``intelrt`` command line: plugins | doctor | plan | run | train | launch | bench | serve (each takes --json)."""
 
 from __future__ import annotations
 
@@ -119,6 +119,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import run_serve
+
+    return run_serve(args, _plan_kwargs(args), _maybe_simulate, _emit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="intelrt", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log what intelrt does")
@@ -164,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_arguments(p)
     p.set_defaults(func=cmd_bench)
+
+    from .serve import SERVE_HELP
+    from .serve import add_arguments as serve_arguments
+
+    p = sub.add_parser("serve", help=SERVE_HELP)
+    serve_arguments(p)
+    _plan_options(p)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -53,6 +53,19 @@ class DecodeReport:
     notes: list[str] = field(default_factory=list)
 
 
+def outside_top_p_dropped(scores: Any, top_p: Any) -> Any:
+    """``scores`` (rows, vocabulary) with every token outside the smallest set whose probability
+    reaches ``top_p`` (a one-element or a (rows, 1) tensor) set to ``-inf``, as transformers'
+    top-p warper does; the likeliest token always stays."""
+    import torch
+
+    ordered, order = torch.sort(scores, descending=False)
+    cumulative = ordered.softmax(-1).cumsum(-1)
+    drop = cumulative <= (1 - top_p)
+    drop[:, -1] = False  # keep at least one token
+    return scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+
+
 class _Session:
     """Device buffers, cache and (once captured) the graph replay for one shape."""
 
@@ -95,11 +108,7 @@ class _Session:
             kth = torch.topk(scores, min(self.top_k, scores.shape[-1])).values[:, -1:]
             scores = scores.masked_fill(scores < kth, float("-inf"))
         if self.use_top_p:
-            ordered, order = torch.sort(scores, descending=False)
-            cumulative = ordered.softmax(-1).cumsum(-1)
-            drop = cumulative <= (1 - self.top_p)
-            drop[:, -1] = False  # keep at least one token
-            scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+            scores = outside_top_p_dropped(scores, self.top_p)
         probs = scores.softmax(-1)
         # Exponential race (Gumbel-max): samples like multinomial, with no host sync, graph-safe.
         return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
@@ -151,12 +160,23 @@ class FastDecoder:
                               "decoding without graphs")
         self._sessions: OrderedDict[tuple[Any, ...], _Session] = OrderedDict()
         self._compiled: Callable[..., Any] | None = None
+        self._compiled_any_rows: Callable[..., Any] | None = None
         self._compiled_prompt: Callable[..., Any] | None = None
         parameters = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self.keep_logits = "logits_to_keep" in parameters
 
     # -- the step's forward --------------------------------------------------------------
+    def prepare(self) -> None:
+        """Build the compact step (or rejoin its fused projections) before a pass: what every
+        ``decode`` call does first."""
+        self._compact_model()
+
+    @property
+    def compact(self) -> CompactModel | None:
+        """The compact step ``prepare`` built (``None`` when the step is the model's own forward)."""
+        return self._compact if self.step == "compact" else None
+
     def _compact_model(self) -> CompactModel | None:
         """The compact step for this model (built once; its fused weights follow the model's)."""
         if self.step != "compact":
@@ -184,10 +204,17 @@ class FastDecoder:
     def _forget_compact(self) -> None:
         """Drop the compact step and everything compiled or captured from it."""
         self._compact, self._compiled, self._compiled_prompt = None, None, None
+        self._compiled_any_rows = None
         self._sessions.clear()
 
-    def _new_forward(self, rows: int, length: int, device: Any) -> StepForward:
-        """The forward of a new session: the compact step ``_decode`` prepared, else the model's."""
+    def new_forward(self, rows: int, length: int, device: Any, *, cache: tuple[list[Any], list[Any]] | None = None,
+                    any_rows: bool = False) -> StepForward:
+        """The forward of a new session: the compact step ``prepare`` built, else the model's.
+
+        ``cache``: the compact step's cache tensors to use (views of a larger cache) instead of new
+        ones. ``any_rows``: compile the compact step once for every row count (shapes dynamic
+        after the second count), for the in-flight batch's row buckets; otherwise the step is
+        compiled per shape."""
         compact = self._compact if self.step == "compact" else None
         if compact is not None:
             forward: Callable[..., Any] = compact
@@ -195,14 +222,17 @@ class FastDecoder:
             if self.compile_backend:
                 import torch
 
-                if self._compiled is None:
+                if any_rows and self._compiled_any_rows is None:
+                    self._compiled_any_rows = torch.compile(compact.__call__, backend=self.compile_backend)
+                if not any_rows and self._compiled is None:
                     self._compiled = torch.compile(compact.__call__, backend=self.compile_backend, dynamic=False)
                 if self._compiled_prompt is None and self.tuning.compiled_prompt:
                     self._compiled_prompt = torch.compile(compact.prompt, backend=self.compile_backend)
-                forward = self._compiled
+                forward = (self._compiled_any_rows if any_rows else self._compiled) or forward
                 prompt = self._compiled_prompt or prompt
             return CompactForward(compact, rows, length, device, forward, prompt,
-                                  compiled=bool(self.compile_backend), fused_attention=self.attention_kernel)
+                                  compiled=bool(self.compile_backend), fused_attention=self.attention_kernel,
+                                  cache=cache)
         return ModelForward(self.model, rows, length, self._forward(), self.cache_kwarg, self.keep_logits)
 
     def _forward(self) -> Callable[..., Any]:
@@ -217,7 +247,7 @@ class FastDecoder:
                                            fullgraph=False)
         return self._compiled
 
-    def _compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
+    def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
         """Inductor settings from the plan, active whenever the step may compile. ``freezing`` is
         left out: it bakes the weights into the compiled step as constants — a second copy, and one
         that training or ``load_state_dict`` would leave stale."""
@@ -238,14 +268,16 @@ class FastDecoder:
         key = (rows, length, options.sampling_key, len(options.eos_token_ids))
         session = self._sessions.pop(key, None)
         if session is None:
-            session = _Session(rows, length, options, device, self._new_forward(rows, length, device),
+            session = _Session(rows, length, options, device, self.new_forward(rows, length, device),
                                self.compile_backend, self.tuning.compiled_record)
             while len(self._sessions) >= self.tuning.max_sessions:
                 self._sessions.popitem(last=False)
         self._sessions[key] = session
         return session
 
-    def _disable(self, what: str, exc: BaseException) -> None:
+    def disable(self, what: str, exc: BaseException) -> None:
+        """Turn off ``what`` (``graph …``: device graphs, else compilation) after ``exc``, with a
+        note, and drop every session built with it."""
         message = f"{what} failed ({type(exc).__name__}: {str(exc)[:300]}); decoding without it from now on"
         log.warning("intelrt fast decode: %s", message)
         log.debug("intelrt fast decode: %s failed", what, exc_info=exc)
@@ -269,13 +301,15 @@ class FastDecoder:
             for _ in range(4):
                 try:
                     return self._decode(input_ids, attention_mask, options)
-                except _CaptureFailed as failed:
+                except CaptureFailed as failed:
                     what, error = f"graph capture ({self.graphs})", failed.__cause__ or failed
+                except StreamerRaised as raised:
+                    raise (raised.__cause__ or raised) from None  # the caller's own error: no retry
                 except Exception as exc:
                     if not self.compile_backend:
                         raise
                     what, error = f"compile ({self.compile_backend})", exc
-                self._disable(what, error)
+                self.disable(what, error)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
@@ -283,8 +317,7 @@ class FastDecoder:
         rows, prompt_length = input_ids.shape
         tuning = self.tuning
         bucket = -(-prompt_length // tuning.prompt_bucket) * tuning.prompt_bucket
-        captured_prompt = (bool(self.graphs) and self.step == "compact"
-                           and rows * bucket <= tuning.prompt_graph_max_tokens)
+        captured_prompt = self.captures_prompt(rows, bucket)
         if captured_prompt and bucket > prompt_length:
             import torch.nn.functional as F
 
@@ -305,14 +338,10 @@ class FastDecoder:
         """One call on session ``s``: the prompt's pass, then decode steps."""
         import torch
 
-        prompt_length = input_ids.shape[1]
         report = DecodeReport(self.graphs, self.compile_backend, self.step,
                               attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
                               step_reason=self.step_reason, notes=list(self.notes))
 
-        s.forward.reset()
-        s.mask.fill_(1)
-        s.mask[:, :prompt_length].copy_(attention_mask)
         s.done.zero_()
         s.index.zero_()
         s.out.fill_(options.pad_token_id)
@@ -324,22 +353,12 @@ class FastDecoder:
         s.temperature.fill_(options.temperature)
         s.top_p.fill_(options.top_p)
 
-        # The prompt's pass (positions from the padding mask, as in transformers' generate).
-        positions = attention_mask.long().cumsum(-1) - 1
-        positions = positions.masked_fill(attention_mask == 0, 0)
-        slots = torch.arange(prompt_length, device=input_ids.device)
-        if captured_prompt:
-            logits = self._captured_prompt(s, input_ids, positions, slots, report)
-        else:
-            logits = s.forward.prefill(input_ids, s.mask, positions, slots)
-        s.position.copy_(positions[:, -1:] + 1)
-        s.slot.fill_(prompt_length)
-        s.accept(s.choose(logits))
+        s.accept(s.choose(self.prompt_pass(s, input_ids, attention_mask, captured_prompt, report)))
         stream = (_Stream(options.streamer, input_ids[:, -int(attention_mask[0].sum()):], options.eos_token_ids)
                   if options.streamer is not None else None)
 
         produced = 1
-        with self._compiler_settings():  # the step's (the prompt's pass compiles with inductor's defaults)
+        with self.compiler_settings():  # the step's (the prompt's pass compiles with inductor's defaults)
             produced = self._steps(s, options, produced, report, stream)
         report.steps = produced
         tokens = s.out[:, :produced]
@@ -352,13 +371,41 @@ class FastDecoder:
             stream.finish(tokens)
         return tokens.clone(), report
 
-    def _capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
+    def prompt_pass(self, s: _Session, input_ids: Any, attention_mask: Any, captured_prompt: bool,
+                    report: DecodeReport) -> Any:
+        """The prompt's pass on session ``s`` (its cache reset, the prompt written to slots
+        ``0 .. width``; positions from the padding mask, as in transformers' generate), leaving the
+        session ready for the first step; returns each row's last logits."""
+        import torch
+
+        prompt_length = input_ids.shape[1]
+        s.forward.reset()
+        s.mask.fill_(1)
+        s.mask[:, :prompt_length].copy_(attention_mask)
+        positions = attention_mask.long().cumsum(-1) - 1
+        positions = positions.masked_fill(attention_mask == 0, 0)
+        slots = torch.arange(prompt_length, device=input_ids.device)
+        if captured_prompt:
+            logits = self._captured_prompt(s, input_ids, positions, slots, report)
+        else:
+            logits = s.forward.prefill(input_ids, s.mask, positions, slots)
+        s.position.copy_(positions[:, -1:] + 1)
+        s.slot.fill_(prompt_length)
+        return logits
+
+    def captures_prompt(self, rows: int, padded_length: int) -> bool:
+        """Whether a prompt pass of ``rows`` × ``padded_length`` tokens is replayed from a device
+        graph (prompts are then left-padded to a multiple of ``tuning.prompt_bucket``)."""
+        return (bool(self.graphs) and self.step == "compact"
+                and rows * padded_length <= self.tuning.prompt_graph_max_tokens)
+
+    def capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
         """``fn`` recorded by the backend's capturer (after ``warmup`` real runs); a failure is
-        raised as ``_CaptureFailed``, so ``decode`` retries without graphs."""
+        raised as ``CaptureFailed``, so ``decode`` retries without graphs."""
         try:
             replay = self.capturer(fn, warmup=warmup)  # type: ignore[misc]
         except Exception as exc:
-            raise _CaptureFailed() from exc
+            raise CaptureFailed() from exc
         report.captured = True
         return replay
 
@@ -371,7 +418,7 @@ class FastDecoder:
         graph = s.prompts.pop(length, None)
         if graph is None:
             graph = _PromptGraph(s, input_ids, positions, slots)
-            graph.replay = self._capture(graph.run, 1, report)
+            graph.replay = self.capture(graph.run, 1, report)
             while len(s.prompts) >= self.tuning.prompt_graphs_per_session:
                 s.prompts.popitem(last=False)
         s.prompts[length] = graph
@@ -390,7 +437,7 @@ class FastDecoder:
             left = options.max_new_tokens - produced
             if s.replay is None and self.graphs and left > warmup + 1:
                 before = s.calls
-                s.replay = self._capture(s.step, warmup, report)
+                s.replay = self.capture(s.step, warmup, report)
                 produced += s.calls - before - 1  # warm-up steps ran; the recorded call did not
                 continue
             todo = min(left, every - produced % every)
@@ -412,7 +459,7 @@ class _Stream:
 
     def __init__(self, streamer: Any, prompt: Any, eos: tuple[int, ...]) -> None:
         self.streamer, self.eos, self.sent, self.ended = streamer, set(eos), 0, False
-        streamer.put(prompt.cpu())
+        self._call(streamer.put, prompt.cpu())
 
     def send(self, tokens: Any) -> None:
         if self.ended:
@@ -424,12 +471,19 @@ class _Stream:
         if new:
             import torch
 
-            self.streamer.put(torch.tensor(new))
+            self._call(self.streamer.put, torch.tensor(new))
             self.sent += len(new)
 
     def finish(self, tokens: Any) -> None:
         self.send(tokens)
-        self.streamer.end()
+        self._call(self.streamer.end)
+
+    @staticmethod
+    def _call(method: Callable[..., object], *args: Any) -> None:
+        try:
+            method(*args)
+        except Exception as exc:
+            raise StreamerRaised() from exc
 
 
 @contextlib.contextmanager
@@ -463,5 +517,10 @@ class _PromptGraph:
             self.logits.copy_(logits)
 
 
-class _CaptureFailed(Exception):
+class StreamerRaised(Exception):
+    """The caller's streamer raised (its error is the cause): ``decode`` re-raises that error as
+    it is, rather than taking it for a failed compilation and running the call again."""
+
+
+class CaptureFailed(Exception):
     """Raised (from the capturer's error) so ``decode`` can retry without graphs."""

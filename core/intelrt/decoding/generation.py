@@ -19,7 +19,7 @@ from .tuning import DecodeTuning
 log = logging.getLogger(__name__)
 
 KV_MEMORY_SHARE = 0.7
-"""Share of free device memory the fast loop's KV caches may take when sizing a padded batch."""
+"""Share of free device memory the fast loop's KV caches may take: a padded batch's, a server's in-flight batch's."""
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any]:
@@ -56,11 +56,10 @@ def kv_bytes_per_row(config: Any, length: int, dtype_bytes: int) -> int:
     return 2 * layers * heads * int(head_dim) * length * dtype_bytes
 
 
-def rows_that_fit(model: Any, length: int) -> int | None:
-    """How many rows of KV cache fit the free memory of the model's device (``None``: unknown)."""
+def free_device_memory(device: Any) -> int | None:
+    """Free bytes of ``device``'s memory (``None``: unknown, e.g. on the CPU)."""
     import torch
 
-    device = model.device
     module = getattr(torch, device.type, None)
     info = getattr(module, "mem_get_info", None)
     if info is None or device.type == "cpu":
@@ -68,6 +67,14 @@ def rows_that_fit(model: Any, length: int) -> int | None:
     try:
         free, _total = info(device)
     except Exception:  # noqa: BLE001 - sizing is advisory; the plan's cap still applies
+        return None
+    return int(free)
+
+
+def rows_that_fit(model: Any, length: int) -> int | None:
+    """How many rows of KV cache fit the free memory of the model's device (``None``: unknown)."""
+    free = free_device_memory(model.device)
+    if free is None:
         return None
     per_row = kv_bytes_per_row(model.config, length, model.dtype.itemsize) or 1
     return max(1, int(free * KV_MEMORY_SHARE // per_row))

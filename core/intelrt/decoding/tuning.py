@@ -25,6 +25,13 @@ class DecodeTuning:
     stream_every: int = 2
     """With a streamer, tokens are handed over (and the end checked) every this many steps: a
     smaller number gives text sooner, at one host sync each."""
+    inflight_steps: int = 4
+    """The in-flight batch (``inflight.py``) runs this many decode steps between its host's looks:
+    new tokens handed out, ended rows freed, waiting requests let in. Fewer give text sooner and
+    let requests join sooner, at one host sync each."""
+    inflight_admit_rows: int = 8
+    """The most waiting requests whose prompts pass together when they join an in-flight batch
+    (more wait for the next look): one pass for several is cheaper, but busy rows wait for it."""
     cache_length_bucket: int = 128
     """Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
     max_sessions: int = 4
@@ -62,7 +69,8 @@ class DecodeTuning:
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
 
     def __post_init__(self) -> None:
-        counts = ("warmup_steps", "eos_check_every", "stream_every", "cache_length_bucket", "max_sessions", "prompt_bucket",
+        counts = ("warmup_steps", "eos_check_every", "stream_every", "inflight_steps", "inflight_admit_rows",
+                  "cache_length_bucket", "max_sessions", "prompt_bucket",
                   "prompt_graphs_per_session", "gemv_max_rows", "attention_splits")
         for name in counts:
             value = getattr(self, name)

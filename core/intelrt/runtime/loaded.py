@@ -15,6 +15,7 @@ from ..host.manager import PluginHost, get_host
 from ..planning.plan import Plan
 
 if TYPE_CHECKING:
+    from ..decoding.engine import FastDecoder
     from ..decoding.generation import GenerationReport, Generator
     from ..training.fine_tuning import TrainResult
 
@@ -122,6 +123,15 @@ class Loaded:
             self._generator = self._new_generator()
         outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
         return outputs
+
+    def fast_decoder(self) -> FastDecoder | None:
+        """The fast decode engine this model's ``generate`` uses, with its compiled and captured
+        steps (``None`` when the plan decodes with transformers' ``generate``); ``intelrt serve``
+        builds its in-flight batch on it."""
+        self._require_task("text-generation")
+        if self._generator is None:
+            self._generator = self._new_generator()
+        return self._generator.decoder() if self._generator.plan.decode.fast else None
 
     def _new_generator(self) -> Generator:
         from ..decoding.generation import Generator

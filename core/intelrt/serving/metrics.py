@@ -1,0 +1,47 @@
+"""The server's Prometheus metrics (``GET /metrics``), in a registry of its own per app, so two
+servers in one process (tests, an embedding framework) never share counts."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The media type of ``GET /metrics`` (Prometheus' text format)."""
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ServerMetrics:
+    """Requests, tokens, queue depth, rows in flight, time to first token, inter-token latency."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("intelrt_requests", "HTTP requests answered, by endpoint and status code",
+                                ["endpoint", "code"], registry=r)
+        self.prompt_tokens = Counter("intelrt_prompt_tokens", "Prompt tokens of accepted requests", registry=r)
+        self.generated_tokens = Counter("intelrt_generated_tokens", "Tokens generated for clients", registry=r)
+        self.queue_depth = Gauge("intelrt_queue_depth", "Completions waiting for a row", registry=r)
+        self.rows_in_flight = Gauge("intelrt_rows_in_flight", "Completions decoding now", registry=r)
+        self.ready = Gauge("intelrt_ready", "1 once the model is loaded and warmed up, 0 before and while draining",
+                           registry=r)
+        self.time_to_first_token = Histogram("intelrt_time_to_first_token_seconds",
+                                             "From a request's arrival to its first generated text",
+                                             buckets=LATENCY_BUCKETS, registry=r)
+        self.inter_token_latency = Histogram("intelrt_inter_token_latency_seconds",
+                                             "Time between a completion's tokens (one observation per token)",
+                                             buckets=TOKEN_GAP_BUCKETS, registry=r)
+        self.request_latency = Histogram("intelrt_request_latency_seconds",
+                                         "From a request's arrival to its last byte of output", buckets=LATENCY_BUCKETS,
+                                         registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,444 @@
+"""The decode thread of a server: completions wait in a queue, join the in-flight batch between
+steps, and their text goes back to the event loop that answers the HTTP requests.
+
+:class:`InflightScheduler` drives intelrt's in-flight batch (``decoding/inflight.py``). Models
+the fast loop cannot run in flight (the plan decodes with transformers' ``generate``, or a cache
+whose rows cannot move) get :class:`SequentialScheduler`: one completion at a time, streamed
+through :meth:`Loaded.generate_ids`. :func:`start_scheduler` picks one and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..decoding.inflight import InflightBatch, InflightUnavailable, RowRequest
+from .metrics import ServerMetrics
+from .text import TextAssembler
+
+if TYPE_CHECKING:
+    from ..runtime.loaded import Loaded
+    from .limits import ServingLimits
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5
+"""How long the idle decode thread sleeps before looking again (a submission wakes it at once)."""
+CPU_HANDOFF_S = 0.001
+"""On the CPU, the decode thread pauses this long after handing over a turn's text: its own torch
+threads keep the cores busy, and the event loop's thread would otherwise wait for the GIL until the
+batch ran dry, then send everything at once (measured on 2 cores: first text after the last token).
+On an accelerator the decode thread waits for the device without the GIL, and never pauses."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """New text of completion ``index`` (``tokens``: how many new tokens it came from)."""
+
+    index: int
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Completion ``index`` is done: ``stop`` (end-of-sequence or a stop string) or ``length``."""
+
+    index: int
+    reason: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request cannot be finished (``status``: the HTTP status an unstarted answer gets)."""
+
+    message: str
+    status: int = 503
+
+
+Event = Piece | Ended | Failed
+
+
+class QueueFull(Exception):
+    """More completions wait than the queue limit allows."""
+
+
+class Sink:
+    """Where one HTTP request's events go: an asyncio queue on the server's loop, filled from the
+    decode thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+
+
+@dataclass(eq=False)
+class Completion:
+    """One completion a request asked for (its ``index`` among the request's choices)."""
+
+    index: int
+    request: RowRequest
+    text: TextAssembler
+    sink: Sink
+    cancelled: bool = False
+    tokens: int = 0
+    handle: int | None = None
+
+
+class Scheduler:
+    """A decode thread and its queue; subclasses say how completions are decoded."""
+
+    engine = "?"
+
+    def __init__(self, loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics, reason: str) -> None:
+        self.loaded, self.limits, self.metrics, self.reason = loaded, limits, metrics, reason
+        self.ready = threading.Event()
+        self.failure: str | None = None
+        self._lock = threading.Condition()
+        self._incoming: deque[Completion] = deque()
+        self._waiting: deque[Completion] = deque()
+        self._stopping = False
+        self._abort: str | None = None
+        self._outbox: list[tuple[Sink, Event]] = []
+        self._handoff = CPU_HANDOFF_S if loaded.model.device.type == "cpu" else 0.0
+        self._thread = threading.Thread(target=self._main, name=f"intelrt-serve-{self.engine}", daemon=True)
+
+    # -- called from the event loop ------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, completions: Sequence[Completion]) -> None:
+        """Queue ``completions`` (all or none); ``QueueFull`` when the queue limit would be passed,
+        ``RuntimeError`` when the server is stopping or failed."""
+        with self._lock:
+            if self._stopping or self.failure is not None:
+                raise RuntimeError(self.failure or "the server is shutting down")
+            if len(self._incoming) + len(self._waiting) + len(completions) > self.limits.max_queue:
+                raise QueueFull()
+            self._incoming.extend(completions)
+            self.metrics.queue_depth.set(len(self._incoming) + len(self._waiting))
+            self._lock.notify()
+
+    def cancel(self, completions: Sequence[Completion]) -> None:
+        """The client left: its completions end at the decode thread's next look (their rows freed)."""
+        with self._lock:
+            for completion in completions:
+                completion.cancelled = True
+            self._lock.notify()
+
+    def abort(self, message: str) -> None:
+        """Fail every unfinished completion with ``message`` (the drain timeout passed)."""
+        with self._lock:
+            self._abort = message
+            self._lock.notify()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish what is queued and running, then end the thread (``abort`` first to end sooner)."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def describe(self) -> list[str]:
+        return [f"engine: {self.engine}: {self.reason}"]
+
+    # -- the decode thread ---------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._warm_up()
+        except Exception as exc:  # noqa: BLE001 - reported by /ready and to every request
+            self.failure = f"the model failed to warm up ({type(exc).__name__}: {str(exc)[:300]})"
+            log.error("intelrt serve: %s", self.failure, exc_info=exc)
+            self._fail_all(self.failure)
+            return
+        self.ready.set()
+        while True:
+            with self._lock:
+                while not (self._incoming or self._waiting or self._busy() or self._stopping or self._abort):
+                    self._lock.wait(IDLE_WAIT_S)
+                self._waiting.extend(self._incoming)
+                self._incoming.clear()
+                abort, stopping = self._abort, self._stopping
+            if abort is not None:
+                self._fail_all(abort)
+                with self._lock:
+                    self._abort = None
+            elif not (stopping and not self._waiting and not self._busy()):
+                try:
+                    self._turn()
+                except Exception as exc:  # noqa: BLE001 - the requests in flight learn it; the thread goes on
+                    message = f"decoding failed ({type(exc).__name__}: {str(exc)[:300]})"
+                    log.error("intelrt serve: %s", message, exc_info=exc)
+                    self._fail_all(message)
+            self._flush()
+            self.metrics.queue_depth.set(len(self._waiting) + len(self._incoming))
+            self.metrics.rows_in_flight.set(self._busy())
+            if stopping and not self._waiting and not self._busy():
+                return
+
+    def _send(self, completion: Completion, event: Event) -> None:
+        self._outbox.append((completion.sink, event))
+
+    def _flush(self) -> None:
+        """Hand this turn's events to the event loop in one call (one wake-up, not one per token)."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, []
+        loop = outbox[0][0].loop
+        try:
+            loop.call_soon_threadsafe(_deliver, outbox)
+        except RuntimeError:  # the loop is closed: nobody is left to answer
+            log.debug("intelrt serve: %d event(s) for a closed event loop dropped", len(outbox))
+        if self._handoff:
+            time.sleep(self._handoff)
+
+    def _text(self, completion: Completion, tokens: list[int]) -> bool:
+        """Send the text of ``tokens``; True when a stop string ended the completion."""
+        completion.tokens += len(tokens)
+        self.metrics.generated_tokens.inc(len(tokens))
+        text = completion.text.feed(tokens)
+        if text or tokens:
+            self._send(completion, Piece(completion.index, text, len(tokens)))
+        return completion.text.stopped
+
+    def _end(self, completion: Completion, reason: str) -> None:
+        tail = completion.text.flush()
+        if tail:
+            self._send(completion, Piece(completion.index, tail, 0))
+        self._send(completion, Ended(completion.index, reason, completion.tokens))
+
+    def _drop_cancelled_waiting(self) -> None:
+        if any(c.cancelled for c in self._waiting):
+            self._waiting = deque(c for c in self._waiting if not c.cancelled)
+
+    def _fail_all(self, message: str) -> None:
+        with self._lock:
+            self._waiting.extend(self._incoming)
+            self._incoming.clear()
+        failed = {id(c.sink): c for c in [*self._waiting, *self._running()]}
+        for completion in failed.values():
+            self._send(completion, Failed(message))
+        self._waiting.clear()
+        self._clear_running()
+
+    def _warm_up(self) -> None:
+        raise NotImplementedError
+
+    def _turn(self) -> None:
+        raise NotImplementedError
+
+    def _busy(self) -> int:
+        raise NotImplementedError
+
+    def _running(self) -> list[Completion]:
+        raise NotImplementedError
+
+    def _clear_running(self) -> None:
+        raise NotImplementedError
+
+
+def _deliver(outbox: list[tuple[Sink, Event]]) -> None:
+    for sink, event in outbox:
+        sink.queue.put_nowait(event)
+
+
+class InflightScheduler(Scheduler):
+    """Completions join and leave intelrt's in-flight batch between decode steps."""
+
+    engine = "in-flight batching"
+
+    def __init__(self, loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics, reason: str,
+                 batch: InflightBatch) -> None:
+        super().__init__(loaded, limits, metrics, reason)
+        self.batch = batch
+        self._rows: dict[int, Completion] = {}
+
+    def describe(self) -> list[str]:
+        shape = self.batch.describe()
+        lines = [*super().describe(),
+                 f"decode step: {shape['step']}" + (f" ({shape['step_reason']})" if shape["step_reason"] else "")
+                 + f", compiled: {shape['compiled'] or 'no'}, device graphs: {shape['graphs'] or 'none'}"
+                 + (", Triton decode attention" if shape["attention_kernel"] else ""),
+                 f"row buckets (one captured step each): {', '.join(map(str, shape['buckets']))}"]
+        return lines + [f"note: {n}" for n in shape["notes"]]
+
+    def _warm_up(self) -> None:
+        self.batch.warm_up()
+
+    def _busy(self) -> int:
+        return self.batch.busy
+
+    def _running(self) -> list[Completion]:
+        return list(self._rows.values())
+
+    def _clear_running(self) -> None:
+        for handle in list(self._rows):
+            self.batch.retire(handle)
+        self._rows.clear()
+
+    def _turn(self) -> None:
+        """Free the rows of clients that left, let waiting completions in, run a few steps."""
+        for handle, completion in list(self._rows.items()):
+            if completion.cancelled:
+                self.batch.retire(handle)
+                del self._rows[handle]
+        self._drop_cancelled_waiting()
+        waiting = list(self._waiting)
+        count = self.batch.admissible([c.request for c in waiting])
+        if count:
+            joining = waiting[:count]
+            for _ in range(count):
+                self._waiting.popleft()
+            try:
+                handles, progress = self.batch.admit([c.request for c in joining])
+            except Exception:
+                self._waiting.extendleft(reversed(joining))  # failed with the rest by the thread's loop
+                raise
+            for handle, completion in zip(handles, joining, strict=True):
+                completion.handle = handle
+                self._rows[handle] = completion
+            self._progress(progress.tokens, progress.finished)
+            self._flush()  # their first tokens go out now, not after the next steps
+        elif waiting and not self.batch.busy:
+            raise RuntimeError(f"a waiting completion cannot join an empty batch: {waiting[0].request}")
+        if self.batch.busy:
+            progress = self.batch.step()
+            self._progress(progress.tokens, progress.finished)
+
+    def _progress(self, tokens: dict[int, list[int]], finished: dict[int, str]) -> None:
+        for handle, new in tokens.items():
+            completion = self._rows[handle]
+            if self._text(completion, new):
+                if handle not in finished:
+                    self.batch.retire(handle)
+                finished = {**finished, handle: "stop"}
+        for handle, reason in finished.items():
+            self._end(self._rows.pop(handle), reason)
+
+
+class _Halt(Exception):
+    """Raised in the streamer to end ``generate`` early (stop string, client gone, abort)."""
+
+
+class _CompletionStreamer:
+    """A transformers streamer (``put`` / ``end``) that turns one completion's tokens into events;
+    ``halted`` says why it ended ``generate`` early (``stop``, ``gone``, ``abort``)."""
+
+    def __init__(self, scheduler: SequentialScheduler, completion: Completion) -> None:
+        self.scheduler, self.completion = scheduler, completion
+        self.prompt_seen = False
+        self.halted: str | None = None
+        self.last: int | None = None
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:  # generate hands over the prompt first
+            self.prompt_seen = True
+            return
+        scheduler, completion = self.scheduler, self.completion
+        if completion.cancelled or scheduler._abort is not None:
+            self.halted = "gone" if completion.cancelled else "abort"
+            raise _Halt()
+        tokens = [int(t) for t in value.reshape(-1).tolist()]
+        if tokens:
+            self.last = tokens[-1]
+        stopped = scheduler._text(completion, tokens)
+        scheduler._flush()
+        if stopped:
+            self.halted = "stop"
+            raise _Halt()
+
+    def end(self) -> None:
+        """Nothing to do: the scheduler ends the completion when ``generate`` returns."""
+
+
+class SequentialScheduler(Scheduler):
+    """One completion at a time through :meth:`Loaded.generate_ids` with a streamer (whatever path
+    the plan gives a single prompt)."""
+
+    engine = "one completion at a time"
+
+    def __init__(self, loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics, reason: str) -> None:
+        super().__init__(loaded, limits, metrics, reason)
+        self._current: Completion | None = None
+        self._eos = set(_eos_ids(loaded))
+
+    def _warm_up(self) -> None:
+        self.loaded.generate_ids([0], max_new_tokens=2)
+
+    def _busy(self) -> int:
+        return 1 if self._current is not None else 0
+
+    def _running(self) -> list[Completion]:
+        return [self._current] if self._current is not None else []
+
+    def _clear_running(self) -> None:
+        self._current = None
+
+    def _turn(self) -> None:
+        self._drop_cancelled_waiting()
+        if not self._waiting:
+            return
+        completion = self._current = self._waiting.popleft()
+        self.metrics.rows_in_flight.set(1)
+        self.metrics.queue_depth.set(len(self._waiting))
+        request = completion.request
+        streamer = _CompletionStreamer(self, completion)
+        settings: dict[str, Any] = {"max_new_tokens": request.max_new_tokens, "do_sample": not request.greedy,
+                                    "streamer": streamer}
+        if not request.greedy:
+            import torch
+
+            settings.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
+            torch.manual_seed(request.seed)
+        try:
+            self.loaded.generate_ids(list(request.prompt), **settings)
+        except Exception:
+            if streamer.halted is None:
+                raise  # the thread's loop fails this completion with the rest
+        self._current = None
+        if streamer.halted == "abort":
+            self._send(completion, Failed(self._abort or "the server is shutting down"))
+        elif streamer.halted != "gone":
+            length = streamer.halted != "stop" and streamer.last not in self._eos \
+                and completion.tokens >= request.max_new_tokens
+            self._end(completion, "length" if length else "stop")
+
+
+def _eos_ids(loaded: Loaded) -> tuple[int, ...]:
+    """The end-of-sequence ids of the model's generation config (what ``generate`` stops at)."""
+    config = getattr(loaded.model, "generation_config", None)
+    value = getattr(config, "eos_token_id", None)
+    if value is None:
+        return ()
+    return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def start_scheduler(loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics) -> Scheduler:
+    """The scheduler for ``loaded`` (in-flight batching where the plan's fast loop allows it),
+    started: it warms up on its own thread (``ready`` is set after)."""
+    decoder = loaded.fast_decoder()
+    scheduler: Scheduler
+    if decoder is None:
+        decode = loaded.plan.decisions.get("decode")
+        why = decode.reason if decode is not None else "the plan has no decode decision"
+        scheduler = SequentialScheduler(loaded, limits, metrics,
+                                        f"the plan decodes with transformers' generate ({why})")
+    else:
+        try:
+            batch = InflightBatch(decoder, limits.rows, limits.context, loaded.model.device)
+        except InflightUnavailable as why:
+            scheduler = SequentialScheduler(loaded, limits, metrics, f"the fast decode loop cannot batch in flight: "
+                                            f"{why}")
+        else:
+            scheduler = InflightScheduler(loaded, limits, metrics, "requests join and leave the fast decode loop's "
+                                          "batch between steps", batch)
+    scheduler.start()
+    return scheduler
