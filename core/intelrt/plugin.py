@@ -26,6 +26,7 @@ from .backends.defaults import (
     bitsandbytes_choice,
     bytes_per_parameter,
     check_training_overrides,
+    continuous_batching_blocker,
     fits_one_device,
 )
 from .decoding.capture import begin_end, stream_capturer
@@ -78,6 +79,7 @@ __all__ = [
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
+    "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
     "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
     "stream_capturer", "begin_end",

@@ -22,9 +22,11 @@ from ..decoding.policy import (
     fast_decode_planned,
     triton_installed,
 )
+from ..errors import PlanError
 from ..hooks.markers import hookimpl
 from ..hooks.payloads import BatchingChoice, DecisionValue
 from ..hooks.types import BackendStatus, Decision
+from .defaults import padded_instead
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
@@ -85,10 +87,18 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
 @hookimpl
 def intelrt_select_batching(backend: BackendStatus, request: Request,
                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    if not _mine(backend) or request.batching == "padded":
+    if not _mine(backend):
         return None
     fast = fast_decode_planned(decisions)
     on_cuda = backend.name == "cuda"
+    if (not on_cuda and not fast and decisions.get("attention") == "flex_attention"
+            and decisions.get("task") == "text-generation"):
+        raise PlanError("attention='flex_attention' cannot generate from a list of prompts on the CPU when "
+                        "transformers' generate decodes (the plan's decode decision says why the fast decode loop "
+                        "is off): its continuous batching does not run flex attention, and a padded batch fails to "
+                        "build flex attention's CPU kernel (inductor). Use attention='sdpa' (the default) or 'eager'")
+    if request.batching == "padded":
+        return None
     if request.batching == "auto" and fast:
         size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
         why = ("the CUDA-graph decode step costs about the same for 1 or 256 rows (weights are read once per "
@@ -98,6 +108,9 @@ def intelrt_select_batching(backend: BackendStatus, request: Request,
         return Decision(BatchingChoice.padded("fast", size),
                         f"padded batches of up to {size} prompts through the fast decode loop: {why}",
                         notes=("batching='continuous' uses transformers' generate_batch instead",))
+    instead = padded_instead(request, decisions, CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH)
+    if instead is not None:
+        return instead
     user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
     if on_cuda:
         graphs = request.graphs != "off"
