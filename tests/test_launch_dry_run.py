@@ -25,7 +25,8 @@ def dry_run(capsys: pytest.CaptureFixture[str], *options: str, script_args: tupl
             ) -> tuple[int, dict[str, Any] | None, str]:
     code = main(["launch", "--dry-run", "--json", *options, SCRIPT, *script_args])
     captured = capsys.readouterr()
-    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+    data = json.loads(captured.out)  # with --json, an error is JSON on stdout too
+    return code, (data if code == 0 else None), captured.err + (data["error"]["message"] if code else "")
 
 
 @pytest.mark.claim("X11")

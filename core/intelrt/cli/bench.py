@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from .arguments import count
+from .output import emit, say
 
 log = logging.getLogger(__name__)
 
@@ -378,27 +380,55 @@ def write_chart(results: Results, path: str) -> None:
     plt.close(fig)
 
 
+BENCH_DESCRIPTION = """\
+Measure tokens per second of plain transformers and of intelrt side by side, in one process: batch 1
+(eager generate, static cache + compile, intelrt), many requests (padded generate, generate_batch,
+intelrt) and load time (from_pretrained against intelrt.load), with every output compared token for
+token. The model is Qwen3-0.6B-shaped with random bf16 weights built from its config (no download),
+or tiny with --tiny (for the CPU). See docs/performance.md."""
+BENCH_EXAMPLES = """\
+examples:
+  intelrt bench --tiny --skip-continuous
+  intelrt bench --device cuda --verify
+  intelrt bench --tiny --json > bench.json
+  intelrt bench --output bench.json --chart bench.png"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny model (for the CPU) instead of Qwen3-0.6B-shaped")
-    parser.add_argument("--device", default=None, help="cuda, xpu, hpu or cpu (default: cuda when present)")
-    parser.add_argument("--requests", type=int, default=None, help="prompts in the batch run (default 64; tiny 8)")
-    parser.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 256; tiny 32)")
-    parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--load-repeats", type=int, default=3,
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="cuda, xpu, hpu or cpu (default: cuda when present)")
+    parser.add_argument("--requests", type=count(), default=None, metavar="N",
+                        help="prompts in the batch run (default 64; tiny 8)")
+    parser.add_argument("--new-tokens", type=count(), default=None, metavar="N",
+                        help="new tokens per prompt (default 256; tiny 32)")
+    parser.add_argument("--prompt-tokens", type=count(), default=32, metavar="N",
+                        help="tokens per prompt (default: %(default)s)")
+    parser.add_argument("--load-repeats", type=count(), default=3, metavar="N",
                         help="alternating from_pretrained / intelrt.load pairs (median of each side)")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=count(), default=3, metavar="N",
                         help="timed calls per fast run (static cache, intelrt), median shown; the slow eager "
                              "and padded generate runs are timed once")
     parser.add_argument("--skip-continuous", action="store_true", help="leave out generate_batch (slow on CPU)")
-    parser.add_argument("--workdir", default=None, help="where the random model is saved (default: a temp dir)")
-    parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
-    parser.add_argument("--chart", default=None, help="also write a PNG bar chart here (needs matplotlib)")
+    parser.add_argument("--workdir", default=None, metavar="DIR",
+                        help="where the random model is saved (default: a temp dir)")
+    parser.add_argument("--output", default=None, metavar="FILE",
+                        help="also write the results as JSON to FILE (--json prints them on stdout instead "
+                             "of the table)")
+    parser.add_argument("--chart", default=None, metavar="FILE",
+                        help="also write a PNG bar chart to FILE (needs matplotlib)")
     parser.add_argument("--verify", action="store_true",
                         help="also compare intelrt's fast path with plain generate in float32 (no bf16 argmax "
                              "ties), at batch 1 and for the whole batch: the tokens must be identical")
     parser.add_argument("--only-verify", action="store_true", help="run only the float32 comparison")
     parser.add_argument("--variants", action="store_true",
                         help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
+
+
+def _writable(flag: str, path: str | None) -> None:
+    """An output file whose directory is missing fails after minutes of benchmarking: check first."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise ConfigurationError(f"{flag} {path}: the directory {Path(path).resolve().parent} does not exist")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -408,18 +438,19 @@ def main(args: argparse.Namespace) -> int:
         except ImportError:
             raise ConfigurationError("--chart needs matplotlib, which is not installed: pip install matplotlib "
                                      "(or leave --chart out)") from None
+    _writable("--output", args.output)
+    _writable("--chart", args.chart)
     if args.requests is None:
         args.requests = 8 if args.tiny else 64
     if args.new_tokens is None:
         args.new_tokens = 32 if args.tiny else 256
-    for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats", "repeats"):
-        if getattr(args, name) < 1:
-            raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1")
     results = run(args)
-    print(format_table(results))
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(asdict(results), indent=2))
+    data = asdict(results)
+    emit(args, data, format_table(results))
+    if args.output:
+        Path(args.output).write_text(json.dumps(data, indent=2), encoding="utf-8")
+        say(f"results written to {args.output}")
     if args.chart:
         write_chart(results, args.chart)
-        print(f"chart written to {args.chart}")
+        say(f"chart written to {args.chart}")
     return 0

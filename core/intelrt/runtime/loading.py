@@ -53,6 +53,15 @@ def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
     return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host)
 
 
+def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
+    """The plan :func:`load` applies (``options``: as for ``load``). Unlike ``plan``, a hub id
+    that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
+    request = Request.build(model, **options)
+    info = resolve_model(request.model, download=True)
+    require_weights(info)
+    return make_plan(request, host=get_host(), model=info)
+
+
 def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
@@ -62,13 +71,9 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
 
     Unlike planning, loading a hub id that is not cached downloads it (unless ``HF_HUB_OFFLINE``).
     """
-    request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
-                            kernels=kernels, quantization=quantization, compile=compile, task=task,
-                            batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
-                            **from_pretrained_kwargs)
-    host = get_host()
-    info = resolve_model(request.model, download=True)
-    require_weights(info)
-    plan = make_plan(request, host=host, model=info)
-    return apply_plan(plan, host)
+    plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
+                         kernels=kernels, quantization=quantization, compile=compile, task=task,
+                         batching=batching, graphs=graphs, attention_kernel=attention_kernel,
+                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                         **from_pretrained_kwargs)
+    return apply_plan(plan, get_host())

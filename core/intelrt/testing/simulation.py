@@ -37,6 +37,8 @@ from ..errors import ConfigurationError
 
 KINDS = ("xpu", "hpu")
 GAUDI_GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
+MAX_SIMULATED_DEVICES = 64
+"""More devices than one node holds (8 Gaudis; up to 8 cards x 2 tiles of Intel GPUs): ``--simulate`` refuses more."""
 _STUBS = Path(__file__).parent / "_vendor_stubs"
 _DEFAULT_NAMES = {"xpu": "Intel(R) Data Center GPU Max 1550", "hpu": "GAUDI2"}
 _DEFAULT_MEMORY_GIB = {"xpu": 64.0, "hpu": 96.0}
@@ -352,16 +354,23 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, name: 
 def parse_spec(spec: str) -> dict[str, Any]:
     """``"xpu:4"``, ``"hpu:8:gaudi1"`` → keyword arguments for :func:`simulate` (CLI ``--simulate``);
     anything else → :class:`~intelrt.errors.ConfigurationError` (a ``ValueError``)."""
+    usage = "use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2 or hpu:8:gaudi3"
     parts = spec.split(":")
     kind = parts[0]
     if kind not in KINDS or len(parts) > 3:
-        raise ConfigurationError(f"--simulate {spec!r}: use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2 or hpu:8:gaudi3")
+        raise ConfigurationError(f"--simulate {spec!r}: {usage}")
     kwargs: dict[str, Any] = {"kind": kind, "count": 1}
     if len(parts) > 1:
         if not (parts[1].isascii() and parts[1].isdigit()):
-            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be a whole number")
+            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be a whole number; {usage}")
         kwargs["count"] = int(parts[1])
+        if kwargs["count"] > MAX_SIMULATED_DEVICES:
+            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be <= {MAX_SIMULATED_DEVICES} (more devices "
+                                     "than any one machine has)")
     if len(parts) > 2:
+        if kind != "hpu":
+            raise ConfigurationError(f"--simulate {spec!r}: GENERATION is a Gaudi generation, for hpu only "
+                                     f"(e.g. hpu:8:gaudi3); for xpu give KIND:COUNT")
         if parts[2] not in GAUDI_GENERATIONS:
             raise ConfigurationError(f"--simulate {spec!r}: GENERATION must be one of {', '.join(GAUDI_GENERATIONS)}")
         kwargs["generation"] = parts[2]
