@@ -23,7 +23,9 @@ import pytest
 
 from intelrt.cli import main
 
-INTELRT = [sys.executable, "-m", "intelrt.cli"]
+#: The installed `intelrt` script, as users run it. (Run as `python -m intelrt.cli`, CPython 3.11 now
+#: and then ends an interrupted process by SIGINT after main() returned 130.)
+INTELRT = [shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"]
 SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_tiny.py")
 
 
@@ -113,9 +115,13 @@ CASES: list[tuple[list[str], int, str]] = [
     (["launch", "--dry-run", "--simulate", "xpu:4", "--nproc", "8", SCRIPT], 2, "only 4 xpu device"),
     (["launch", "--nnodes", "2", "--rdzv-endpoint", "nohostport", SCRIPT], 2, "HOST:PORT"),
     (["launch"], 2, "the following arguments are required: script"),
+    (["launch", "--rdzv-id", "job7", SCRIPT], 2, "--rdzv-id names torchrun's rendezvous"),
     (["bench", "--tiny", "--requests", "0"], 2, "argument --requests: must be >= 1, got 0"),
     (["bench", "--tiny", "--new-tokens", "-1"], 2, "argument --new-tokens: must be >= 1"),
     (["bench", "--tiny", "--output", "/no/such/dir/bench.json"], 2, "does not exist"),
+    (["bench", "--tiny", "--only-verify", "--variants", "--repeats", "5"], 2,
+     "--only-verify runs only the float32 comparison, so --variants, --repeats would do nothing"),
+    (["bench", "--device", "tpu"], 2, "argument --device: invalid choice: 'tpu'"),
     (["nosuchcommand"], 2, "invalid choice: 'nosuchcommand'"),
     ([], 2, "the following arguments are required: COMMAND"),
 ]
@@ -213,6 +219,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tiny_model: Path, training_data: P
         assert "intelrt: error: interrupted (Ctrl-C)" in err
 
 
+@pytest.mark.slow
 def test_unreachable_hub_is_a_runtime_failure_with_a_fix(tmp_path: Path) -> None:
     """A hub id that is not cached, with the hub unreachable (a closed local port): exit 1, one
     paragraph naming the network, no 60-line LocalEntryNotFoundError."""
@@ -224,3 +231,31 @@ def test_unreachable_hub_is_a_runtime_failure_with_a_fix(tmp_path: Path) -> None
     assert "intelrt: error: the model is not in the local hub cache and the Hugging Face Hub could not be reached" \
         in result.stderr
     assert "fix: check the network" in result.stderr and "Traceback" not in result.stderr
+    assert "intelrt: nosuchorg/nosuchmodel is not in the local hub cache: downloading it" in result.stderr
+
+
+@pytest.fixture
+def failing_compile_backend() -> Iterator[str]:
+    """A torch.compile backend that cannot compile anything, registered with torch's own registry."""
+    from torch._dynamo.backends import registry
+
+    name = "intelrt_test_cannot_compile"
+
+    def cannot_compile(graph: Any, inputs: Any) -> Any:
+        raise RuntimeError("this backend cannot compile anything")
+
+    registry.register_backend(cannot_compile, name=name)
+    yield name
+    registry._COMPILER_FNS.pop(name, None)
+
+
+def test_a_crash_inside_torch_compile_is_a_runtime_failure_with_a_fix(tiny_model: Path, failing_compile_backend: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's BackendCompilerFailed, raised while transformers' generate runs the compiled model
+    (8-bit weights keep intelrt's fast loop, which falls back by itself, out of the way)."""
+    argv = ["run", str(tiny_model), "--compile", failing_compile_backend, "--quantization", "8bit",
+            "--max-new-tokens", "2", "--json"]
+    assert main(argv) == 1
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["type"] == "CompileFailed" and "this backend cannot compile anything" in error["message"]
+    assert "--compile none" in error["fix"]

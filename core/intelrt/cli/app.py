@@ -24,7 +24,7 @@ from .arguments import (
     refuse,
 )
 from .failures import EXIT_FAILED, describe, print_traceback
-from .models import check_tokens, default_model, load_planned, simulated
+from .models import announce_download, check_tokens, default_model, load_planned, simulated
 from .output import emit, step
 
 log = logging.getLogger("intelrt")
@@ -93,7 +93,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runtime.loading import plan_for_load
 
-    planned = plan_for_load(args.model or default_model(), **plan_kwargs(args))
+    model = args.model or default_model()
+    announce_download(model)
+    planned = plan_for_load(model, **plan_kwargs(args))
     check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
     loaded = load_planned(planned)
     with step(f"generating up to {args.max_new_tokens} tokens"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
-from .output import step
+from .output import say, step
 
 if TYPE_CHECKING:
     from ..planning.plan import Plan
@@ -60,6 +60,17 @@ def check_tokens(plan: Plan, tokens: int, flag: str, *, room: int = 0) -> None:
         extra = f", less {room} for the prompt" if room else ""
         raise ConfigurationError(f"{flag} {tokens}: {plan.model.source} was built for {context} positions "
                                  f"({key} in config.json){extra}; pass {flag} {context - room} or less")
+
+
+def announce_download(model: str) -> None:
+    """A hub id that is not cached yet is fetched before anything else (and an unreachable hub is
+    retried for about 25 s): say so before it starts."""
+    from pathlib import Path
+
+    from ..support.hubcache import hub_offline, is_repo_cached
+
+    if not Path(model).expanduser().exists() and not hub_offline() and not is_repo_cached(model):
+        say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub")
 
 
 def load_planned(plan: Plan) -> Any:

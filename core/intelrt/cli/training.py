@@ -18,7 +18,7 @@ from ..errors import ConfigurationError
 from ..support.tables import plural
 from .arguments import SIMULATE_HELP, count, non_empty, positive_number
 from .failures import RunFailed, UsageError
-from .models import check_tokens, default_model, load_planned, simulated
+from .models import announce_download, check_tokens, default_model, load_planned, simulated
 from .output import emit, say
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ DEMO = {"epochs": 20.0, "learning_rate": 1e-2, "block_size": 64, "batch_size": 4
 _DEMO_MARKER = ".intelrt-demo"
 MAX_SEED = 2**32 - 1
 """numpy's seeds (which transformers' set_seed also sets) stop here."""
+RDZV_ID = "intelrt"
+"""torchrun's rendezvous id of a multi-node job when --rdzv-id is not given."""
 MAX_NPROC = 1024
 """More processes per node than any machine runs ranks; a typo such as --nproc 80000 is refused."""
 
@@ -134,7 +136,9 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
                              command="train")
         plan_kwargs["quantization"] = "4bit"
     data, output, kwargs = _train_request(args)
-    planned = plan_for_load(args.model or default_model(), **plan_kwargs)
+    model = args.model or default_model()
+    announce_download(model)
+    planned = plan_for_load(model, **plan_kwargs)
     if kwargs.get("block_size") is not None:
         check_tokens(planned, kwargs["block_size"], "--block-size")
     if args.prompt:
@@ -259,8 +263,11 @@ def run_launch(args: argparse.Namespace) -> int:
     if args.simulate and not args.dry_run:
         raise UsageError("--simulate describes a machine you do not have, so it only works with --dry-run",
                          command="launch")
+    if args.rdzv_id is not None and (args.rdzv_endpoint is None or args.via != "torchrun"):
+        raise UsageError("--rdzv-id names torchrun's rendezvous of a multi-node job: pass it with --rdzv-endpoint "
+                         "(and --via torchrun, the default), or leave it out", command="launch")
     options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
-               "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id, "via": args.via,
+               "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
                "module": args.module, "backend": args.backend, "strict": args.strict}
     with simulated(args.simulate):
         command = launch_command(args.script, args.script_args, **options)
@@ -301,8 +308,8 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-rank", type=count(minimum=0), default=None, metavar="N",
                    help="this machine's index in a multi-node job (0 on the first)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous of a multi-node job")
-    p.add_argument("--rdzv-id", default="intelrt", type=non_empty(), metavar="ID",
-                   help="job id every node of the job passes (default: %(default)s)")
+    p.add_argument("--rdzv-id", default=None, type=non_empty(), metavar="ID",
+                   help=f"with --rdzv-endpoint: the job id every node passes (default: {RDZV_ID})")
     p.add_argument("--via", choices=("torchrun", "accelerate"), default="torchrun",
                    help="the launcher (default: %(default)s)")
     p.add_argument("-m", "--module", action="store_true", help="SCRIPT is a module name (python -m)")
