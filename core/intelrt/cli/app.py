@@ -24,7 +24,14 @@ from .arguments import (
     refuse,
 )
 from .failures import EXIT_FAILED, describe, print_traceback
-from .models import announce_download, check_tokens, default_model, load_planned, simulated
+from .models import (
+    announce_download,
+    check_tokens,
+    default_model,
+    load_planned,
+    require_generation,
+    simulated,
+)
 from .output import emit, step
 
 log = logging.getLogger("intelrt")
@@ -96,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = args.model or default_model()
     announce_download(model)
     planned = plan_for_load(model, **plan_kwargs(args))
+    require_generation(planned, "run")
     check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
     loaded = load_planned(planned)
     with step(f"generating up to {args.max_new_tokens} tokens"

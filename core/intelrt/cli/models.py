@@ -62,6 +62,14 @@ def check_tokens(plan: Plan, tokens: int, flag: str, *, room: int = 0) -> None:
                                  f"({key} in config.json){extra}; pass {flag} {context - room} or less")
 
 
+def require_generation(plan: Plan, command: str) -> None:
+    """``run`` generates text and ``train`` fine-tunes a causal LM: refuse another task before loading."""
+    if plan.task != "text-generation":
+        raise ConfigurationError(f"intelrt {command} needs a text-generation model, and the plan's task is "
+                                 f"{plan.task!r} ({plan.decisions['task'].reason}); use a causal LM, or leave --task "
+                                 "to intelrt (intelrt.pipeline and Loaded.embed / classify serve the other tasks)")
+
+
 def announce_download(model: str) -> None:
     """A hub id that is not cached yet is fetched before anything else (and an unreachable hub is
     retried for about 25 s): say so before it starts."""

@@ -18,7 +18,14 @@ from ..errors import ConfigurationError
 from ..support.tables import plural
 from .arguments import SIMULATE_HELP, count, non_empty, positive_number
 from .failures import RunFailed, UsageError
-from .models import announce_download, check_tokens, default_model, load_planned, simulated
+from .models import (
+    announce_download,
+    check_tokens,
+    default_model,
+    load_planned,
+    require_generation,
+    simulated,
+)
 from .output import emit, say
 
 if TYPE_CHECKING:
@@ -139,6 +146,7 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     model = args.model or default_model()
     announce_download(model)
     planned = plan_for_load(model, **plan_kwargs)
+    require_generation(planned, "train")
     if kwargs.get("block_size") is not None:
         check_tokens(planned, kwargs["block_size"], "--block-size")
     if args.prompt:
