@@ -59,7 +59,7 @@ from .planning.plan import Plan, PlannedDecision
 from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
-from .support.versions import at_least, package_version, parse, torch_version
+from .support.versions import at_least, kernels_problem, package_version, parse, torch_version
 from .support.visibility import DeviceList, parse_device_list
 
 __all__ = [
@@ -72,7 +72,7 @@ __all__ = [
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
-    "package_version", "at_least", "parse", "torch_version",
+    "package_version", "at_least", "parse", "torch_version", "kernels_problem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",

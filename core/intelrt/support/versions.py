@@ -90,7 +90,7 @@ def kernels_problem() -> str | None:
     False and every hub-kernel path fails at load time)."""
     installed = package_version("kernels")
     if installed is None:
-        return "the kernels package is not installed: pip install 'intelrt[kernels]'"
+        return "the kernels package is not installed: pip install 'intelrt[kernels]' (transformers[kernels])"
     spec = _transformers_kernels_spec()
     if spec:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -102,5 +102,6 @@ def kernels_problem() -> str | None:
         version = parse(installed)
         if version is not None and version not in accepted:
             return (f"transformers {package_version('transformers')} uses kernels{spec} only and kernels "
-                    f"{installed} is installed: pip install 'kernels{spec}'")
+                    f"{installed} is installed, so it ignores hub kernels (is_kernels_available() is False): "
+                    f"pip install 'kernels{spec}'")
     return None
