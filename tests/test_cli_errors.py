@@ -261,3 +261,12 @@ def test_a_crash_inside_torch_compile_is_a_runtime_failure_with_a_fix(tiny_model
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["type"] == "CompileFailed" and "this backend cannot compile anything" in error["message"]
     assert "--compile none" in error["fix"]
+
+
+def test_an_error_quoting_a_secret_shows_it_masked(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_do_not_print_me")
+    for extra in ([], ["--json"]):
+        assert main(["plan", "hf_do_not_print_me/model", *extra]) == 2
+        out, err = capsys.readouterr()
+        assert "hf_do_not_print_me" not in out + err and "***/model" in out + err

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._version import __version__
 from ..planning.options import REQUEST_OPTIONS
 from .arguments import (
     SIMULATE_HELP,
@@ -33,8 +34,6 @@ from .models import (
     simulated,
 )
 from .output import emit, step
-
-log = logging.getLogger("intelrt")
 
 DESCRIPTION = """\
 Take a Hugging Face transformers model through load, inference, training and distributed runs on
@@ -61,7 +60,7 @@ def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from ..host.manager import PluginHost
-    from ..support.tables import plural, table, wrap
+    from ..support.tables import plural, table, terminal_width, wrap
 
     host = PluginHost(on_error="record")
     records = [r.to_dict() for r in host.records]
@@ -70,7 +69,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                    for r in records], indent="")
     for r in records:
         if r["error"]:
-            lines += wrap(f"{r['name']} failed: {r['error']}", 100)
+            lines += wrap(f"{r['name']} failed: {r['error']}", terminal_width(), "", "  ")
     emit(args, {"plugins": records}, "\n".join(lines))
     return 0
 
@@ -91,8 +90,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.planner import plan
 
+    model = args.model or default_model()  # built (first use) on this machine, not the simulated one
     with simulated(args.simulate):
-        result = plan(args.model or default_model(), **plan_kwargs(args))
+        result = plan(model, **plan_kwargs(args))
     emit(args, result.to_dict(), str(result))
     return 0
 
@@ -106,9 +106,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_generation(planned, "run")
     check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
     loaded = load_planned(planned)
-    with step(f"generating up to {args.max_new_tokens} tokens"
-                       + (" (the first call compiles)" if loaded.plan.compile_choice and
-                          loaded.plan.compile_choice.enabled else "")):
+    compiles = loaded.plan.compile_choice is not None and loaded.plan.compile_choice.enabled
+    with step(f"generating up to {args.max_new_tokens} tokens" + (" (the first call compiles)" if compiles else "")):
         text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
     report = loaded.last_generation.to_dict() if loaded.last_generation else None
     emit(args, {"plan": loaded.plan.to_dict(), "prompt": args.prompt, "output": text, "generation": report},
@@ -175,8 +174,6 @@ def build_parser() -> Parser:
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log what intelrt does (-vv: more detail, and other libraries' messages); errors "
                              "come with their traceback")
-    from .._version import __version__
-
     parser.add_argument("--version", action="version", version=f"intelrt {__version__}",
                         help="print intelrt's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
@@ -273,7 +270,7 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     handler (``[transformers] …``).
     """
     intelrt_log, root = logging.getLogger("intelrt"), logging.getLogger()
-    before = (intelrt_log.level, root.level, logging.getLogger("py.warnings").handlers[:])
+    before = (intelrt_log.level, root.level)
     ours = logging.StreamHandler(sys.stderr)
     ours.setFormatter(logging.Formatter("intelrt: %(levelname)s: %(message)s"))
     theirs = logging.StreamHandler(sys.stderr)
@@ -300,13 +297,16 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
 # -- main ----------------------------------------------------------------------------------------
 
 def _report(exc: BaseException, command: str, as_json: bool, verbosity: int) -> int:
+    """``exc`` as the error contract says (a library's message may quote a token: redacted)."""
+    from ..support.redaction import redact, redact_text
+
     failure = describe(exc, command)
     if verbosity:
         print_traceback(exc)
     if as_json:
-        print(json.dumps(failure.to_dict(), indent=2))
+        print(json.dumps(redact(failure.to_dict()), indent=2))
     else:
-        print(failure.text(), file=sys.stderr)
+        print(redact_text(failure.text()), file=sys.stderr)
     return failure.exit_code
 
 
