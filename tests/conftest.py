@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -68,3 +70,30 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def train_until_killed() -> ModuleType:
+    """tests/scripts/train_until_killed.py as a module: its run settings and a child that hangs
+    once a checkpoint is written (for SIGKILL and lock tests)."""
+    spec = importlib.util.spec_from_file_location("train_until_killed",
+                                                  Path(__file__).parent / "scripts" / "train_until_killed.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The model zoo's counts (tests/test_model_zoo.py), when it ran."""
+    zoo = __import__("sys").modules.get("test_model_zoo")
+    summary = getattr(zoo, "SUMMARY", None)
+    if not summary:
+        return
+    terminalreporter.section("model zoo: intelrt against plain transformers")
+    for kind, outcomes in summary.items():
+        counts = ", ".join(f"{outcome} {len(names)}" for outcome, names in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{kind}: {counts}")
+        for outcome in ("differs", "fails"):
+            if outcomes.get(outcome):
+                terminalreporter.write_line(f"  {outcome}: {', '.join(sorted(outcomes[outcome]))}")

@@ -12,7 +12,6 @@ import intelrt
 from intelrt.backends import graphs
 from intelrt.decoding.continuous import config_kwargs
 from intelrt.hooks.types import BackendStatus
-from intelrt.planning.model_source import resolve_model
 from intelrt.planning.request import Request
 from intelrt.plugin import BatchingChoice, DecodeChoice
 
@@ -39,15 +38,15 @@ def test_batching_forced_continuous_on_cpu_sizes_the_cache_from_the_requests_X7(
 
 
 def test_batching_cuda_pads_through_the_graph_step_or_configures_continuous(tiny_model: Path) -> None:
-    model = resolve_model(str(tiny_model))
-    auto = graphs.intelrt_select_batching(CUDA, Request.build(model.source), FAST)
+    model = intelrt.plan(tiny_model).model  # with its transformers class resolved
+    auto = graphs.intelrt_select_batching(CUDA, Request.build(model.source), model, FAST)
     assert auto is not None and auto.value.method == "padded" and auto.value.max_batch == 256
     assert "CUDA-graph decode step" in auto.reason
-    forced = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous"), FAST)
+    forced = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous"), model, FAST)
     assert forced is not None and forced.claim == "X7"
     assert (forced.value.use_graphs, forced.value.use_async_batching) == (True, True)
     off = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous", graphs="off"),
-                                         FAST)
+                                         model, FAST)
     assert off is not None and off.value.use_graphs is False and "graphs=off" in off.reason
 
 

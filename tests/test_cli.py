@@ -29,7 +29,8 @@ def test_plugins_json_lists_every_backend_plugin_with_distribution_and_version()
     assert all(p["status"] == "enabled" for p in plugins.values())
 
 
-@pytest.mark.parametrize("spec, backend, count", [("xpu:2", "xpu", 2), ("hpu:8", "hpu", 8)])
+# xpu:2 is two Data Center GPU Max 1550 cards: four devices in FLAT mode, each tile one (issue 17)
+@pytest.mark.parametrize("spec, backend, count", [("xpu:2", "xpu", 4), ("xpu:2:max1100", "xpu", 2), ("hpu:8", "hpu", 8)])
 def test_plan_simulated_names_backend_and_device_count(tiny_model: Path, spec: str, backend: str, count: int) -> None:
     result = run("plan", str(tiny_model), "--simulate", spec, "--json")
     assert result.returncode == 0, result.stderr

@@ -63,7 +63,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["plugins", "extra"], 2, "unrecognized arguments: extra"),
     (["doctor", "--simulate", "bogus"], 2, "KIND[:COUNT[:GENERATION]]"),
     (["doctor", "--simulate", "xpu:100000000"], 2, "COUNT must be <= 64"),
-    (["doctor", "--simulate", "xpu:2:gaudi3"], 2, "for hpu only"),
+    (["doctor", "--simulate", "xpu:2:gaudi3"], 2, "GENERATION for xpu must be one of"),
     (["plan", "--dtype", "int3"], 2, "dtype='int3' is not one of"),
     (["plan", "--kernels", "maybe"], 2, "argument --kernels: invalid choice"),
     (["plan", "--backend", "xpu"], 2, "backend 'xpu' was asked for"),
@@ -85,7 +85,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["run", "--simulate", "xpu:2"], 2, "--simulate only plans"),
     (["run", "--simulate", "bogus"], 2, "--simulate only plans"),
     (["run", "--prompt", " "], 2, "argument --prompt: must not be empty"),
-    (["run", "{corrupt}", "--max-new-tokens", "2"], 2, "weights file of the model cannot be read"),
+    (["run", "{corrupt}", "--max-new-tokens", "2"], 2, "is truncated or not a safetensors file"),
     (["run", "{unknown}", "--max-new-tokens", "2"], 2, "model type `nosuchmodel`"),
     (["run", "{no_weights}"], 2, "no weights"),
     (["run", "--compile", "nosuchbackend"], 2, "is not a torch.compile backend"),
@@ -103,7 +103,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["train", "--demo", "--block-size", "100000"], 2, "was built for 512 positions"),
     (["train", "--data", "{missing}", "--output", "out"], 2, "missing.txt: no such file"),
     (["train", "--demo", "--output", "{file}"], 2, "is a file"),
-    (["train", "--data", "{binary}", "--output", "{out}", "--max-steps", "1"], 2, "cannot read it as UTF-8 text"),
+    (["train", "--data", "{binary}", "--output", "{out}", "--max-steps", "1"], 2, "not UTF-8 text"),
     (["train", "--demo", "--4bit", "--quantization", "8bit"], 2, "--4bit and --quantization 8bit disagree"),
     (["train", "--demo", "--simulate", "xpu:2"], 2, "--simulate only plans"),
     (["train", "--demo", "--task", "sequence-classification"], 2, "intelrt train needs a text-generation model"),
@@ -114,7 +114,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["launch", "--via", "mpi", SCRIPT], 2, "argument --via: invalid choice"),
     (["launch", "no_such_script.py"], 2, "no_such_script.py: no such script"),
     (["launch", "--simulate", "xpu:2", SCRIPT], 2, "only works with --dry-run"),
-    (["launch", "--dry-run", "--simulate", "xpu:4", "--nproc", "8", SCRIPT], 2, "only 4 xpu device"),
+    (["launch", "--dry-run", "--simulate", "xpu:1", "--nproc", "8", SCRIPT], 2, "nproc=8, but only"),
     (["launch", "--nnodes", "2", "--rdzv-endpoint", "nohostport", SCRIPT], 2, "HOST:PORT"),
     (["launch"], 2, "the following arguments are required: script"),
     (["launch", "--rdzv-id", "job7", SCRIPT], 2, "--rdzv-id names torchrun's rendezvous"),
@@ -230,8 +230,7 @@ def test_unreachable_hub_is_a_runtime_failure_with_a_fix(tmp_path: Path) -> None
     result = subprocess.run([*INTELRT, "run", "nosuchorg/nosuchmodel"], capture_output=True, text=True, env=env,
                             timeout=180)
     assert result.returncode == 1, result.stderr
-    assert "intelrt: error: the model is not in the local hub cache and the Hugging Face Hub could not be reached" \
-        in result.stderr
+    assert "intelrt: error: nosuchorg/nosuchmodel: config.json could not be downloaded" in result.stderr
     assert "fix: check the network" in result.stderr and "Traceback" not in result.stderr
     assert "intelrt: nosuchorg/nosuchmodel is not in the local hub cache: downloading it" in result.stderr
 

@@ -40,27 +40,36 @@ def ours(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -
     return result  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("model_type, config, named", [
-    ("gpt2", {}, "not one of the architectures"),
-    ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic rotary embeddings"),
-    ("qwen3", {"rope_parameters": {"rope_type": "longrope"}}, "longrope rotary embeddings"),
-    ("mistral", {"sliding_window": 4096}, "sliding-window attention"),
-    ("qwen2", {"layer_types": ["full_attention", "sliding_attention"]}, "sliding-window attention"),
+MODELS = "transformers.models"
+
+
+@pytest.mark.parametrize("name, module, config, named", [
+    ("GPT2LMHeadModel", f"{MODELS}.gpt2.modeling_gpt2", {"model_type": "gpt2"}, "not one of the classes"),
+    ("LlamaForCausalLM", f"{MODELS}.llama.modeling_llama",
+     {"model_type": "llama", "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic rotary embeddings"),
+    ("Qwen3ForCausalLM", f"{MODELS}.qwen3.modeling_qwen3",
+     {"model_type": "qwen3", "rope_parameters": {"rope_type": "longrope"}}, "longrope rotary embeddings"),
+    ("MistralForCausalLM", f"{MODELS}.mistral.modeling_mistral",
+     {"model_type": "mistral", "sliding_window": 4096}, "sliding-window attention"),
+    ("Qwen2ForCausalLM", f"{MODELS}.qwen2.modeling_qwen2",
+     {"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "sliding-window attention"),
+    # remote code that calls itself Llama may compute something else (scaled embeddings, say)
+    ("LlamaForCausalLM", "transformers_modules.someone.modeling_llama", {"model_type": "llama"}, "not by transformers"),
 ])
-def test_compact_step_is_refused_for_layers_it_does_not_reproduce(model_type: str, config: dict[str, Any],
+def test_compact_step_is_refused_for_layers_it_does_not_reproduce(name: str, module: str, config: dict[str, Any],
                                                                   named: str) -> None:
-    blocker = compact_blocker(model_type, config)
+    blocker = compact_blocker(name, module, config)
     assert blocker is not None and named in blocker and "model's own forward" in blocker
 
 
-@pytest.mark.parametrize("model_type, config", [
-    ("qwen3", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
-    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
-    ("mistral", {"sliding_window": None}),
-    ("qwen2", {"layer_types": ["full_attention"] * 4}),
+@pytest.mark.parametrize("name, config", [
+    ("Qwen3ForCausalLM", {"model_type": "qwen3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+    ("LlamaForCausalLM", {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+    ("MistralForCausalLM", {"model_type": "mistral", "sliding_window": None}),
+    ("Qwen2ForCausalLM", {"model_type": "qwen2", "layer_types": ["full_attention"] * 4}),
 ])
-def test_compact_step_serves_llama_family_layers(model_type: str, config: dict[str, Any]) -> None:
-    assert compact_blocker(model_type, config) is None
+def test_compact_step_serves_llama_family_layers(name: str, config: dict[str, Any]) -> None:
+    assert compact_blocker(name, f"{MODELS}.{config['model_type']}.modeling_{config['model_type']}", config) is None
 
 
 def test_compact_step_follows_weights_changed_in_place(varied_model: Path) -> None:

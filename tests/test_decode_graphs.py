@@ -35,20 +35,22 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     import dataclasses
 
     from intelrt.backends import graphs
-    from intelrt.planning.model_source import resolve_model
 
-    model = resolve_model(str(tiny_model))
+    model = intelrt.plan(tiny_model).model  # with its transformers class resolved
+    assert model.architecture is not None
     decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {}, {"task": "text-generation"})
     assert decision is not None
     assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
                                           compile_options={"coordinate_descent_tuning": True},
                                           attention_kernel=triton_installed())
     assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
-    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"})
+    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"},
+                                architecture=dataclasses.replace(model.architecture, name="Phi3ForCausalLM",
+                                                                 module="transformers.models.phi3.modeling_phi3"))
     fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {}, {"task": "text-generation"})
     assert fallback is not None and fallback.value.step == "model"
-    assert fallback.value.compile_options == {"freezing": True, "coordinate_descent_tuning": True}
-    assert "phi3 is not one of the architectures the compact step reproduces" in fallback.reason
+    assert fallback.value.compile_options == {"coordinate_descent_tuning": True}
+    assert "Phi3ForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
     off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {}, {})
     assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason
@@ -56,14 +58,20 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     assert graphs.intelrt_decode_graph(CUDA, "xpu") is None
 
 
-def test_decode_graphs_xpu_under_simulation(tiny_model: Path) -> None:
-    with simulate("xpu", 1):
+def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> None:
+    """Upstream (vLLM) keeps XPU graphs opt-in until torch 2.14: so does intelrt (issue 17)."""
+    with simulate("xpu", 1):  # the installed torch 2.13
         plan = intelrt.plan(tiny_model)
+        asked = intelrt.plan(tiny_model, graphs="on").decisions["decode"]
         capture = get_host().decode_graph(plan.backend, "xpu")
     decode = plan.decisions["decode"]
-    assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", "xpu", "inductor")
-    assert "XPU graph (torch.xpu.XPUGraph)" in decode.reason
+    assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", None, "inductor")
+    assert "no XPU graph by default with torch 2.13" in decode.reason and "vllm-project/vllm#38193" in decode.reason
+    assert asked.value.graphs == "xpu" and "as asked (graphs='on')" in asked.reason
     assert callable(capture)
+    with simulate("xpu", 1, torch_version="2.14.0"):
+        default = intelrt.plan(tiny_model).decisions["decode"]
+    assert default.value.graphs == "xpu" and "default from torch 2.14" in default.reason
 
 
 def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: Path) -> None:

@@ -19,7 +19,7 @@ def test_c1_auto_without_accelerator_runs_on_cpu_and_says_why() -> None:
 
 @pytest.mark.claim("C1")
 def test_c1_auto_picks_the_simulated_accelerator(simulate) -> None:  # type: ignore[no-untyped-def]
-    simulate("xpu", count=2)
+    simulate("xpu", count=2, product="max1100")  # one tile per card: two devices
     detection = intelrt.detect()
     assert detection.chosen.name == "xpu" and detection.chosen.device_count == 2
     assert detection.reason == "highest-priority available accelerator"
@@ -86,8 +86,8 @@ def test_h4_old_accelerate_makes_gaudi_unavailable_with_the_reason(simulate) -> 
 
 @pytest.mark.claim("X1")
 def test_x1_xpu_detected_with_names_and_bf16(simulate) -> None:  # type: ignore[no-untyped-def]
-    simulate("xpu", count=4, bf16=False)
+    simulate("xpu", count=4, bf16=False)  # four Max 1550 cards: eight devices in FLAT mode (issue 17)
     status = intelrt.detect().chosen
-    assert status.name == "xpu" and status.device_count == 4
+    assert status.name == "xpu" and status.device_count == 8
     assert all(d.bf16 is False for d in status.devices)
     assert status.devices[0].name.startswith("Intel(R)")

@@ -316,8 +316,10 @@ def test_hook_select_attention_reference_example(simulate, tmp_path: Path) -> No
     gemma2 = _model(tmp_path / "g", "gemma2", attn_logit_softcapping=50.0)
     attention = _plan(host, gemma2).decisions["attention"]
     assert (attention.value, attention.plugin) == ("eager", "example")
-    forced = _plan(host, gemma2, attention="sdpa").decisions["attention"]
-    assert (forced.value, forced.forced) == ("sdpa", True)
+    forced = _plan(host, gemma2, attention="flex_attention").decisions["attention"]
+    assert (forced.value, forced.forced) == ("flex_attention", True)
+    with pytest.raises(PlanError, match="Gemma2ForCausalLM does not support attention='sdpa'"):
+        _plan(host, gemma2, attention="sdpa")  # the class refuses it: said at plan time, not at load
 
 
 def test_hook_select_kernels_reference_example(simulate, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -32,7 +32,7 @@ def test_H2_detects_every_gaudi_generation_with_versions(simulate, generation: s
     assert detection.chosen.name == "hpu" and status.available and status.device_count == 8
     assert status.reason == f"8 {label} device(s) visible"
     assert status.versions["device_generation"] == generation
-    assert status.versions["habana-torch-plugin"] == "1.22.0"
+    assert status.versions["habana-torch-plugin"] == "1.22.0.740"  # RELEASE.BUILD, as the real wheels
     assert all(d.bf16 for d in status.devices)
 
 

@@ -107,7 +107,7 @@ def _with(host: PluginHost, plugin: object) -> PluginHost:
 
 
 def test_accelerate_launch_counts_processes_and_keeps_the_environment(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dry_run(capsys, "--simulate", "xpu:4", "--via", "accelerate")
+    code, out, err = dry_run(capsys, "--simulate", "xpu:4:max1100", "--via", "accelerate")  # 4 one-tile GPUs
     assert code == 0, err
     assert out is not None
     argv = out["command"]
@@ -133,7 +133,7 @@ def test_cpu_defaults_to_one_process_on_a_free_port(capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize("options, message", [
-    (("--simulate", "xpu:4", "--nproc", "8"), r"nproc=8, but only 4 xpu device\(s\)"),
+    (("--simulate", "xpu:4", "--nproc", "9"), r"nproc=9, but only 8 xpu device\(s\)"),  # 4 Max 1550s, FLAT
     (("--nnodes", "2"), r"--rdzv-endpoint"),
     (("--rdzv-endpoint", "nohostport"), r"HOST:PORT"),
     (("--devices", "0"), r"cpu backend has none to select"),

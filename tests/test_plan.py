@@ -42,7 +42,7 @@ def test_plan_serialises_to_json_and_prints_as_a_table(tiny_model: Path) -> None
 
 
 def test_plan_under_simulated_xpu_names_two_devices(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    simulate("xpu", count=2)
+    simulate("xpu", count=2, product="max1100")  # one tile per card (a Max 1550 card is two devices)
     plan = intelrt.plan(tiny_model)
     assert plan.backend.name == "xpu" and plan.backend.device_count == 2
 
@@ -50,9 +50,8 @@ def test_plan_under_simulated_xpu_names_two_devices(simulate, tiny_model: Path) 
 def test_planning_touches_no_device_beyond_detection(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     sim = simulate("xpu", count=2)
     intelrt.plan(tiny_model)
-    # detection reads availability, count, names, memory and bf16 — nothing allocates or runs on a device
-    assert set(sim.calls) <= {"xpu.is_available", "xpu.device_count", "xpu.get_device_name",
-                              "xpu.get_device_properties", "xpu.is_bf16_supported"}
+    # detection loads the driver and reads count, names, memory and bf16 — nothing allocates or runs on a device
+    assert set(sim.calls) <= {"xpu.driver_init", "xpu.device_count", "xpu.init", "xpu.get_device_properties"}
 
 
 def test_plan_of_a_missing_path_says_so(tmp_path: Path) -> None:

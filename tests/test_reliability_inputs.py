@@ -40,6 +40,7 @@ def _copy(tiny_model: Path, target: Path, **config_changes: Any) -> Path:
     ({"packages": {"transformers": "4.46.0"}}, "transformers", "4.46.0"),
     ({"packages": {"accelerate": "1.2.0"}}, "accelerate", "1.2.0"),
     ({"packages": {"huggingface_hub": "0.30.0"}}, "huggingface_hub", "0.30.0"),
+    ({"packages": {"filelock": "3.13.1"}}, "filelock", "3.13.1"),
 ])
 def test_dependency_below_its_floor_is_a_doctor_error_and_a_plan_warning(simulate, tiny_model: Path,  # type: ignore[no-untyped-def]
                                                                          simulated: dict[str, Any], package: str,

@@ -64,9 +64,10 @@ CHILD = textwrap.dedent('''
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))   # the weights (> 64 KiB) cannot be written
     attempt("full_final", work / "fresh", save_strategy="no")          # the final save fails
-    attempt("full_over_earlier", work / "kept", save_strategy="no")
+    attempt("full_over_earlier", work / "kept", save_strategy="no", overwrite=True)
     attempt("full_checkpoint", work / "ckpt", max_steps=2, save_steps=1)  # checkpoint-1 fails
-    attempt("full_rewriting_checkpoint", work / "kept")  # Trainer rewrites the earlier run's checkpoint-1
+    # resumed from checkpoint-1, Trainer rewrites the checkpoint-2 already there in place
+    attempt("full_rewriting_checkpoint", work / "resume", resume=str(work / "resume" / "checkpoint-1"), max_steps=2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     try:
         report["kept_loads"] = bool(intelrt.load(str(work / "kept")).generate("Intel", max_new_tokens=2) is not None)
@@ -87,6 +88,14 @@ CHILD = textwrap.dedent('''
         report["read_only_enforced"] = True
         attempt("read_only_new", read_only / "out")
         attempt("read_only_itself", read_only)
+        stale = work / "stale"                              # checkpoint-1 complete, checkpoint-2 cut short
+        attempt("stale_run", stale, save_steps=1)
+        (stale / "checkpoint-2").mkdir()
+        (stale / "checkpoint-2" / "config.json").write_text("{}")
+        os.chmod(stale / "checkpoint-2", 0o555)             # ...and read-only: it cannot be removed
+        attempt("resume_past_read_only_stale", stale, resume=True, max_steps=2, save_steps=1)
+        report["stale_left"] = sorted(os.listdir(stale / "checkpoint-2"))
+        attempt("overwrite_read_only_stale", stale, overwrite=True)
     print("REPORT " + json.dumps(report))
 ''')
 
@@ -126,7 +135,8 @@ def test_disk_full_keeps_the_earlier_complete_model_loadable(report: dict[str, A
     assert report["earlier"]["ok"] and _looks_complete(report["earlier"]["files"])
     outcome = report["full_over_earlier"]
     _refused(outcome, "Nothing in")
-    assert outcome["files"] == report["earlier"]["files"], "the earlier model's files changed"
+    # overwrite=True removed the earlier run's checkpoint-1 before training; its model is untouched
+    assert outcome["files"] == [f for f in report["earlier"]["files"] if f != "checkpoint-1"], "the model changed"
     assert report["kept_loads"] is True, report["kept_loads"]
 
 
@@ -138,9 +148,10 @@ def test_disk_full_while_checkpointing_removes_the_cut_short_checkpoint(report: 
 
 
 def test_disk_full_while_rewriting_an_earlier_checkpoint_removes_it(report: dict[str, Any]) -> None:
+    assert "checkpoint-2" in report["resume_past_partial"]["files"]
     outcome = report["full_rewriting_checkpoint"]
-    _refused(outcome, "checkpoint-1")
-    assert outcome["files"] == [f for f in report["earlier"]["files"] if f != "checkpoint-1"]
+    _refused(outcome, "checkpoint-2", "Removed the incomplete checkpoint-2")
+    assert outcome["files"] == [f for f in report["resume_past_partial"]["files"] if f != "checkpoint-2"]
 
 
 def test_resume_skips_a_checkpoint_cut_short_and_uses_the_last_complete_one(report: dict[str, Any]) -> None:
@@ -160,3 +171,15 @@ def test_read_only_output_dir_is_refused_before_training(report: dict[str, Any])
     _refused(report["read_only_new"], "cannot be written", "Permission denied", "nothing was trained")
     message = _refused(report["read_only_itself"], "cannot be written")
     assert report["read_only_itself"]["files"] == [], message
+
+
+def test_a_read_only_stale_checkpoint_is_named_as_still_there_never_as_removed(report: dict[str, Any]) -> None:
+    """The SaveError said "Removed the incomplete checkpoint" while it was still there."""
+    if not report["read_only_enforced"]:
+        pytest.skip("this system lets the test process write into a read-only directory")
+    message = _refused(report["resume_past_read_only_stale"], "checkpoint-2 (PermissionError", "cannot be removed",
+                       "nothing was trained")
+    assert "Removed" not in message and report["stale_left"] == ["config.json"]
+    message = _refused(report["overwrite_read_only_stale"], "cannot all be removed: checkpoint-2 (PermissionError",
+                       "(removed checkpoint-1)", "nothing was trained")
+    assert "checkpoint-2" in report["overwrite_read_only_stale"]["files"]

@@ -86,7 +86,7 @@ def test_X9_qlora_trains_adapters_on_a_4bit_model_and_full_training_is_refused(t
     ("no-such-file.txt", r"no-such-file\.txt.*no such file"),
     ([1, 2], r"holds int items"),
     ([" ", ""], r"holds no text"),
-    (42, r"text file path, a list of strings or a datasets\.Dataset"),
+    (42, r"text file path, a \.jsonl file, a list of strings or a datasets\.Dataset"),
 ])
 def test_bad_training_data_is_a_clear_error(tiny_model: Path, tmp_path: Path, data: object, message: str) -> None:
     import intelrt

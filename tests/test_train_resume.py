@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "scripts" / "train_until_killed.py"
-
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("train_until_killed", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _adapter(directory: Path) -> dict[str, Any]:
@@ -34,23 +19,17 @@ def _adapter(directory: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tiny_model: Path, tmp_path: Path) -> None:
+def test_sigkill_after_checkpoint_then_resume_equals_uninterrupted_run(tiny_model: Path, tmp_path: Path,
+                                                                      train_until_killed: ModuleType) -> None:
     import torch
 
     import intelrt
     from intelrt.tiny import corpus_text
 
-    script = _script()
+    script = train_until_killed
     killed, marker = tmp_path / "killed", tmp_path / "saved-step"
-    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tiny_model), str(killed), "--hang-after", "4",
-                                "--marker", str(marker)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    process = script.start_until_checkpoint(tiny_model, killed, 4, marker)
     try:
-        deadline = time.monotonic() + 150
-        while not marker.exists():
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-            assert time.monotonic() < deadline, "no checkpoint-4 within 150 s"
-            time.sleep(0.2)
         process.send_signal(signal.SIGKILL)
     finally:
         process.kill()

@@ -17,6 +17,7 @@ import intelrt
 from intelrt.errors import PlanError
 from intelrt.host.manager import get_host
 from intelrt.planning.environment import child_env
+from intelrt.planning.planner import plan_backend
 from intelrt.testing.simulation import simulate as start_simulation
 
 
@@ -80,22 +81,27 @@ def test_X2_inherited_mask_gets_a_warning_naming_it(simulate, tiny_model: Path) 
 
 
 @pytest.mark.claim("X2")
-def test_X2_devices_replace_an_inherited_mask_with_a_warning(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+def test_X2_devices_replace_an_inherited_mask_for_launched_processes_with_a_warning(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=4, env={"ZE_AFFINITY_MASK": "3"})
-    plan = intelrt.plan(tiny_model, devices=[0, 2])
+    plan = plan_backend(devices=[0, 2])  # what intelrt launch plans: the ranks' environment
     mask = _env(plan)["ZE_AFFINITY_MASK"]
     assert (mask.value, mask.action) == ("0,2", "replaced")
     titles = {f.title for f in plan.warnings}
     assert "ZE_AFFINITY_MASK replaced for this run" in titles
     # this process sees only device 3, so it cannot vouch for ids 0 and 2: it says so
     assert "devices=[0, 2] not checked against the machine" in titles
+    # ... and loading here cannot reach them: this process's driver read ZE_AFFINITY_MASK=3 already
+    with pytest.raises(PlanError, match=r"id 0 is not visible in this process: its Level Zero driver read "
+                                        r"ZE_AFFINITY_MASK=3 when it loaded .* intelrt launch --devices 0"):
+        intelrt.plan(tiny_model, devices=[0, 2])
 
 
 @pytest.mark.claim("X2")
 def test_X2_devices_out_of_range_are_refused(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    simulate("xpu", count=4)
-    with pytest.raises(PlanError, match=r"devices=\[0, 5\]: this machine has 4 Intel GPU\(s\), ids 0\.\.3"):
-        intelrt.plan(tiny_model, devices=[0, 5])
+    simulate("xpu", count=4)  # four Max 1550 cards: eight devices in FLAT mode
+    with pytest.raises(PlanError, match=r"devices=\[0, 9\]: this machine shows 8 Intel GPU device\(s\), ids 0\.\.7 "
+                                        r"\(in its FLAT hierarchy\)"):
+        intelrt.plan(tiny_model, devices=[0, 9])
 
 
 @pytest.mark.claim("X3")

@@ -19,6 +19,7 @@ from .errors import (
     PlanError,
     PluginError,
     SaveError,
+    TrainingDivergedError,
     UnsafeModelError,
 )
 from .hooks.markers import hookimpl
@@ -49,7 +50,7 @@ __all__ = [
     "__version__", "hookimpl", "load", "pipeline", "plan", "detect", "setup_env", "compile",
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
-    "ModelSourceError", "UnsafeModelError", "SaveError",
+    "ModelSourceError", "UnsafeModelError", "SaveError", "TrainingDivergedError",
     "training_arguments", "launch",
 ]
 

@@ -43,3 +43,8 @@ class GenerationError(IntelrtError, RuntimeError):
 class SaveError(IntelrtError, OSError):
     """Writing a result failed (disk full, read-only or missing directory). What was being written
     is removed, so nothing is left looking complete; what was there before is kept."""
+
+
+class TrainingDivergedError(IntelrtError, RuntimeError):
+    """Training stopped because the loss, the gradient norm or the weights stopped being finite
+    numbers. Nothing was saved as the final model; the checkpoints written before are kept."""

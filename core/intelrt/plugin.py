@@ -23,15 +23,18 @@ from .backends.defaults import (
     BYTES_PER_PARAM,
     DEVICE_COLLECTIVES,
     FIT_HEADROOM,
+    attention_fallback,
     bitsandbytes_choice,
     bytes_per_parameter,
     check_training_overrides,
     continuous_batching_blocker,
     fits_one_device,
+    padded_generate_instead,
 )
 from .decoding.capture import begin_end, stream_capturer
 from .decoding.policy import (
     compact_step,
+    continuous_blocker,
     decode_attention_kernel,
     decode_blockers,
     decode_compile,
@@ -52,13 +55,17 @@ from .hooks.payloads import (
     KernelChoice,
     Payload,
     QuantizationChoice,
+    limited_placement,
+    placement_kwargs,
 )
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+from .planning.architecture import Architecture
 from .planning.model_source import ModelInfo
 from .planning.plan import Plan, PlannedDecision
 from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
+from .support.units import format_bytes
 from .support.versions import at_least, kernels_problem, package_version, parse, torch_version
 from .support.visibility import DeviceList, parse_device_list
 
@@ -66,20 +73,21 @@ __all__ = [
     # the hook contract
     "PROJECT", "hookimpl",
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
-    "Request", "ModelInfo", "Plan", "PlannedDecision",
+    "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
+    "limited_placement", "placement_kwargs",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
-    "package_version", "at_least", "parse", "torch_version", "kernels_problem",
+    "package_version", "at_least", "parse", "torch_version", "format_bytes", "kernels_problem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
-    "continuous_batching_blocker",
+    "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
     "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
     "stream_capturer", "begin_end",

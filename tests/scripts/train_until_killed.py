@@ -4,6 +4,9 @@ is written (writing a marker file) so a test can SIGKILL the process mid-run."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,22 @@ def callbacks(hang_after: int | None, marker: Path) -> list[Any]:
                 time.sleep(600)  # the test kills us here
 
     return [HangAfterSave()] if hang_after else []
+
+
+def start_until_checkpoint(model: Path, output: Path, step: int, marker: Path,
+                           timeout: float = 150) -> subprocess.Popen[bytes]:
+    """Run this script in a child that hangs once checkpoint ``step`` is written; return then."""
+    process = subprocess.Popen([sys.executable, __file__, str(model), str(output), "--hang-after", str(step),
+                                "--marker", str(marker)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            _, err = process.communicate()
+            raise AssertionError(f"no checkpoint-{step} within {timeout:.0f} s:\n{err.decode()[-3000:]}")
+        time.sleep(0.2)
+    return process
 
 
 def main() -> None:

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 from ..errors import PlanError
 from ..hooks.markers import hookimpl
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
+from .defaults import attention_fallback
 
 if TYPE_CHECKING:
+    from ..planning.model_source import ModelInfo
     from ..planning.request import Request
 
 PRIORITY = 50
@@ -53,10 +55,11 @@ def intelrt_setup_env(backend: BackendStatus, request: Request) -> list[EnvVar |
 
 
 @hookimpl
-def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision | None:
+def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision | None:
     if backend.name != "cuda" or request.is_forced("attention"):
         return None
-    return Decision("sdpa", "torch SDPA picks flash / memory-efficient kernels on CUDA by itself")
+    return attention_fallback(model) or Decision(
+        "sdpa", "torch SDPA picks flash / memory-efficient kernels on CUDA by itself")
 
 
 @hookimpl

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.policy import (
+    continuous_blocker,
     decode_attention_kernel,
     decode_blockers,
     decode_graphs,
@@ -89,8 +90,23 @@ def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions
     return Decision(backend.device_type, f"the model fits one {backend.name} device")
 
 
+def attention_fallback(model: ModelInfo, preferred: str = "sdpa") -> Decision | None:
+    """The attention decision when the model's class cannot run ``preferred`` (``None`` when it can):
+    transformers' eager attention, with the class named, or — for remote code, whose class is known
+    only once its code runs — ``None``, leaving the choice to transformers (sdpa where the class
+    supports it, else eager). A backend's attention hook asks this before answering ``preferred``."""
+    arch = model.architecture
+    if arch is None:
+        return Decision(None, "the model's class is defined by its own code (or unknown to transformers), so "
+                              "transformers picks at load time: sdpa where the class supports it, else eager")
+    if arch.supports(preferred):
+        return None
+    return Decision("eager", f"{arch.name} does not support {preferred} (it supports {', '.join(arch.attention)}); "
+                             "eager is transformers' own attention for it")
+
+
 @hookimpl(trylast=True)
-def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision:
+def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision:
     if request.is_forced("attention"):
         wanted = request.attention
         base = wanted.removeprefix("paged|")  # continuous batching's paged variant of the same kernel
@@ -105,7 +121,8 @@ def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decisi
         if "/" in wanted:
             _check_hub_kernel(wanted)
         return Decision(wanted, "requested by the user")
-    return Decision("sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
+    return attention_fallback(model) or Decision(
+        "sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
 
 
 def _check_hub_kernel(repo: str) -> None:
@@ -209,37 +226,42 @@ def continuous_batching_blocker(decisions: Mapping[str, DecisionValue]) -> str |
     attention = str(decisions.get("attention") or "sdpa")
     if attention in CONTINUOUS_ATTENTION or "flash" in attention:
         return None
-    return (f"transformers' continuous batching runs attention 'sdpa', 'eager', 'paged|eager' or a flash "
-            f"implementation, not {attention!r}")
+    return f"attention {attention!r}: it runs 'sdpa', 'eager', 'paged|eager' or a flash implementation"
 
 
-def padded_instead(request: Request, decisions: Mapping[str, DecisionValue], max_batch: int) -> Decision | None:
-    """Padded batches when continuous batching cannot run the plan's attention; batching='continuous'
-    forced with that attention is refused. ``None`` when continuous batching can run."""
-    blocker = continuous_batching_blocker(decisions)
-    if blocker is None or request.batching == "padded":
+def padded_generate_instead(request: Request, model: ModelInfo, decisions: Mapping[str, DecisionValue],
+                            max_batch: int = DEFAULT_MAX_PADDED_BATCH) -> Decision | None:
+    """The batching decision when transformers' continuous batching cannot run the model while the
+    fast loop is off, or cannot run the plan's attention at all (``None`` when it can): padded
+    batches, through the fast loop when it is planned, else through transformers' ``generate``.
+    ``batching='continuous'`` forced for such a model is refused. A backend's batching hook asks this
+    before answering continuous batching."""
+    fast = fast_decode_planned(decisions)
+    blocker = continuous_batching_blocker(decisions) or (None if fast else continuous_blocker(model))
+    if blocker is None:
         return None
     if request.batching == "continuous":
-        raise PlanError(f"batching='continuous': {blocker}; pass attention='sdpa', or batching='padded'")
-    engine = "fast" if fast_decode_planned(decisions) else "generate"
-    return Decision(BatchingChoice.padded(engine, max_batch),
-                    f"padded batches of up to {max_batch} prompts through "
-                    f"{'the fast decode loop' if engine == 'fast' else 'transformers generate'}: {blocker}")
+        raise PlanError(f"batching='continuous': transformers' continuous batching cannot run this model ({blocker}); "
+                        "use batching='padded' or leave batching to intelrt")
+    through = "the fast decode loop" if fast else "transformers' generate"
+    return Decision(BatchingChoice.padded("fast" if fast else "generate", max_batch),
+                    f"padded batches of up to {max_batch} prompts through {through}: continuous batching cannot run "
+                    f"this model ({blocker})" + ("" if fast else " and the fast decode loop is off"))
 
 
 @hookimpl(trylast=True)
-def intelrt_select_batching(backend: BackendStatus, request: Request,
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision:
     graphs = {"on": True, "off": False}.get(request.graphs)
     fast = fast_decode_planned(decisions)
     engine = "fast" if fast else "generate"
+    fallback = padded_generate_instead(request, model, decisions) if request.batching != "padded" else None
+    if fallback is not None:
+        return fallback
     if request.batching == "padded":
         return Decision(BatchingChoice.padded(engine, DEFAULT_MAX_PADDED_BATCH),
                         f"requested by the user; padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts "
                         f"through {'the fast decode loop' if fast else 'transformers generate'}")
-    instead = padded_instead(request, decisions, DEFAULT_MAX_PADDED_BATCH)
-    if instead is not None:
-        return instead
     reason = "requested by the user" if request.batching == "continuous" else (
         "transformers' continuous batching schedules many prompts better than one padded batch")
     notes: tuple[str, ...] = () if graphs is not None else ("graphs and async batching left to transformers' auto",)

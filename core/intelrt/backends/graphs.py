@@ -26,7 +26,7 @@ from ..errors import PlanError
 from ..hooks.markers import hookimpl
 from ..hooks.payloads import BatchingChoice, DecisionValue
 from ..hooks.types import BackendStatus, Decision
-from .defaults import padded_instead
+from .defaults import padded_generate_instead
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
@@ -35,12 +35,11 @@ if TYPE_CHECKING:
 CUDA_MAX_PADDED_BATCH = 256
 """Prompts per padded batch on CUDA (fewer when the KV cache would not fit free memory)."""
 CPU_MAX_PADDED_BATCH = 64
-CUDA_INDUCTOR_OPTIONS = {"freezing": True, "coordinate_descent_tuning": True}
-"""For the model's own forward. Measured on an H200 (Qwen3-0.6B shape, batch 1): 2.33 ms/token by
-default, 1.81 with these (fewer, fused kernels: 533 → 389 per step). See docs/performance.md."""
-CUDA_COMPACT_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
-"""For the compact step, which fuses its projections itself: freezing only slowed it (1.36 → 1.44
-ms/token on the H200) and would copy the weights once more."""
+CUDA_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
+"""For the compiled step, compact or the model's own forward. inductor's ``freezing`` made the model's
+own forward faster (Qwen3-0.6B shape on an H200: 1.81 against 2.33 ms/token) but bakes a second copy of
+the weights into the step, which training would leave stale; the compact step fuses its projections
+itself (docs/performance.md)."""
 
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
@@ -62,14 +61,12 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
         graphs = decode_graphs(request, backend, "cuda", "")
         compiled = decode_compile(request, "inductor")
         parts = ["static KV cache", step_reason]
-        compact = step == "compact"
-        tuned = (" (coordinate-descent-tuned kernels)" if compact else
-                 " (weights frozen: q/k/v and gate/up projections concatenated; coordinate-descent-tuned kernels)")
+        tuned = " (coordinate-descent-tuned kernels)"
         parts.append(f"step compiled with {compiled}" + (tuned if compiled == "inductor" else "")
                      if compiled else "step runs eagerly (compile='none')")
         parts.append("captured in a CUDA graph: one launch per token, no host sync per token" if graphs
                      else "no CUDA graph (graphs='off'): one kernel launch per op")
-        options = CUDA_COMPACT_INDUCTOR_OPTIONS if compact else CUDA_INDUCTOR_OPTIONS
+        options = CUDA_INDUCTOR_OPTIONS
         return fast_decode(graphs, compiled, "; ".join(parts), compile_options=options, step=step,
                            attention_kernel=kernel)
     graphs = decode_graphs(request, backend, None, "the CPU has no device graphs")
@@ -85,7 +82,7 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
 
 
 @hookimpl
-def intelrt_select_batching(backend: BackendStatus, request: Request,
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     if not _mine(backend):
         return None
@@ -99,8 +96,11 @@ def intelrt_select_batching(backend: BackendStatus, request: Request,
                         "build flex attention's CPU kernel (inductor). Use attention='sdpa' (the default) or 'eager'")
     if request.batching == "padded":
         return None
+    size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
+    fallback = padded_generate_instead(request, model, decisions, size)
+    if fallback is not None:
+        return fallback
     if request.batching == "auto" and fast:
-        size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
         why = ("the CUDA-graph decode step costs about the same for 1 or 256 rows (weights are read once per "
                "step), so one padded batch beats continuous batching's per-step scheduling (docs/performance.md)"
                if on_cuda else "on the CPU one padded batch through the decode loop skips continuous batching's "
@@ -108,9 +108,6 @@ def intelrt_select_batching(backend: BackendStatus, request: Request,
         return Decision(BatchingChoice.padded("fast", size),
                         f"padded batches of up to {size} prompts through the fast decode loop: {why}",
                         notes=("batching='continuous' uses transformers' generate_batch instead",))
-    instead = padded_instead(request, decisions, CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH)
-    if instead is not None:
-        return instead
     user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
     if on_cuda:
         graphs = request.graphs != "off"

@@ -78,7 +78,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ..planning.diagnosis import diagnose, format_report
 
     with simulated(args.simulate):
-        report = diagnose()
+        report = diagnose(probe=args.probe)
     if args.simulate:  # how the simulation reaches child processes is not part of the machine
         from ..testing.simulation import CHILD_VAR
 
@@ -190,8 +190,10 @@ def build_parser() -> Parser:
                     description="Check this machine: package versions, every backend with the reason it is or is "
                                 "not available, the intelrt-relevant environment variables in effect, and findings "
                                 "with fixes. Secrets are redacted. Exit status 1 when a finding is an error.",
-                    epilog=examples("intelrt doctor", "intelrt doctor --simulate hpu:8", "intelrt doctor --json"))
+                    epilog=examples("intelrt doctor", "intelrt doctor --simulate hpu:8", "intelrt doctor --probe --json"))
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=SIMULATE_HELP)
+    p.add_argument("--probe", action="store_true",
+                   help="also run the vendors' tools (hl-smi) to ask the machine (slower; off by default)")
 
     p = add_command(sub, "plan", cmd_plan, summary="show what intelrt would do for a model, loading nothing",
                     description="Show what `intelrt run` / intelrt.load() would do for MODEL: backend, dtype, "
@@ -269,6 +271,8 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     each message once, and only with ``-v`` (errors always). transformers prints through its own
     handler (``[transformers] …``).
     """
+    from ..support.redaction import redact_log_output
+
     intelrt_log, root = logging.getLogger("intelrt"), logging.getLogger()
     before = (intelrt_log.level, root.level)
     ours = logging.StreamHandler(sys.stderr)
@@ -278,6 +282,8 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     theirs.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
     theirs.addFilter(_NotIntelrt())
     theirs.addFilter(_Once())
+    for handler in (ours, theirs):
+        redact_log_output(handler)
     intelrt_log.addHandler(ours)
     intelrt_log.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
     root.addHandler(theirs)

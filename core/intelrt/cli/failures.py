@@ -27,6 +27,7 @@ from ..errors import (
     PlanError,
     PluginError,
     SaveError,
+    TrainingDivergedError,
     UnsafeModelError,
 )
 
@@ -93,17 +94,32 @@ _INTELRT_FIXES: tuple[tuple[type[IntelrtError], int, str], ...] = (
                                "INTELRT_DISABLE_PLUGINS={plugin}"),
     (SaveError, EXIT_FAILED, "free disk space, or choose a writable directory"),
     (GenerationError, EXIT_FAILED, "try the alternative the message names"),
+    (TrainingDivergedError, EXIT_FAILED, "lower --learning-rate, or train in bfloat16 or float32 rather than "
+                                         "float16; the checkpoints written before it diverged are kept"),
+    (IntelrtError, EXIT_USAGE, "change what the message names"),
 )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the exceptions it was raised from (libraries wrap the hub's errors in OSError)."""
+def _chain(exc: BaseException, *, suppressed: bool = False) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (libraries wrap the hub's errors in OSError);
+    ``suppressed``: also through ``raise … from None`` (intelrt's own errors hide a library's that way)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        hidden = current.__suppress_context__ and not suppressed
+        current = current.__cause__ or (None if hidden else current.__context__)
+
+
+def _foreign_cause(exc: BaseException) -> Failure | None:
+    """The first library failure ``exc`` was raised from, as :data:`_SPECIFIC` reads it."""
+    for cause in list(_chain(exc, suppressed=True))[1:]:
+        for rule in _SPECIFIC:
+            failure = rule(cause)
+            if failure is not None:
+                return failure
+    return None
 
 
 def _is(exc: BaseException, module: str, *names: str) -> bool:
@@ -238,6 +254,9 @@ def describe(exc: BaseException, command: str) -> Failure:
         return Failure(exc.kind, str(exc), exc.fix, EXIT_FAILED)
     if isinstance(exc, IntelrtError):
         notes = "".join(f" ({n})" for n in getattr(exc, "__notes__", []))
+        cause = _foreign_cause(exc)
+        if cause is not None:  # intelrt's words, the library's kind of failure (the network is a run failing)
+            return Failure(cause.type, f"{exc}{notes}", cause.fix, cause.exit_code)
         for kind, code, fix in _INTELRT_FIXES:
             if isinstance(exc, kind):
                 fix = fix.format(command=command, plugin=getattr(exc, "plugin", ""),

@@ -124,7 +124,7 @@ def _train_request(args: argparse.Namespace) -> tuple[object, str, dict[str, Any
         raise ConfigurationError("--output DIR is required: where checkpoints and the trained model go")
     kwargs: dict[str, Any] = {"lora": True if (args.lora or args.demo) else None,
                               "epochs": epochs if epochs is not None else 1.0, "output_dir": output,
-                              "resume": args.resume, **extra}
+                              "resume": args.resume, "overwrite": args.overwrite, **extra}
     for flag, key in (("learning_rate", "learning_rate"), ("batch_size", "per_device_train_batch_size"),
                       ("max_steps", "max_steps"), ("save_steps", "save_steps"), ("seed", "seed"),
                       ("block_size", "block_size")):
@@ -189,7 +189,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", default=None, metavar="DIR", help="directory for checkpoints and the trained model")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (PEFT) instead of the whole model")
     p.add_argument("--4bit", dest="four_bit", action="store_true", help="load in 4-bit and train LoRA on it (QLoRA)")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                   help="continue from the last checkpoint in --output (or from the CHECKPOINT directory given)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="train into an --output that already holds a model or checkpoints, replacing them")
     p.add_argument("--epochs", type=positive_number(), default=None, metavar="N",
                    help="passes over the data (default 1; fractions allowed)")
     p.add_argument("--max-steps", type=count(), default=None, metavar="N",

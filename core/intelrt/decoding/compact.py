@@ -4,8 +4,10 @@ transformers' modeling code is written for every use (training, any cache, any a
 backend); a decode step needs less. For decoder layers shaped like Llama's (Llama, Mistral,
 Qwen2, Qwen3) this module runs the same computation with:
 
-* the q/k/v and the gate/up projections concatenated into one weight each (a copy, refreshed
-  whenever the model's own weights change, so training or loading new weights is never ignored);
+* the q/k/v and the gate/up projections concatenated into one weight each — not a copy: the
+  model's own parameters become views into that one tensor (``FusedProjections``), so whatever
+  changes them in place (an optimizer step, ``load_state_dict``, a LoRA merge) is what the next
+  step reads, and the weights take no more memory than before;
 * its own KV cache, one tensor per layer, written in place at the step's cache slot;
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
   query head;
@@ -26,8 +28,10 @@ from typing import Any
 
 from .tuning import DecodeTuning
 
-COMPACT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-"""Architectures whose decoder layers the compact step reproduces."""
+COMPACT_CLASSES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+"""transformers' classes whose decoder layers the compact step reproduces (a class of that name from
+another module — remote code — is not one of them: it may compute something else)."""
+TRANSFORMERS_MODELS = "transformers.models."
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 """Rotary embeddings whose frequencies change with the sequence length (not reproduced)."""
 RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
@@ -35,11 +39,16 @@ RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNor
 folds into the projection after them (any other norm module runs as itself)."""
 
 
-def compact_blocker(model_type: str, config: Mapping[str, Any]) -> str | None:
-    """Why the compact step cannot run this model (from its config alone), or ``None``."""
-    if model_type not in COMPACT_MODEL_TYPES:
-        return (f"{model_type or 'this model'} is not one of the architectures the compact step reproduces "
-                f"({', '.join(COMPACT_MODEL_TYPES)}); the step runs the model's own forward")
+def compact_blocker(class_name: str, module: str, config: Mapping[str, Any]) -> str | None:
+    """Why the compact step cannot run the model of class ``class_name`` from ``module`` with this
+    config, or ``None``."""
+    if class_name not in COMPACT_CLASSES:
+        return (f"{class_name or 'this model'} is not one of the classes the compact step reproduces "
+                f"({', '.join(COMPACT_CLASSES)}); the step runs the model's own forward")
+    if not module.startswith(TRANSFORMERS_MODELS):
+        return (f"{class_name} here is defined in {module}, not by transformers: it may compute something else; "
+                "the step runs the model's own forward")
+    model_type = str(config.get("model_type", ""))
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     rope_type = rope.get("rope_type") or rope.get("type") if isinstance(rope, Mapping) else None
     if rope_type in DYNAMIC_ROPE_TYPES:
@@ -69,8 +78,7 @@ def _decoder_parts(model: Any) -> tuple[Any, Any]:
     """(the inner decoder with embed/layers/norm/rotary, the LM head), or ``Unsupported``."""
     if getattr(model, "peft_config", None) or getattr(model, "_hf_peft_config_loaded", False):
         raise Unsupported("the model carries PEFT adapters")
-    model_type = str(getattr(model.config, "model_type", ""))
-    blocker = compact_blocker(model_type, model.config.to_dict())
+    blocker = compact_blocker(type(model).__name__, type(model).__module__, model.config.to_dict())
     if blocker is not None:
         raise Unsupported(blocker)
     inner: Any = getattr(model, "model", None)
@@ -119,35 +127,74 @@ class CompactLayer:
         self.scaling = float(attn.scaling)
         self.head_dim = int(attn.head_dim)
         self.split = [int(m.out_features) for m in self.sources]
-        self.qkv_weight, self.qkv_bias = _fuse(self.sources)
-        self.gate_up_weight, self.gate_up_bias = _fuse(self.up)
+        self.qkv = FusedProjections(self.sources, f"{where} q/k/v")
+        self.gate_up = FusedProjections(self.up, f"{where} gate/up")
+        self.qkv_weight, self.qkv_bias = self.qkv.weight, self.qkv.bias
+        self.gate_up_weight, self.gate_up_bias = self.gate_up.weight, self.gate_up.bias
 
-    def fused_from(self) -> list[Any]:
-        """The projections the fused copies are made from."""
-        return [*self.sources, *self.up]
-
-    def refresh(self) -> None:
-        _refuse(self.sources, self.qkv_weight, self.qkv_bias)
-        _refuse(self.up, self.gate_up_weight, self.gate_up_bias)
-
-
-def _fuse(linears: list[Any]) -> tuple[Any, Any]:
-    import torch
-
-    weight = torch.cat([m.weight.detach() for m in linears])
-    has_bias = [m.bias is not None for m in linears]
-    if any(has_bias) and not all(has_bias):
-        raise Unsupported("some projections have a bias and some do not")
-    bias = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
-    return weight, bias
+    def rejoin(self) -> bool:
+        """Make the projections views of the fused tensors again where something replaced their
+        storage; True when any had to be."""
+        return self.qkv.rejoin() | self.gate_up.rejoin()
 
 
-def _refuse(linears: list[Any], weight: Any, bias: Any) -> None:
-    import torch
+class FusedProjections:
+    """Projections sharing one input, their weights (and biases) stored end to end in one tensor.
 
-    torch.cat([m.weight.detach() for m in linears], out=weight)
-    if bias is not None:
-        torch.cat([m.bias.detach() for m in linears], out=bias)
+    The linears' own ``weight``/``bias`` parameters keep their identity (optimizers, hooks and state
+    dicts still hold them) and become views into ``weight``/``bias``: an in-place change of either is
+    a change of both. Code that gives a parameter new storage (``param.data = …``, ``model.to()``,
+    ``half()``) breaks the link; ``rejoin`` copies the new values in and restores it, in place, so
+    captured device graphs that read ``weight`` stay valid."""
+
+    def __init__(self, linears: list[Any], where: str) -> None:
+        import torch
+
+        has_bias = [m.bias is not None for m in linears]
+        if any(has_bias) and not all(has_bias):
+            raise Unsupported(f"{where}: some projections have a bias and some do not")
+        first = linears[0].weight
+        if any(m.weight.dtype != first.dtype or m.weight.device != first.device for m in linears):
+            raise Unsupported(f"{where}: the projections differ in dtype or device")
+        self.linears = linears
+        self.rows = [int(m.weight.shape[0]) for m in linears]
+        # Built outside inference mode (decoding runs in it): the parameters must stay usable for
+        # training, and an inference tensor cannot be saved for backward.
+        with torch.inference_mode(False), torch.no_grad():
+            self.weight = torch.cat([m.weight.detach() for m in linears])
+            self.bias = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+            self._attach()
+
+    def _parts(self) -> list[tuple[Any, Any]]:
+        """(parameter, the view of the fused tensor it must be) for every weight and bias."""
+        parts: list[tuple[Any, Any]] = []
+        start = 0
+        for linear, rows in zip(self.linears, self.rows, strict=True):
+            parts.append((linear.weight, self.weight[start:start + rows]))
+            if self.bias is not None:
+                parts.append((linear.bias, self.bias[start:start + rows]))
+            start += rows
+        return parts
+
+    def _attach(self) -> None:
+        for parameter, view in self._parts():
+            parameter.data = view
+
+    def rejoin(self) -> bool:
+        import torch
+
+        broken = [(p, v) for p, v in self._parts()
+                  if p.data_ptr() != v.data_ptr() or p.shape != v.shape or p.dtype != v.dtype or p.device != v.device]
+        if not broken:
+            return False
+        for parameter, view in broken:
+            if parameter.shape != view.shape or parameter.dtype != view.dtype or parameter.device != view.device:
+                raise Unsupported("a projection changed shape, dtype or device")
+        with torch.inference_mode(False), torch.no_grad():
+            for parameter, view in broken:
+                view.copy_(parameter.detach())
+                parameter.data = view
+        return True
 
 
 def _linear(x: Any, weight: Any, bias: Any, gemv: bool) -> Any:
@@ -229,8 +276,6 @@ class CompactModel:
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         self.dtype = model.dtype
         self._layout = _layout(model)
-        self._fused_from = [m for layer in self.layers for m in layer.fused_from()]
-        self._versions = self._state()
 
     def matches(self, model: Any) -> bool:
         """The model still has the modules this step was built from (adapters injected by training,
@@ -238,24 +283,13 @@ class CompactModel:
         now = _layout(model)
         return len(now) == len(self._layout) and all(a is b for a, b in zip(now, self._layout, strict=True))
 
-    def _state(self) -> list[tuple[int, int]]:
-        """Version and storage of every weight and bias the fused copies are made from (read from
-        the modules each time: a parameter may be replaced by a new one)."""
-        return [(p._version, p.data_ptr()) for m in self._fused_from for p in (m.weight, m.bias) if p is not None]
-
-    def refresh_if_changed(self) -> bool:
-        """Copy the model's current q/k/v and gate/up weights into the fused ones when they changed
-        (training, ``load_state_dict``); in place, so captured graphs stay valid."""
-        import torch
-
-        state = self._state()
-        if state == self._versions:
-            return False
-        with torch.no_grad():
-            for layer in self.layers:
-                layer.refresh()
-        self._versions = self._state()
-        return True
+    def rejoin(self) -> bool:
+        """Restore the model's q/k/v and gate/up parameters as views of the fused tensors where
+        something gave them new storage; True when any had to be (in-place changes need nothing)."""
+        changed = False
+        for layer in self.layers:
+            changed |= layer.rejoin()
+        return changed
 
     def new_cache(self, rows: int, length: int, device: Any) -> tuple[list[Any], list[Any]]:
         """Zeroed key and value caches, one (rows, kv_heads, length, head_dim) tensor per layer."""

@@ -163,26 +163,28 @@ class FastDecoder:
             return None
         if self._compact is not None and not self._compact.matches(self.model):
             log.info("intelrt fast decode: the model's modules changed (e.g. adapters); rebuilding the compact step")
-            self._compact, self._compiled, self._compiled_prompt = None, None, None
-            self._sessions.clear()
+            self._forget_compact()
+        elif self._compact is not None:
+            try:
+                if self._compact.rejoin():
+                    log.info("intelrt fast decode: parameters had been given new storage; fused projections rejoined")
+            except Unsupported as why:  # a projection changed shape, dtype or device: fuse anew
+                log.info("intelrt fast decode: %s; rebuilding the compact step", why)
+                self._forget_compact()
         if self._compact is None:
             try:
-                if not self._room_for(self._fused_bytes()):
-                    raise Unsupported("its fused q/k/v and gate/up weights would not fit free device memory")
                 self._compact = CompactModel(self.model, self.tuning)
             except Unsupported as why:
                 self.step = "model"
                 self.step_reason = f"compact step off: {why}; the step runs the model's own forward"
                 log.info("intelrt fast decode: %s", self.step_reason)
                 return None
-        elif self._compact.refresh_if_changed():
-            log.info("intelrt fast decode: the model's weights changed; fused weights refreshed")
         return self._compact
 
-    def _fused_bytes(self) -> int:
-        fused = tuple(f".{name}.{kind}" for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-                      for kind in ("weight", "bias"))
-        return sum(p.numel() * p.element_size() for n, p in self.model.named_parameters() if n.endswith(fused))
+    def _forget_compact(self) -> None:
+        """Drop the compact step and everything compiled or captured from it."""
+        self._compact, self._compiled, self._compiled_prompt = None, None, None
+        self._sessions.clear()
 
     def _new_forward(self, rows: int, length: int, device: Any) -> StepForward:
         """The forward of a new session: the compact step ``_decode`` prepared, else the model's."""
@@ -216,38 +218,21 @@ class FastDecoder:
         return self._compiled
 
     def _compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
-        """Inductor settings from the plan (e.g. ``freezing``: weights as constants, so inductor
-        concatenates the q/k/v and gate/up projections into one matmul each), active whenever
-        the step may compile."""
+        """Inductor settings from the plan, active whenever the step may compile. ``freezing`` is
+        left out: it bakes the weights into the compiled step as constants — a second copy, and one
+        that training or ``load_state_dict`` would leave stale."""
         if self.compile_backend != "inductor" or not self.compile_options:
             return contextlib.nullcontext()
         import torch._inductor.config as inductor_config
 
         options = dict(self.compile_options)
-        if options.get("freezing") and not self._room_for(
-                sum(p.numel() * p.element_size() for p in self.model.parameters())):
-            options.pop("freezing")
-            note = ("weights not frozen into the compiled step: a second copy of the projection weights "
-                    "would not fit free device memory")
+        if options.pop("freezing", False):
+            note = ("inductor's freezing is not applied: it would copy the weights into the compiled step, and "
+                    "the copy would not follow later changes to them")
             if note not in self.notes:
                 self.notes.append(note)
         known = {k: v for k, v in options.items() if hasattr(inductor_config, k)}
         return inductor_config.patch(known)
-
-    def _room_for(self, nbytes: int) -> bool:
-        """Free device memory exceeds twice ``nbytes`` (a copy of that many bytes of weights fits
-        with room to spare); always true on the CPU."""
-        import torch
-
-        device = self.model.device
-        info = getattr(getattr(torch, device.type, None), "mem_get_info", None)
-        if info is None or device.type == "cpu":
-            return True
-        try:
-            free, _total = info(device)
-        except Exception:  # noqa: BLE001 - unknown memory: do not risk an out-of-memory error
-            return False
-        return bool(free > 2 * nbytes)
 
     def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
         key = (rows, length, options.sampling_key, len(options.eos_token_ids))
@@ -267,10 +252,8 @@ class FastDecoder:
         self.notes.append(message)
         if what.startswith("graph"):
             self.graphs = None
-        elif what.startswith("compile"):
-            self.compile_backend = None
         else:
-            self.step = "model"
+            self.compile_backend = None
         self._sessions.clear()
 
     # -- decoding ------------------------------------------------------------------------
@@ -278,8 +261,8 @@ class FastDecoder:
         """New tokens for each row of left-padded ``input_ids``: shape (rows, n), EOS-padded like
         ``model.generate``; stops when every row has finished or after ``max_new_tokens``.
 
-        A failing graph capture, compilation or compact step is turned off (in that order) with a
-        note, and the call retried without it."""
+        A failing graph capture or compilation is turned off (in that order) with a note, and the
+        call retried without it; any other failure is the caller's to handle."""
         import torch
 
         with torch.inference_mode():
@@ -289,18 +272,14 @@ class FastDecoder:
                 except _CaptureFailed as failed:
                     what, error = f"graph capture ({self.graphs})", failed.__cause__ or failed
                 except Exception as exc:
-                    if self.compile_backend:
-                        what = f"compile ({self.compile_backend})"
-                    elif self.step == "compact":
-                        what = "compact step"
-                    else:
+                    if not self.compile_backend:
                         raise
-                    error = exc
+                    what, error = f"compile ({self.compile_backend})", exc
                 self._disable(what, error)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
-        self._compact_model()  # built, or its fused weights refreshed when the model's changed
+        self._compact_model()  # built, or its projections rejoined to the fused tensors
         rows, prompt_length = input_ids.shape
         tuning = self.tuning
         bucket = -(-prompt_length // tuning.prompt_bucket) * tuning.prompt_bucket
@@ -356,10 +335,12 @@ class FastDecoder:
         s.position.copy_(positions[:, -1:] + 1)
         s.slot.fill_(prompt_length)
         s.accept(s.choose(logits))
+        stream = (_Stream(options.streamer, input_ids[:, -int(attention_mask[0].sum()):], options.eos_token_ids)
+                  if options.streamer is not None else None)
 
         produced = 1
         with self._compiler_settings():  # the step's (the prompt's pass compiles with inductor's defaults)
-            produced = self._steps(s, options, produced, report)
+            produced = self._steps(s, options, produced, report, stream)
         report.steps = produced
         tokens = s.out[:, :produced]
         if options.eos_token_ids and bool(s.done.all()):
@@ -367,6 +348,8 @@ class FastDecoder:
             is_eos = (tokens[:, :, None] == s.eos[None, None, :]).any(-1)
             last = int(is_eos.int().argmax(-1).max()) + 1
             tokens = tokens[:, :last]
+        if stream is not None:
+            stream.finish(tokens)
         return tokens.clone(), report
 
     def _capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
@@ -397,9 +380,12 @@ class FastDecoder:
         graph.replay()
         return graph.logits
 
-    def _steps(self, s: _Session, options: DecodeOptions, produced: int, report: DecodeReport) -> int:
-        """Decode steps until ``max_new_tokens`` or every row's end; returns the tokens produced."""
-        warmup, every = self.tuning.warmup_steps, self.tuning.eos_check_every
+    def _steps(self, s: _Session, options: DecodeOptions, produced: int, report: DecodeReport,
+               stream: _Stream | None = None) -> int:
+        """Decode steps until ``max_new_tokens`` or every row's end; returns the tokens produced.
+        With a ``stream``, tokens are handed over every ``stream_every`` steps (a host sync each)."""
+        warmup = self.tuning.warmup_steps
+        every = self.tuning.stream_every if stream is not None else self.tuning.eos_check_every
         while produced < options.max_new_tokens:
             left = options.max_new_tokens - produced
             if s.replay is None and self.graphs and left > warmup + 1:
@@ -412,9 +398,38 @@ class FastDecoder:
             for _ in range(todo):
                 run()
             produced += todo
+            if stream is not None:
+                stream.send(s.out[:, :produced])
             if options.eos_token_ids and bool(s.done.all()):
                 break
         return produced
+
+
+class _Stream:
+    """Hands one row's new tokens to a transformers streamer as they come, as ``generate`` does:
+    the prompt first, then each new token once, up to and including its end-of-sequence, then
+    ``end()``."""
+
+    def __init__(self, streamer: Any, prompt: Any, eos: tuple[int, ...]) -> None:
+        self.streamer, self.eos, self.sent, self.ended = streamer, set(eos), 0, False
+        streamer.put(prompt.cpu())
+
+    def send(self, tokens: Any) -> None:
+        if self.ended:
+            return
+        new = tokens[0, self.sent:].tolist()
+        stop = next((i + 1 for i, t in enumerate(new) if t in self.eos), None)
+        if stop is not None:
+            new, self.ended = new[:stop], True
+        if new:
+            import torch
+
+            self.streamer.put(torch.tensor(new))
+            self.sent += len(new)
+
+    def finish(self, tokens: Any) -> None:
+        self.send(tokens)
+        self.streamer.end()
 
 
 @contextlib.contextmanager

@@ -35,8 +35,10 @@ class ModelForward:
         return inputs
 
     def prefill(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
-        """The prompt's pass: eager, like transformers' generate."""
-        return self.model(**self._inputs(input_ids, mask, positions)).logits[:, -1, :]
+        """The prompt's pass: eager, with the prompt's part of the mask, as transformers' generate
+        passes it (some models read the mask's length as the sequence's)."""
+        prompt_mask = mask[:, :input_ids.shape[1]]
+        return self.model(**self._inputs(input_ids, prompt_mask, positions)).logits[:, -1, :]
 
     def logits(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
         return self.forward(**self._inputs(input_ids, mask, positions)).logits[:, -1, :]

@@ -128,10 +128,24 @@ class Generator:
             ) -> tuple[list[list[int]], GenerationReport]:
         """New tokens per prompt and the report of what ran."""
         options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
+        if options is not None and unsupported is None:
+            unsupported = self._beyond_the_loop(prompts, options)
+            options = None if unsupported else options
         route = choose_route(self.plan, len(prompts), as_list, unsupported)
         report = GenerationReport(route.path, route.reason, len(prompts))
         if route.path == "fast" and options is not None:
-            outputs = self._fast(prompts, route, options, report)
+            try:
+                outputs = self._fast(prompts, route, options, report)
+            except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
+                if options.streamer is not None:
+                    raise  # tokens may have reached the streamer already: running again would repeat them
+                log.warning("intelrt fast decode failed (%s: %s); transformers' generate runs this call",
+                            type(exc).__name__, str(exc)[:300])
+                log.debug("intelrt fast decode failure", exc_info=exc)
+                report = GenerationReport("generate", f"the fast decode loop failed ({type(exc).__name__}: "
+                                          f"{str(exc)[:200]}); transformers' generate ran this call", len(prompts))
+                outputs = self._generate(prompts, Route("generate", report.reason, route.batch_rows), kwargs,
+                                         report)
         elif route.path == "continuous" and options is not None and self.plan.batching is not None:
             from .continuous import generate_continuous
 
@@ -142,6 +156,17 @@ class Generator:
         if report.notes:
             log.warning("intelrt generate: %s", "; ".join(report.notes))
         return outputs, report
+
+    def _beyond_the_loop(self, prompts: Sequence[Sequence[int]], options: DecodeOptions) -> str | None:
+        """Why this call, although its settings are the loop's, goes to transformers' generate."""
+        if options.streamer is not None and len(prompts) > 1:
+            return "a streamer takes one prompt; transformers' generate runs this call (and refuses a batch)"
+        limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        longest = max(len(p) for p in prompts) + options.max_new_tokens
+        if isinstance(limit, int) and 0 < limit < longest:
+            return (f"prompt and new tokens reach position {longest}, past the model's max_position_embeddings="
+                    f"{limit}; transformers' generate runs this call as it would")
+        return None
 
     def _fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
               report: GenerationReport) -> list[list[int]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -44,6 +44,8 @@ class DecodeOptions:
     """1.0: off."""
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
+    streamer: Any = field(default=None, compare=False)
+    """A transformers streamer (``put`` / ``end``) the loop hands tokens to as they come (batch 1)."""
 
     @property
     def sampling_key(self) -> tuple[Any, ...]:
@@ -95,8 +97,13 @@ def resolve(generation_config: Any, kwargs: Mapping[str, Any]) -> tuple[DecodeOp
     from transformers import GenerationConfig
 
     _check_types(kwargs)
+    settings = dict(kwargs)
+    streamer = settings.pop("streamer", None)
+    if settings.get("max_length") is not None and settings.get("max_new_tokens") is None:
+        return None, ("max_length counts the prompt's tokens too (per padded batch): transformers' generate runs "
+                      "this call; pass max_new_tokens for the fast loop")
     config = copy.deepcopy(generation_config) if generation_config is not None else GenerationConfig()
-    unused = config.update(**dict(kwargs))
+    unused = config.update(**settings)
     unknown = sorted(k for k, v in unused.items() if v is not None)
     if unknown:
         return None, (f"generate() keyword(s) {', '.join(unknown)} are not generation settings the fast loop "
@@ -126,4 +133,4 @@ def resolve(generation_config: Any, kwargs: Mapping[str, Any]) -> tuple[DecodeOp
     top_k = int(config.top_k or 0) if sampling else 0
     top_p = float(config.top_p if config.top_p is not None else 1.0) if sampling else 1.0
     temperature = float(config.temperature if config.temperature is not None else 1.0) if sampling else 1.0
-    return DecodeOptions(int(max_new), sampling, temperature, top_k, top_p, eos, int(pad)), None
+    return DecodeOptions(int(max_new), sampling, temperature, top_k, top_p, eos, int(pad), streamer), None

@@ -10,7 +10,7 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice
+from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice, placement_kwargs
 from ..hooks.types import BackendStatus, Decision
 from .compact import compact_blocker
 
@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 STATIC_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 
+def layer_types(model: ModelInfo) -> tuple[str, ...]:
+    """Each decoder layer's kind as transformers' config class reads it (its class's view when the
+    class is known: config.json may list blocks the config class folds, e.g. Dory's ``mlp``)."""
+    if model.architecture is not None:
+        return model.architecture.layer_types
+    config = model.config
+    return tuple(str(t) for t in (config.get("text_config") or config).get("layer_types") or ())
+
+
 def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> str | None:
     """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can."""
     task = decisions.get("task")
@@ -31,16 +40,58 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) ->
     if config.get("is_encoder_decoder"):
         return (f"{model.model_type} is an encoder-decoder model; the fast loop decodes decoder-only models, "
                 "so transformers' generate runs it")
-    layer_types = (config.get("text_config") or config).get("layer_types") or ()
-    odd = sorted({str(t) for t in layer_types} - set(STATIC_LAYER_TYPES))
+    arch = model.architecture
+    if arch is None:
+        return ("the model's class is its own code (or unknown to transformers): the fast loop runs only "
+                "transformers' own classes, whose cache handling it reproduces; transformers' generate runs it")
+    if not arch.from_transformers:
+        return f"{arch.name} comes from {arch.module}, not transformers; transformers' generate runs it"
+    if arch.stateful:
+        return (f"{arch.name} carries a recurrent state between steps (transformers marks it _is_stateful), "
+                "which the fast loop's static KV cache does not hold; transformers' generate runs it")
+    if not arch.takes_cache:
+        return f"{arch.name}.forward takes no KV cache to reuse; transformers' generate runs it"
+    if not arch.static_cache:
+        return (f"transformers does not declare {arch.name} fit for a static KV cache (_can_compile_fullgraph is "
+                "False), which the fast loop runs on; transformers' generate runs it")
+    odd = sorted(set(layer_types(model)) - set(STATIC_LAYER_TYPES))
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which a static KV cache does not hold; "
                 "transformers' generate runs it")
     if isinstance(decisions.get("quantization"), QuantizationChoice):
         return ("bitsandbytes-quantized weights: the compiled, graph-captured step is not proven with them, "
                 "so transformers' generate runs them")
-    if decisions.get("placement") == "auto":
+    if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
+    return None
+
+
+#: Cache layer kinds transformers' continuous batching allocates (``ATTN_TYPE_TO_ALLOCATOR``).
+CONTINUOUS_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def continuous_blocker(model: ModelInfo) -> str | None:
+    """Why transformers' continuous batching (``generate_batch``) cannot run this model, or ``None``.
+
+    Its paged cache holds full- and sliding-attention layers only
+    (``continuous_batching/cache.py``: ``group_layers_by_attn_type``), for a transformers class
+    whose forward takes a cache and carries no recurrent state, and whose attention and cache
+    handling transformers declares modern (the attention interface paged attention plugs into, and
+    a static cache: older classes read the cache's length, which a paged cache does not have)."""
+    arch = model.architecture
+    config = model.config
+    if config.get("is_encoder_decoder"):
+        return f"{model.model_type} is an encoder-decoder model"
+    if arch is None or not arch.from_transformers:
+        return "the model's class is not one of transformers' own"
+    if arch.stateful or not arch.takes_cache:
+        return f"{arch.name} carries a recurrent state or takes no KV cache"
+    if not (arch.attention_backend and arch.static_cache):
+        return (f"transformers does not declare {arch.name}'s attention and cache fit for it "
+                "(_supports_attention_backend and _can_compile_fullgraph)")
+    odd = sorted(set(layer_types(model)) - set(CONTINUOUS_LAYER_TYPES))
+    if odd:
+        return f"{model.model_type} has {', '.join(odd)} layers, which the paged cache does not hold"
     return None
 
 
@@ -97,10 +148,12 @@ def compact_step(model: ModelInfo) -> tuple[str, str]:
     ``compact`` is intelrt's compact step (``decoding/compact.py``) for Llama-family layers;
     ``model`` is the model's own forward. Decided from the config; the loaded modules are checked
     again at the first call (adapters or replaced projections fall back, with a note)."""
-    blocker = compact_blocker(model.model_type, model.config)
+    arch = model.architecture
+    blocker = (compact_blocker(arch.name, arch.module, model.config) if arch is not None else
+               "the model's class is unknown; the step runs the model's own forward")
     if blocker is None:
-        return "compact", (f"{model.model_type} layers run as intelrt's compact step (fused q/k/v and gate/up "
-                           "projections, grouped-query attention without expanding K/V, its own KV cache)")
+        return "compact", (f"{model.model_type} layers run as intelrt's compact step (q/k/v and gate/up "
+                           "projections fused, grouped-query attention without expanding K/V, its own KV cache)")
     return "model", blocker
 
 

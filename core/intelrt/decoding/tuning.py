@@ -22,6 +22,9 @@ class DecodeTuning:
     """Real decode steps run before capture (compile and allocate outside the graph)."""
     eos_check_every: int = 16
     """Tokens between the host's checks whether every row has finished (one sync each)."""
+    stream_every: int = 2
+    """With a streamer, tokens are handed over (and the end checked) every this many steps: a
+    smaller number gives text sooner, at one host sync each."""
     cache_length_bucket: int = 128
     """Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
     max_sessions: int = 4
@@ -59,7 +62,7 @@ class DecodeTuning:
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
 
     def __post_init__(self) -> None:
-        counts = ("warmup_steps", "eos_check_every", "cache_length_bucket", "max_sessions", "prompt_bucket",
+        counts = ("warmup_steps", "eos_check_every", "stream_every", "cache_length_bucket", "max_sessions", "prompt_bucket",
                   "prompt_graphs_per_session", "gemv_max_rows", "attention_splits")
         for name in counts:
             value = getattr(self, name)

@@ -74,7 +74,9 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request, model: ModelI
 def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo,
                              env: Mapping[str, str], decisions: Mapping[str, DecisionValue]
                              ) -> Decision | None:
-    """Choose ``device_map`` for ``from_pretrained`` (``"xpu"``, ``"auto"``, ``"cpu"`` …).
+    """Choose ``device_map`` for ``from_pretrained`` (``"xpu"``, ``"xpu:2"``, ``"auto"``, ``"cpu"`` …),
+    or :func:`~intelrt.plugin.limited_placement` (``device_map`` plus ``max_memory``) when
+    accelerate may use only some of the devices this process sees.
 
     ``decisions`` holds the dtype already chosen. Stops at the first non-``None`` result.
     """
@@ -177,9 +179,12 @@ def intelrt_launch_env(backend: BackendStatus, plan: Plan, nproc: int, env: Mapp
 
 
 @hookspec
-def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]
+def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool
                      ) -> Sequence[Finding] | None:
-    """Findings for ``intelrt doctor``: what is wrong or worth knowing, each with its fix."""
+    """Findings for ``intelrt doctor``: what is wrong or worth knowing, each with its fix.
+
+    ``probe`` is True for ``intelrt doctor --probe``: only then may a plugin run vendor tools
+    (``hl-smi``, ``xpu-smi``) to ask the machine; detection and planning never do."""
 
 
 @hookspec(firstresult=True)

@@ -231,3 +231,21 @@ PAYLOADS: tuple[type[Payload], ...] = (CompileChoice, KernelChoice, Quantization
 
 DecisionValue = JSONValue | Payload
 """What a decision holds: plain JSON (dtype, placement, attention, collective, task) or a payload."""
+
+
+def limited_placement(device_map: JSONValue, max_memory: Mapping[int, int]) -> dict[str, JSONValue]:
+    """A placement value that lets accelerate use only the devices in ``max_memory`` (index → bytes):
+    ``{"device_map": device_map, "max_memory": {"0": bytes, ...}}`` (indices as strings: plans are JSON)."""
+    return {"device_map": device_map, "max_memory": {str(index): int(size) for index, size in max_memory.items()}}
+
+
+def placement_kwargs(value: DecisionValue) -> dict[str, Any]:
+    """``from_pretrained`` keywords of a placement decision: ``device_map``, plus ``max_memory``
+    (integer device indices, as accelerate wants them) for a :func:`limited_placement` value."""
+    if isinstance(value, Mapping) and set(value) == {"device_map", "max_memory"}:
+        memory = value["max_memory"]
+        if not isinstance(memory, Mapping):
+            raise TypeError(f"placement max_memory must map device indices to bytes, got {memory!r}")
+        return {"device_map": value["device_map"],
+                "max_memory": {int(k) if str(k).isdigit() else k: v for k, v in memory.items()}}
+    return {"device_map": value}

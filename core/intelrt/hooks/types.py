@@ -127,6 +127,10 @@ class EnvVar:
     claim: str | None = None
     overwrite_user: bool = False
     """Only for variables the user asked intelrt to set in this call (e.g. ``devices=``)."""
+    in_process: bool = True
+    """False for a variable that only a process started with the plan's environment can use (a
+    device mask its driver reads once, at load): ``load()`` leaves it out of its own process,
+    whose driver already enumerated the devices; ``setup_env()`` and launched processes get it."""
 
     def __post_init__(self) -> None:
         _require(isinstance(self.name, str) and bool(_ENV_NAME.match(self.name)), f"EnvVar.name {self.name!r} is not a valid variable name")

@@ -323,9 +323,10 @@ class PluginHost:
         """``intelrt_launch_env``: the launched processes' extra variables and findings."""
         return self._call_all("intelrt_launch_env", backend=backend, plan=plan, nproc=nproc, env=env)
 
-    def diagnose(self, backends: Sequence[BackendStatus], env: Mapping[str, str]) -> list[tuple[str, Finding]]:
-        """``intelrt_diagnose``: every plugin's doctor findings."""
-        return self._call_all("intelrt_diagnose", backends=backends, env=env)
+    def diagnose(self, backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool = False
+                 ) -> list[tuple[str, Finding]]:
+        """``intelrt_diagnose``: every plugin's doctor findings (``probe``: vendor tools may run)."""
+        return self._call_all("intelrt_diagnose", backends=backends, env=env, probe=probe)
 
     def decode_graph(self, backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
         """``intelrt_decode_graph``: the device-graph capturer of ``kind``, or ``None``."""

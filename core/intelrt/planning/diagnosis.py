@@ -42,8 +42,10 @@ def relevant_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(env.items()) if k.startswith(RELEVANT_PREFIXES)}
 
 
-def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = None) -> dict[str, Any]:
-    """The doctor report as data (``intelrt doctor --json`` prints it)."""
+def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = None, *,
+             probe: bool = False) -> dict[str, Any]:
+    """The doctor report as data (``intelrt doctor --json`` prints it); ``probe=True``
+    (``intelrt doctor --probe``) lets plugins run vendor tools such as ``hl-smi``."""
     env = dict(os.environ) if env is None else dict(env)
     findings: list[Finding] = floor_findings("error")
     host = host or PluginHost(env, on_error="record")
@@ -58,7 +60,7 @@ def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = Non
         backends = ()
         findings.append(Finding("error", "backend detection failed", str(exc), fix="see the message", claim="C6"))
     try:
-        for _plugin, finding in host.diagnose(backends, env):
+        for _plugin, finding in host.diagnose(backends, env, probe=probe):
             findings.append(finding)
     except IntelrtError as exc:
         findings.append(Finding("error", "a diagnosis hook failed", str(exc), fix="see the message", claim="C6"))

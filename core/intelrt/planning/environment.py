@@ -37,6 +37,8 @@ class EnvSetting:
     claim: str | None = None
     wanted: str | None = None
     """What intelrt would have set, when the user's value was kept."""
+    in_process: bool = True
+    """False: only for processes started with the plan's environment (see ``EnvVar.in_process``)."""
 
     @property
     def to_set(self) -> bool:
@@ -44,7 +46,7 @@ class EnvSetting:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "action": self.action, "reason": self.reason,
-                "plugin": self.plugin, "claim": self.claim, "wanted": self.wanted}
+                "plugin": self.plugin, "claim": self.claim, "wanted": self.wanted, "in_process": self.in_process}
 
 
 def resolve_env(wanted: Iterable[tuple[str, EnvVar]], env: Mapping[str, str],
@@ -60,17 +62,20 @@ def resolve_env(wanted: Iterable[tuple[str, EnvVar]], env: Mapping[str, str],
                 f"({first.wanted or first.value!r} vs {var.value!r}); block one of them with INTELRT_DISABLE_PLUGINS",
                 plugin=plugin, distribution=None)
         current = env.get(var.name)
+        where = var.in_process
         if current is None:
-            setting = EnvSetting(var.name, var.value, "set", var.reason, plugin, var.claim)
+            setting = EnvSetting(var.name, var.value, "set", var.reason, plugin, var.claim, in_process=where)
         elif current == var.value:
-            setting = EnvSetting(var.name, current, "same", var.reason, plugin, var.claim)
+            setting = EnvSetting(var.name, current, "same", var.reason, plugin, var.claim, in_process=where)
         elif var.overwrite_user:
-            setting = EnvSetting(var.name, var.value, "replaced", var.reason, plugin, var.claim, wanted=var.value)
+            setting = EnvSetting(var.name, var.value, "replaced", var.reason, plugin, var.claim, wanted=var.value,
+                                 in_process=where)
             findings.append(Finding("warning", f"{var.name} replaced for this run",
                                     f"the environment had {var.name}={current!r}; this run uses {var.value!r} ({var.reason})",
                                     fix=f"unset {var.name} in your shell if it was a leftover export", claim=var.claim))
         else:
-            setting = EnvSetting(var.name, current, "kept", var.reason, plugin, var.claim, wanted=var.value)
+            setting = EnvSetting(var.name, current, "kept", var.reason, plugin, var.claim, wanted=var.value,
+                                 in_process=where)
             findings.append(Finding("info", f"kept your {var.name}={current}",
                                     f"intelrt would set {var.value!r} ({var.reason}); your value wins", claim=var.claim))
         settings[var.name] = setting
@@ -96,6 +101,13 @@ def setup_env(plan: Plan, environ: MutableMapping[str, str] | None = None) -> li
     driver loads (SPEC C2). Values the user already set are kept.
     """
     return apply_env(plan.env, environ)
+
+
+def apply_in_process(plan: Plan) -> list[str]:
+    """Write the plan's environment into ``os.environ`` for running the plan in *this* process
+    (``load()``, ``training_arguments()``): everything but the variables only a started process
+    can use (``in_process=False``: a device mask this process's driver has already read)."""
+    return apply_env([s for s in plan.env if s.in_process])
 
 
 def child_env(settings: Iterable[EnvSetting], base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,9 +1,11 @@
-"""Find a model's files without downloading and read what planning needs from its config."""
+"""Find a model's files without downloading and read what planning needs from its config; check
+that its weight files are what they claim to be before anything loads them."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelSourceError, UnsafeModelError
+from ..support.redaction import redact_text
+from .architecture import Architecture
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +22,14 @@ SAFE_WEIGHTS = (".safetensors",)
 PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt",
                     "preprocessor_config.json")
+#: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
+SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
+#: Bytes per element of the safetensors dtypes (a dtype not listed is checked by its offsets only).
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+                "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E4M3FNUZ": 1,
+                "F8_E5M2FNUZ": 1, "F8_E8M0": 1}
+#: How pickle checkpoints begin: a zip archive (``torch.save`` since torch 1.6) or a pickle PROTO opcode.
+_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,9 @@ class ModelInfo:
     base: ModelInfo | None = None
     """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
     it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
+    architecture: Architecture | None = None
+    """The transformers class ``load`` will instantiate (set by planning once the task is decided;
+    ``None`` for remote code, or a model transformers has no class for)."""
 
     @property
     def model_type(self) -> str:
@@ -70,7 +85,8 @@ class ModelInfo:
         return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
                 "architectures": list(self.architectures), "weights_format": self.weights_format,
                 "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
-                "adapter_of": self.base.source if self.base else None}
+                "adapter_of": self.base.source if self.base else None,
+                "class": self.architecture.to_dict() if self.architecture else None}
 
 
 def estimate_parameters(config: dict[str, Any]) -> int:
@@ -93,8 +109,18 @@ def _weights_in(directory: Path) -> tuple[str, ...]:
                         and not p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args"))))
 
 
-def _adapter_directory(source: str, directory: Path, download: bool) -> ModelInfo:
-    """A PEFT adapter saved by ``Loaded.train(lora=...)`` or ``PeftModel.save_pretrained``."""
+class AdapterChainError(ModelSourceError):
+    """A :class:`ModelSourceError`: adapters that name each other (or themselves) as their base, or an
+    adapter of an adapter. Passed up the chain unchanged."""
+
+
+def _adapter_directory(source: str, directory: Path, download: bool, chain: tuple[tuple[str, str], ...],
+                       token: str | None) -> ModelInfo:
+    """A PEFT adapter saved by ``Loaded.train(lora=...)`` or ``PeftModel.save_pretrained``.
+
+    ``base_model_name_or_path`` is followed; ``chain`` holds the adapters met on the way
+    (directory, as named), so an adapter naming itself, or two naming each other, is an error
+    instead of endless recursion."""
     adapter_file = directory / "adapter_config.json"
     try:
         base_name = json.loads(adapter_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
@@ -103,19 +129,47 @@ def _adapter_directory(source: str, directory: Path, download: bool) -> ModelInf
     if not isinstance(base_name, str) or not base_name:
         raise ModelSourceError(f"{adapter_file} names no base_model_name_or_path, so the base model is unknown; "
                                "set it to the base model's directory or hub id")
+    chain = (*chain, (os.path.realpath(directory), source))
     try:
-        base = resolve_model(base_name, download=download)
+        base = resolve_model(base_name, download=download, token=token, _chain=chain)
+    except AdapterChainError:
+        raise
     except ModelSourceError as exc:
         raise ModelSourceError(f"{source} is an adapter of {base_name}, which cannot be found: {exc}") from None
+    if base.base is not None:
+        raise AdapterChainError(
+            f"{source} is an adapter of {base_name}, which is itself an adapter (of {base.base.source}); "
+            f"transformers puts one adapter on a full model. Merge {base_name} into its base (peft's "
+            "merge_and_unload(), then save_pretrained) and set base_model_name_or_path in "
+            f"{adapter_file} to the merged model.")
     has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
     return ModelInfo(source=source, local_dir=str(directory), config=base.config,
                      weight_files=_weights_in(directory), has_tokenizer=has_tokenizer, base=base)
 
 
-def _from_directory(source: str, directory: Path, download: bool = False) -> ModelInfo:
+def _refuse_a_loop(directory: Path, chain: tuple[tuple[str, str], ...]) -> None:
+    real = os.path.realpath(directory)
+    met = [real_dir for real_dir, _ in chain]
+    if real not in met:
+        return
+    loop = [name for _, name in chain[met.index(real):]]
+    if len(loop) == 1:
+        raise AdapterChainError(
+            f"{loop[0]} is an adapter whose adapter_config.json names its own directory as its base model "
+            "(base_model_name_or_path): it has no base to load (an adapter trained into its base model's "
+            "directory?). Set base_model_name_or_path to the base model's directory or hub id.")
+    raise AdapterChainError(
+        f"adapters name each other as their base model: {' -> '.join([*loop, loop[0]])}; none of them leads to "
+        "a full model. Set base_model_name_or_path in their adapter_config.json to the base model's directory "
+        "or hub id.")
+
+
+def _from_directory(source: str, directory: Path, download: bool = False, chain: tuple[tuple[str, str], ...] = (),
+                    token: str | None = None) -> ModelInfo:
+    _refuse_a_loop(directory, chain)
     config_file = directory / "config.json"
     if not config_file.is_file() and (directory / "adapter_config.json").is_file():
-        return _adapter_directory(source, directory, download)
+        return _adapter_directory(source, directory, download, chain, token)
     if not config_file.is_file():
         raise ModelSourceError(
             f"{source}: no config.json in {directory}. Point intelrt at a directory saved with "
@@ -140,17 +194,18 @@ def _looks_like_hub_id(source: str) -> bool:
     return _HUB_ID.fullmatch(source) is not None and ".." not in source
 
 
-def resolve_model(source: str, *, download: bool = False) -> ModelInfo:
+def resolve_model(source: str, *, download: bool = False, token: str | None = None,
+                  _chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
     """Read a model's config from a local directory or the hub cache.
 
-    ``download=True`` (used by ``load``) fetches ``config.json`` when a hub id is not cached yet;
-    planning never downloads (SPEC C4).
+    ``download=True`` (used by ``load``) fetches ``config.json`` when a hub id is not cached yet,
+    with ``token`` when given; planning never downloads (SPEC C4).
     """
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{source} is a file; pass the directory that holds config.json")
-        return _from_directory(source, path, download)
+        return _from_directory(source, path, download, _chain, token)
     if not _looks_like_hub_id(source):
         raise ModelSourceError(
             f"{source}: no such directory, and it is not a hub id of the form 'org/name'. "
@@ -159,7 +214,7 @@ def resolve_model(source: str, *, download: bool = False) -> ModelInfo:
 
     cached = try_to_load_from_cache(source, "config.json")
     if isinstance(cached, str):
-        return _from_directory(source, Path(cached).parent)
+        return _from_directory(source, Path(cached).parent, chain=_chain)
     if not download:
         raise ModelSourceError(
             f"{source}: config.json is not in the local hub cache, and planning downloads nothing "
@@ -172,12 +227,88 @@ def resolve_model(source: str, *, download: bool = False) -> ModelInfo:
     from huggingface_hub import hf_hub_download
 
     log.info("downloading config.json of %s", source)
-    config_path = hf_hub_download(source, "config.json")
-    return _from_directory(source, Path(config_path).parent)
+    try:
+        config_path = hf_hub_download(source, "config.json", token=token)
+    except Exception as exc:  # noqa: BLE001 - every hub failure (HTTP, connection, missing file) is one clear error
+        raise ModelSourceError(
+            f"{source}: config.json could not be downloaded ({type(exc).__name__}: {redact_text(str(exc))}). "
+            "Check the model id, the network and HF_ENDPOINT (and token= for a gated model), or pass a local "
+            "directory.") from None
+    return _from_directory(source, Path(config_path).parent, chain=_chain)
+
+
+def check_safetensors(path: str | os.PathLike[str]) -> None:
+    """Read the safetensors header of ``path`` — 8 bytes of little-endian header length, then a JSON
+    object whose tensors' byte ranges must tile the rest of the file — without loading a tensor.
+
+    A pickle renamed ``.safetensors`` → :class:`UnsafeModelError`; an empty, truncated or garbled
+    file → :class:`ModelSourceError`; each names the file.
+    """
+    name = os.fspath(path)
+    again = "copy or download it again (a copy or a download that was cut short?)"
+    try:
+        size = os.path.getsize(name)
+        with open(name, "rb") as fh:
+            start = fh.read(8)
+            length = int.from_bytes(start, "little") if len(start) == 8 else 0
+            raw = fh.read(length) if length <= min(size - 8, SAFETENSORS_HEADER_LIMIT) else b""
+    except OSError as exc:
+        raise ModelSourceError(f"{name} cannot be read ({type(exc).__name__}: {exc})") from None
+    if start.startswith(_PICKLE_MAGIC):
+        raise UnsafeModelError(
+            f"{name} is not a safetensors file: it is a pickle checkpoint (torch.save) under a .safetensors "
+            "name, and loading pickle can run arbitrary code (SPEC C5). intelrt refuses it; convert the "
+            "original checkpoint with safetensors, or remove the file.")
+    if size == 0:
+        raise ModelSourceError(f"{name} is empty (0 bytes); {again}")
+    if len(start) < 8:
+        raise ModelSourceError(f"{name} is truncated: {size} bytes, less than a safetensors header; {again}")
+    if length > min(size - 8, SAFETENSORS_HEADER_LIMIT):
+        raise ModelSourceError(f"{name} is truncated or not a safetensors file: its header claims {length:,} bytes "
+                               f"and the file holds {size:,}; {again}")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ModelSourceError(f"{name} is not a safetensors file: its header is not JSON ({exc}); {again}") from None
+    if not isinstance(header, dict):
+        raise ModelSourceError(f"{name} is not a safetensors file: its header is a JSON {type(header).__name__}")
+    data = size - 8 - length
+    end = 0
+    for tensor, entry in header.items():
+        if tensor == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise ModelSourceError(f"{name} is not a safetensors file: tensor {tensor!r} has no valid data_offsets")
+        if offsets[1] > data:
+            raise ModelSourceError(
+                f"{name} is truncated: tensor {tensor!r} ends at byte {offsets[1]:,} of the data, and the file holds "
+                f"{data:,} bytes of data; {again}")
+        dtype, shape = entry.get("dtype"), entry.get("shape")
+        width = _DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        sized = isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+        if width and sized and math.prod(shape) * width != offsets[1] - offsets[0]:
+            raise ModelSourceError(f"{name} is not a valid safetensors file: tensor {tensor!r} ({entry.get('dtype')} "
+                                   f"{shape}) does not fit its {offsets[1] - offsets[0]:,} bytes; {again}")
+        end = max(end, offsets[1])
+    if end != data:
+        raise ModelSourceError(f"{name} is not a valid safetensors file: its tensors cover {end:,} bytes of "
+                               f"{data:,}; {again}")
+
+
+def check_weight_files(info: ModelInfo) -> None:
+    """:func:`check_safetensors` on every ``.safetensors`` weight file the model has on disk."""
+    if info.local_dir is None:
+        return
+    for name in info.weight_files:
+        if name.endswith(SAFE_WEIGHTS):
+            check_safetensors(os.path.join(info.local_dir, name))
 
 
 def check_safety(info: ModelInfo, *, trust_remote_code: bool, allow_pickle: bool) -> list[str]:
-    """Refuse remote code and pickle weights unless opted in (SPEC C5); return notes."""
+    """Refuse remote code and pickle weights unless opted in (SPEC C5), and weight files that are not
+    what their name says; return notes."""
     notes: list[str] = []
     if info.base is not None:  # an adapter: its base model must pass the same checks
         notes.extend(check_safety(info.base, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle))
@@ -194,6 +325,7 @@ def check_safety(info: ModelInfo, *, trust_remote_code: bool, allow_pickle: bool
                 "pickle can run arbitrary code, so intelrt loads safetensors only (SPEC C5). Convert "
                 "the checkpoint to safetensors, or pass allow_pickle=True (CLI: --allow-pickle) if you trust it.")
         notes.append("pickle weights allowed by the caller (allow_pickle=True)")
+    check_weight_files(info)
     return notes
 
 

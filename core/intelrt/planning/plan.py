@@ -152,6 +152,7 @@ class Plan:
             env_rows = []
             for s in self.env:
                 extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
+                extra += "" if s.in_process else "; for started processes only"
                 env_rows.append((f"{s.name}={s.value}", f"{s.action} by {s.plugin}{extra}", s.reason))
             lines += table(None, env_rows, width=width, indent="    ", wrappable=(0, 2))
         for f in self.findings:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import PlanError
 from ..hooks.payloads import DecisionValue
 from ..hooks.types import BackendStatus, EnvVar, Finding
 from ..host.manager import PluginHost, get_host
+from .architecture import resolve, task_of
 from .concerns import CONCERNS, Concern
 from .detection import choose_backend, detect_backends
 from .diagnosis import floor_findings
@@ -33,18 +35,17 @@ NO_MODEL_INFO = ModelInfo(source=NO_MODEL, local_dir=None, config={}, weight_fil
 
 
 def decide_task(request: Request, model: ModelInfo) -> PlannedDecision:
+    """The task, from the config's ``architectures`` looked up in transformers' auto mappings."""
     archs = model.architectures
     if request.task != AUTO:
         return PlannedDecision("task", request.task, "requested by the user", "intelrt", True)
-    for arch in archs:
-        if arch.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")):
-            return PlannedDecision("task", "text-generation", f"config.architectures names {arch}", "intelrt", False)
-        if arch.endswith("ForSequenceClassification"):
-            return PlannedDecision("task", "sequence-classification", f"config.architectures names {arch}",
-                                   "intelrt", False)
+    found = task_of(archs, model.model_type)
+    if found is not None:
+        return PlannedDecision("task", found[0], found[1], "intelrt", False)
     if archs:
-        return PlannedDecision("task", "feature-extraction", f"{archs[0]} has no generation or classification head",
-                               "intelrt", False)
+        return PlannedDecision("task", "feature-extraction",
+                               f"{archs[0]} is not a generation or classification class of transformers' auto "
+                               "mappings; loaded with AutoModel", "intelrt", False)
     raise PlanError(f"{model.source}: config.json names no architectures, so the task is unknown; pass "
                     "task='text-generation', 'feature-extraction' or 'sequence-classification'")
 
@@ -70,22 +71,39 @@ def decide_concern(host: PluginHost, concern: Concern, request: Request,
 
 
 def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, model: ModelInfo,
-               env: Mapping[str, str]) -> dict[str, PlannedDecision]:
-    """Every concern the request calls for, in registry order (later hooks see earlier values)."""
+               env: Mapping[str, str]) -> tuple[dict[str, PlannedDecision], ModelInfo]:
+    """Every concern the request calls for, in registry order (later hooks see earlier values);
+    and the model with its class resolved once the task is known."""
     decisions: dict[str, PlannedDecision] = {}
     values: dict[str, DecisionValue] = {}
     for concern in CONCERNS:
         if concern.needs_model and not request.has_model:
             continue
+        decided: PlannedDecision | None
         if concern.hook is None:
-            decided: PlannedDecision | None = decide_task(request, model)
+            task = decide_task(request, model)
+            model = replace(model, architecture=resolve(model, str(task.value)))
+            decided = task
         else:
             kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
             decided = decide_concern(host, concern, request, kwargs)
         if decided is not None:
+            check_class_support(host, decided, model)
             decisions[concern.name] = decided
             values[concern.name] = decided.value
-    return decisions
+    return decisions, model
+
+
+def check_class_support(host: PluginHost, decision: PlannedDecision, model: ModelInfo) -> None:
+    """An attention implementation the model's class refuses is a plan error naming the class and who
+    chose it (transformers would refuse it at load time, far from the cause)."""
+    arch = model.architecture
+    if decision.name != "attention" or arch is None or not isinstance(decision.value, str):
+        return
+    if not arch.supports(decision.value):
+        who = "you asked for" if decision.forced else f"{host.describe(decision.plugin)} chose"
+        raise PlanError(f"{arch.name} does not support attention={decision.value!r}, which {who}; it supports "
+                        f"{', '.join(arch.attention)}. Pass attention= one of those (or leave it to intelrt).")
 
 
 def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
@@ -123,7 +141,7 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
     detected = detect_backends(host, env)
     backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
     settings, findings = plan_env(host, backend, request, env)
-    decisions = decide_all(host, backend=backend, request=request, model=model, env=env)
+    decisions, model = decide_all(host, backend=backend, request=request, model=model, env=env)
     _log_plan(model, detected, backend, backend_reason, decisions)
     return Plan(request=request, model=model, backend=backend, backend_reason=backend_reason,
                 backend_forced=backend_forced, decisions=decisions, env=tuple(settings),

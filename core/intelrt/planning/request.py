@@ -13,10 +13,30 @@ from typing import Any
 
 from ..errors import ConfigurationError, PlanError
 from ..hooks.types import Finding
+from ..support.redaction import is_secret_name, register_secret
 from .options import AUTO, OPTION_NAMES, PLANNED_KWARGS, REQUEST_OPTIONS, option
 
 NO_MODEL = "(no model: backend-only plan)"
 """``Request.model`` of a backend-only plan (training and launching without a model)."""
+#: ``from_pretrained`` keywords that carry credentials (``proxies`` may hold ``user:password@``).
+CREDENTIAL_KWARGS = frozenset({"token", "use_auth_token", "proxies"})
+#: ``from_pretrained`` keywords whose names only look secret.
+_NOT_CREDENTIALS = frozenset({"key_mapping"})
+
+
+def is_credential(keyword: str) -> bool:
+    """Whether a ``from_pretrained`` keyword carries a credential (``token``, ``proxies``, a ``*_key`` …)."""
+    return keyword in CREDENTIAL_KWARGS or (is_secret_name(keyword) and keyword not in _NOT_CREDENTIALS)
+
+
+def split_credentials(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(other keywords, credential keywords)``: credentials go to ``from_pretrained`` at load time
+    only, never into a :class:`Request`, a plan or a repr; their string values are masked from now on."""
+    credentials = {k: v for k, v in kwargs.items() if is_credential(k)}
+    for value in credentials.values():
+        for item in (value.values() if isinstance(value, Mapping) else (value,)):
+            register_secret(item)
+    return {k: v for k, v in kwargs.items() if k not in credentials}, credentials
 
 
 @dataclass(frozen=True)
@@ -43,6 +63,9 @@ class Request:
     strict: bool = False
     """Turn warnings that may hide a misconfiguration (e.g. unsupported device sets) into errors."""
     from_pretrained_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    credentials: tuple[str, ...] = ()
+    """Names of the credential keywords the caller passed (``token`` …); their values are not kept:
+    ``load`` hands them to ``from_pretrained`` itself."""
 
     @property
     def has_model(self) -> bool:
@@ -64,17 +87,20 @@ class Request:
     @classmethod
     def build(cls, model: object, **options: Any) -> Request:
         """Validate ``model`` and the request options (see :data:`~intelrt.planning.options.REQUEST_OPTIONS`);
-        keywords that are not options go to ``from_pretrained`` unchanged."""
+        keywords that are not options go to ``from_pretrained`` unchanged, except credentials
+        (:func:`split_credentials`), of which only the names are kept."""
         if model != NO_MODEL and (not isinstance(model, (str, os.PathLike)) or not str(model)):
             raise ConfigurationError(f"model must be a local path or a hub id, got {model!r}")
         values = {o.name: o.normalize(options.pop(o.name, o.default)) for o in REQUEST_OPTIONS}
         for key in options:
             if key in PLANNED_KWARGS:
                 raise ConfigurationError(f"{key}= is decided by the plan; pass {PLANNED_KWARGS[key]} to intelrt instead")
-        return cls(model=os.fspath(model), **values, from_pretrained_kwargs=dict(options))
+        kept, credentials = split_credentials(options)
+        return cls(model=os.fspath(model), **values, from_pretrained_kwargs=kept, credentials=tuple(sorted(credentials)))
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"model": self.model}
         data.update({o.name: o.to_json(getattr(self, o.name)) for o in REQUEST_OPTIONS})
         data["from_pretrained_kwargs"] = {k: repr(v) for k, v in self.from_pretrained_kwargs.items()}
+        data["credentials"] = list(self.credentials)
         return data

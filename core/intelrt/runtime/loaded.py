@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,14 +72,16 @@ class Loaded:
             return prompts, False
         raise ConfigurationError(f"prompt must be a str or a list of str, got {type(prompt).__name__}")
 
-    def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> str | list[str]:
+    def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> Any:
         """Generate a continuation of ``prompt`` (or of each prompt in a list); returns the new text.
 
-        Keyword arguments are transformers generation settings (``max_new_tokens`` defaults to 32,
-        greedy unless ``do_sample=True``). The plan's ``decode`` and ``batching`` decisions pick
-        the path: intelrt's fast decode loop (static KV cache, compiled and graph-captured step),
-        transformers' continuous batching for lists, or plain ``model.generate`` for settings the
-        fast loop does not honour. ``last_generation`` names the path taken and why.
+        Keyword arguments are transformers generation settings (``max_new_tokens`` defaults to 32
+        unless ``max_length`` is given; greedy unless ``do_sample=True``). Each setting is either
+        honoured by the path the plan picked or sends the call to transformers' ``generate``:
+        intelrt's fast decode loop (static KV cache, compiled and graph-captured step),
+        transformers' continuous batching for lists, or plain ``model.generate``.
+        ``last_generation`` names the path taken and why. With ``num_return_sequences=n > 1``
+        each prompt gives a list of ``n`` texts.
         """
         self._require_task("text-generation")
         tokenizer = self._require_tokenizer("generate()")
@@ -86,10 +89,12 @@ class Loaded:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         generation_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+        if generation_kwargs.get("stop_strings") is not None:
+            generation_kwargs.setdefault("tokenizer", tokenizer)  # transformers' generate matches them in text
         ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
-        new_tokens = self._generate_ids(ids, not single, generation_kwargs)
-        texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return texts[0] if single else list(texts)
+        rows = self._generate_ids(ids, not single, generation_kwargs)
+        texts = list(tokenizer.batch_decode(rows, skip_special_tokens=True))
+        return _per_prompt(texts, len(prompts), single)
 
     def generate_ids(self, prompts: Sequence[int] | Sequence[Sequence[int]], **generation_kwargs: Any
                      ) -> list[int] | list[list[int]]:
@@ -97,21 +102,25 @@ class Loaded:
         the new ids of each, up to and including the first end-of-sequence token."""
         self._require_task("text-generation")
         if isinstance(prompts, Sequence) and prompts and all(isinstance(t, int) for t in prompts):
-            return self._generate_ids([list(prompts)], False, generation_kwargs)[0]  # type: ignore[arg-type]
+            return _per_prompt(self._generate_ids([list(prompts)], False, generation_kwargs), 1, True)  # type: ignore[arg-type]
         if not isinstance(prompts, Sequence) or not prompts or not all(
                 isinstance(p, Sequence) and p and all(isinstance(t, int) for t in p) for p in prompts):
             raise ConfigurationError("generate_ids() takes a non-empty list of token ids, or a non-empty list of "
                                      "such lists")
-        return self._generate_ids([list(p) for p in prompts], True, generation_kwargs)  # type: ignore[arg-type]
+        rows = self._generate_ids([list(p) for p in prompts], True, generation_kwargs)  # type: ignore[arg-type]
+        return _per_prompt(rows, len(prompts), False)
 
     def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
                       ) -> list[list[int]]:
         if any(not p for p in ids):
             raise ConfigurationError("the prompt is empty after tokenization; pass some text")
-        kwargs = {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "do_sample": False, **generation_kwargs}
-        max_new = kwargs["max_new_tokens"]
-        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+        kwargs = {"do_sample": False, **generation_kwargs}
+        if "max_length" not in kwargs:
+            kwargs.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        max_new = kwargs.get("max_new_tokens")
+        if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
             raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        check_prompts(self.model, ids)
         if self._generator is None:
             self._generator = self._new_generator()
         outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
@@ -136,6 +145,35 @@ class Loaded:
         if decode is None or not decode.graphs:
             return None
         return (self.host or get_host()).decode_graph(self.plan.backend, decode.graphs)
+
+    def stream(self, prompt: str, **generation_kwargs: Any) -> Iterator[str]:
+        """Generate a continuation of ``prompt`` and yield its text as it comes, piece by piece
+        (the same text :meth:`generate` returns, in order). The fast decode loop hands over tokens
+        every few steps; other paths stream through transformers' ``TextIteratorStreamer``."""
+        self._require_task("text-generation")
+        tokenizer = self._require_tokenizer("stream()")
+        if not isinstance(prompt, str):
+            raise ConfigurationError(f"stream() takes one prompt (a str), got {type(prompt).__name__}")
+        if generation_kwargs.get("num_return_sequences", 1) not in (None, 1):
+            raise ConfigurationError("stream() yields one continuation; drop num_return_sequences or use generate()")
+        from transformers import TextIteratorStreamer
+
+        streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                self.generate(prompt, streamer=streamer, **generation_kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consuming thread
+                failure.append(exc)
+                streamer.end()
+
+        worker = threading.Thread(target=produce, name="intelrt-stream", daemon=True)
+        worker.start()
+        yield from streamer
+        worker.join()
+        if failure:
+            raise failure[0]
 
     def embed(self, texts: str | Sequence[str]) -> Any:
         """Mean-pooled last hidden states, one row per text (feature-extraction models)."""
@@ -188,13 +226,15 @@ class Loaded:
         return build(wanted, model=self.model, tokenizer=self.tokenizer, device=device, **pipeline_kwargs)
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
-              resume: Any = False, **training_overrides: Any) -> TrainResult:
+              resume: Any = False, overwrite: bool = False, **training_overrides: Any) -> TrainResult:
         """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
 
-        ``data``: a text file, a list of strings or a ``datasets.Dataset`` (``text`` or
-        ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA adapters; a
-        model loaded with ``quantization="4bit"`` trains them as QLoRA. ``resume=True`` continues
-        from the last ``checkpoint-N`` in ``output_dir``. ``block_size=`` (tokens per example, default
+        ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
+        (``text`` or ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA
+        adapters; a model loaded with ``quantization="4bit"`` trains them as QLoRA.
+        ``output_dir`` must be new or empty: one holding anything else (the model's own directory
+        above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
+        or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
         128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
         ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
         model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
@@ -203,4 +243,31 @@ class Loaded:
         from ..training.fine_tuning import train
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
-                     **training_overrides)
+                     overwrite=overwrite, **training_overrides)
+
+
+def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:
+    """Rows in the caller's shape: one per prompt, or a list of ``n`` per prompt when the call
+    asked for several sequences each (``num_return_sequences``)."""
+    each = len(rows) // prompts if prompts else 1
+    grouped = [rows[i * each:(i + 1) * each] for i in range(prompts)] if each > 1 else rows
+    return grouped[0] if single else grouped
+
+
+def check_prompts(model: Any, ids: Sequence[Sequence[int]]) -> None:
+    """Refuse token ids outside the model's vocabulary and prompts longer than its positions, before
+    any device work (inside the model they end in an ``IndexError`` far from the cause)."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None) or getattr(model.config.get_text_config(), "vocab_size", None)
+    if vocab:
+        for row, prompt in enumerate(ids):
+            bad = next((t for t in prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise ConfigurationError(
+                    f"token id {bad} (prompt {row}) is outside the model's vocabulary of {vocab} ids (0..{vocab - 1}); "
+                    "tokenize with this model's own tokenizer")
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    longest = max(len(p) for p in ids)
+    if isinstance(limit, int) and 0 < limit < longest:  # XLNet says -1: relative positions, no limit
+        raise ConfigurationError(f"the prompt has {longest} tokens and the model reads at most {limit} positions "
+                                 "(max_position_embeddings); shorten the prompt")

@@ -6,14 +6,16 @@ import logging
 import os
 from typing import Any
 
+from ..errors import IntelrtError, ModelSourceError
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import setup_env
+from ..planning.architecture import AUTO_CLASSES
+from ..planning.environment import apply_in_process
 from ..planning.model_source import require_weights, resolve_model
 from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import make_plan
-from ..planning.request import Request
-from ..support.redaction import redact
+from ..planning.request import Request, split_credentials
+from ..support.redaction import redact, redact_text
 from .compiling import compile as compile_with_plan
 from .compiling import install_compile_wrapper
 from .loaded import Loaded
@@ -21,34 +23,36 @@ from .pretrained_kwargs import from_pretrained_kwargs
 
 log = logging.getLogger(__name__)
 
-AUTO_CLASSES = {
-    "text-generation": "AutoModelForCausalLM",
-    "feature-extraction": "AutoModel",
-    "sequence-classification": "AutoModelForSequenceClassification",
-}
 
-
-def _load_tokenizer(plan: Plan, source: str) -> Any:
+def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any:
     if not plan.model.has_tokenizer:
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code)
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
 
 
-def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
-    """Load the model exactly as ``plan`` says."""
-    setup_env(plan)
+def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
+    """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
+    ``from_pretrained`` here and nowhere else: a plan never holds them."""
+    apply_in_process(plan)
     install_compile_wrapper(plan.backend, host)
     import transformers
 
-    auto_class = getattr(transformers, AUTO_CLASSES[plan.task])
+    credentials = dict(credentials or {})
+    auto_class = getattr(transformers, AUTO_CLASSES[plan.task][0])
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
-    log.info("loading %s with %s", source, redact({k: v for k, v in kwargs.items() if k != "kernel_config"}))
-    model = auto_class.from_pretrained(source, **kwargs)
+    log.info("loading %s with %s%s", source, redact({k: v for k, v in kwargs.items() if k != "kernel_config"}),
+             f" and credentials {sorted(credentials)}" if credentials else "")
+    try:
+        model = auto_class.from_pretrained(source, **kwargs, **credentials)
+    except OSError as exc:  # the hub's connection errors name HF_ENDPOINT, password included
+        if isinstance(exc, IntelrtError):
+            raise
+        raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
     model.eval()
-    tokenizer = _load_tokenizer(plan, source)
+    tokenizer = _load_tokenizer(plan, source, credentials)
     model = compile_with_plan(model, plan)
     return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host)
 
@@ -56,8 +60,9 @@ def apply_plan(plan: Plan, host: PluginHost | None = None) -> Loaded:
 def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
     """The plan :func:`load` applies (``options``: as for ``load``). Unlike ``plan``, a hub id
     that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
+    _, credentials = split_credentials(options)
     request = Request.build(model, **options)
-    info = resolve_model(request.model, download=True)
+    info = resolve_model(request.model, download=True, token=credentials.get("token"))
     require_weights(info)
     return make_plan(request, host=get_host(), model=info)
 
@@ -70,10 +75,13 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
 
     Unlike planning, loading a hub id that is not cached downloads it (unless ``HF_HUB_OFFLINE``).
+    Credentials (``token=`` …) are handed to the download and to ``from_pretrained`` only: the
+    plan records their names, never their values.
     """
     plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
                          trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                          **from_pretrained_kwargs)
-    return apply_plan(plan, get_host())
+    _, credentials = split_credentials(from_pretrained_kwargs)
+    return apply_plan(plan, get_host(), credentials)

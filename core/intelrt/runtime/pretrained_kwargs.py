@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..hooks.payloads import placement_kwargs
 from ..planning.plan import Plan
 
 
@@ -17,14 +18,18 @@ def _kernel_entry(value: Any) -> Any:
 
 
 def kernel_config(plan: Plan) -> Any:
-    """transformers ``KernelConfig`` for the plan's kernel mapping, or ``None`` (SPEC X8)."""
+    """transformers ``KernelConfig`` for the plan's kernel mapping, or ``None`` (SPEC X8).
+
+    ``inherit_mapping=False``: with transformers' default (True) its ``kernelize`` stacks the plan's
+    mapping on its whole default mapping, so layers the plan keeps on their PyTorch forward would be
+    kernelized too, and their kernels fetched from the hub at load time (SPEC C4)."""
     value = plan.kernel_choice
     if value is None or not value.use_kernels or not value.kernel_mapping:
         return None
     from transformers import KernelConfig
 
     return KernelConfig(kernel_mapping={layer: _kernel_entry(entry) for layer, entry in value.kernel_mapping.items()},
-                        use_local_kernel=value.use_local_kernel)
+                        use_local_kernel=value.use_local_kernel, inherit_mapping=False)
 
 
 def quantization_config(plan: Plan) -> Any:
@@ -47,7 +52,7 @@ def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
     """Everything the plan decided, as ``from_pretrained`` keywords (plus the user's extras)."""
     kwargs: dict[str, Any] = {
         "dtype": plan.value("dtype"),
-        "device_map": plan.value("placement"),
+        **placement_kwargs(plan.value("placement")),
         "attn_implementation": plan.value("attention"),
         "trust_remote_code": plan.request.trust_remote_code,
     }

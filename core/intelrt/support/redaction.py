@@ -1,37 +1,127 @@
-"""Keep secrets out of anything intelrt prints (plans, doctor reports)."""
+"""Keep secrets out of everything intelrt writes: plans, doctor reports, log records, error
+messages and saved files all go through this one redaction.
+
+A secret is
+* the value of an environment variable whose name says it holds one (``TOKEN``, ``KEY``,
+  ``SECRET``, ``PASSWORD``, ``AUTH``, ``CREDENTIAL`` …, in any case);
+* the ``user:password`` part of any URL (``HF_ENDPOINT=https://alice:S3cret@host``, a proxy);
+* a value handed to :func:`register_secret` — a ``token=`` passed to ``intelrt.load``.
+
+Each is replaced by :data:`MASK` wherever it appears.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
+#: Names of variables (and keywords, dict keys) that hold a secret. ``TOKENIZERS_PARALLELISM`` and
+#: ``max_new_tokens`` name a tokenizer setting and a count, not a token.
+SECRET_NAME = re.compile(r"TOKEN(?!IZER|S)|KEY|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.I)
 MASK = "***"
+#: ``scheme://userinfo@`` — the userinfo (``user:password``, or a token used as the user name).
+URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@?#]+)@")
+#: Values too common to be a secret: masking them would garble every "true" or "1" in a report.
+_NOT_SECRET = re.compile(r"(?i)(true|false|yes|no|on|off|none|null|[0-9.]*)")
+_MIN_SECRET_LENGTH = 4
+_registered: set[str] = set()
 
 
 def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name))
 
 
-def secret_values() -> list[str]:
-    """Values of secret-looking variables in the environment (4+ characters, longest first)."""
-    values = {v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 4}
-    return sorted(values, key=len, reverse=True)
+def _could_be_secret(value: str) -> bool:
+    return len(value) >= _MIN_SECRET_LENGTH and not _NOT_SECRET.fullmatch(value.strip())
 
 
-def redact_text(text: str) -> str:
-    for value in secret_values():
+def register_secret(value: object) -> None:
+    """Mask ``value`` (a ``str``) in everything redacted from now on, in this process."""
+    if isinstance(value, str) and _could_be_secret(value):
+        _registered.add(value)
+
+
+def _url_passwords(value: str) -> Iterable[str]:
+    for match in URL_USERINFO.finditer(value):
+        userinfo = match.group("userinfo")
+        secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
+        yield from {secret, unquote(secret)}
+
+
+def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret value known now (environment, URL passwords, registered), longest first."""
+    env = os.environ if env is None else env
+    values = set(_registered)
+    for name, value in env.items():
+        if is_secret_name(name):
+            values.add(value)
+        values.update(_url_passwords(value))
+    return sorted((v for v in values if _could_be_secret(v)), key=len, reverse=True)
+
+
+def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` with URL credentials and every known secret value replaced by :data:`MASK`."""
+    text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    for value in secret_values(env):
         text = text.replace(value, MASK)
     return text
 
 
-def redact(data: Any) -> Any:
-    """A copy of JSON-like ``data`` with secret values masked wherever they appear."""
-    if isinstance(data, dict):
-        return {k: (MASK if is_secret_name(str(k)) and isinstance(v, str) else redact(v)) for k, v in data.items()}
-    if isinstance(data, list):
-        return [redact(v) for v in data]
+def redact(data: Any, env: Mapping[str, str] | None = None) -> Any:
+    """A copy of JSON-like ``data`` with secrets masked: the ``str`` value of a secret-named key,
+    and secret values wherever they appear."""
+    if isinstance(data, Mapping):
+        return {k: (MASK if is_secret_name(str(k)) and isinstance(v, str) else redact(v, env)) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [redact(v, env) for v in data]
     if isinstance(data, str):
-        return redact_text(data)
+        return redact_text(data, env)
     return data
+
+
+def redact_record(record: logging.LogRecord) -> None:
+    """Mask secrets in a log record's message, exception and stack text, in place."""
+    try:
+        message = record.getMessage()
+    except (TypeError, ValueError, KeyError):  # a malformed logging call: logging reports it when it formats
+        return
+    clean = redact_text(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact_text(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact_text(record.stack_info)
+
+
+class RedactingFilter(logging.Filter):
+    """A ``logging.Filter`` for a handler: every record it lets through has its secrets masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact_record(record)
+        return True
+
+
+def redact_log_output(handler: logging.Handler) -> None:
+    """Mask secrets in what a program's log ``handler`` prints, and in what libraries print
+    through handlers of their own (huggingface_hub's retry warnings carry ``HF_ENDPOINT`` with
+    its password): records are redacted where they are made, once per process."""
+    if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+        handler.addFilter(RedactingFilter())
+    make_record = logging.getLogRecordFactory()
+    if getattr(make_record, "redacts", False):
+        return
+
+    def make_redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        redact_record(record)
+        return record
+
+    make_redacted_record.redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make_redacted_record)

@@ -59,8 +59,9 @@ def torch_version() -> str | None:
 
 
 #: What intelrt itself needs (``pyproject.toml`` dependencies). Older versions fail far from the
-#: cause (an unknown ``dtype=`` keyword, a missing ``KernelConfig``), so doctor and plans say so first.
-FLOORS = {"torch": "2.6", "transformers": "5.0", "accelerate": "1.5", "huggingface_hub": "1.0"}
+#: cause (an unknown ``dtype=`` keyword, a missing ``KernelConfig``, a training lock two runs can
+#: both hold), so doctor and plans say so first.
+FLOORS = {"torch": "2.6", "transformers": "5.0", "accelerate": "1.5", "huggingface_hub": "1.0", "filelock": "4.3"}
 
 
 def installed_version(distribution: str) -> str | None:

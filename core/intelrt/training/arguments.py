@@ -20,11 +20,12 @@ from typing import Any
 
 from ..errors import ConfigurationError, PluginError
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import setup_env
+from ..planning.environment import apply_in_process
 from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import plan_backend
 from ..support.distributed import is_distributed_launch
+from ..support.redaction import MASK, is_secret_name
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +44,23 @@ class TrainingSetting:
     source: str
     claim: str | None = None
 
+    @property
+    def shown_value(self) -> Any:
+        """The value as reports show it: a secret (``hub_token`` …) masked."""
+        return MASK if is_secret_name(self.name) and isinstance(self.value, str) else self.value
+
     def to_dict(self) -> dict[str, Any]:
         try:
-            json.dumps(self.value)
-            value = self.value
+            json.dumps(self.shown_value)
+            value = self.shown_value
         except (TypeError, ValueError):
-            value = repr(self.value)
+            value = repr(self.shown_value)
         return {"name": self.name, "value": value, "reason": self.reason, "source": self.source,
                 "claim": self.claim}
 
     def __str__(self) -> str:
         claim = f" [{self.claim}]" if self.claim else ""
-        return f"{self.name}={self.value!r} ({self.source}: {self.reason}{claim})"
+        return f"{self.name}={self.shown_value!r} ({self.source}: {self.reason}{claim})"
 
 
 def argument_names() -> frozenset[str]:
@@ -167,5 +173,5 @@ def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = Non
         raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
     resolved = resolve_plan(plan, backend)
     settings = training_settings(resolved, overrides)
-    setup_env(resolved)
+    apply_in_process(resolved)
     return build_training_arguments(output_dir, resolved, settings)

@@ -13,14 +13,22 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError, SaveError
+from ..errors import ConfigurationError, IntelrtError, SaveError
+from ..support.redaction import redact_text
 from .arguments import USER, TrainingSetting, build_training_arguments, training_settings
-from .data import DEFAULT_BLOCK_SIZE, causal_lm_blocks
+from .data import DEFAULT_BLOCK_SIZE, ModelLimits, causal_lm_blocks
+from .divergence import Divergence, diverged_error, divergence_guard, non_finite_weight
+from .locking import hold_output_dir, is_main_process, refuse_if_held
+from .output_dir import (
+    clean_debris,
+    refuse_content,
+    refuse_the_models_own_directory,
+    remove_earlier_checkpoints,
+)
+from .resuming import resume_checkpoint
 from .saving import (
-    CHECKPOINT_COMPLETE,
     check_writable,
     discard_incomplete,
     last_complete_checkpoint,
@@ -56,6 +64,8 @@ class TrainResult:
     examples: int
     resumed_from: str | None = None
     settings: tuple[TrainingSetting, ...] = field(default=())
+    truncated_rows: int = 0
+    """Rows of token ids cut to the model's length (``max_position_embeddings``)."""
 
     @property
     def first_loss(self) -> float:
@@ -71,21 +81,23 @@ class TrainResult:
                 "first_loss": self.first_loss, "final_loss": self.final_loss, "mean_loss": self.mean_loss,
                 "losses": [list(x) for x in self.losses], "trainable_parameters": self.trainable_parameters,
                 "total_parameters": self.total_parameters, "examples": self.examples,
-                "resumed_from": self.resumed_from, "settings": [s.to_dict() for s in self.settings]}
+                "truncated_rows": self.truncated_rows, "resumed_from": self.resumed_from,
+                "settings": [s.to_dict() for s in self.settings]}
 
     def __str__(self) -> str:
         what = ("QLoRA adapters" if self.quantized else "LoRA adapters") if self.adapter else "the whole model"
         share = 100.0 * self.trainable_parameters / max(self.total_parameters, 1)
         lines = [f"trained {what}: {self.trainable_parameters:,} of {self.total_parameters:,} parameters ({share:.2f}%)",
                  f"  loss      {self.first_loss:.4f} -> {self.final_loss:.4f} (mean {self.mean_loss:.4f})",
-                 f"  steps     {self.steps} ({self.epochs:g} epochs over {self.examples} blocks)",
+                 f"  steps     {self.steps} ({self.epochs:g} epochs over {self.examples} blocks"
+                 + (f"; {self.truncated_rows} rows truncated to the model's length)" if self.truncated_rows else ")"),
                  f"  time      {self.seconds:.1f} s"]
         if self.resumed_from:
             lines.append(f"  resumed   from {self.resumed_from}")
         lines.append(f"  saved to  {self.output_dir}" + (" (adapter; intelrt.load() it directly)" if self.adapter else ""))
         ours = [s for s in self.settings if s.source != USER]
         if ours:
-            lines.append("  settings  " + "; ".join(f"{s.name}={s.value!r} ({s.reason})" for s in ours))
+            lines.append("  settings  " + "; ".join(f"{s.name}={s.shown_value!r} ({s.reason})" for s in ours))
         return "\n".join(lines)
 
 
@@ -110,31 +122,6 @@ def _lora_config(lora: object) -> Any:
     if isinstance(lora, LoraConfig):
         return lora
     raise ConfigurationError(f"lora= takes True or a peft.LoraConfig, not {type(lora).__name__}")
-
-
-def _resume_checkpoint(resume: object, output_dir: str) -> str | None:
-    last, skipped = last_complete_checkpoint(output_dir)
-    if skipped and resume is True:
-        log.warning("%s: skipping incomplete %s (no %s: its save was cut short); resuming from %s", output_dir,
-                    ", ".join(skipped), CHECKPOINT_COMPLETE, os.path.basename(last) if last else "the start")
-    if resume is False or resume is None:
-        if last:
-            log.warning("%s holds %s from an earlier run; this run starts over (pass resume=True to continue it)",
-                        output_dir, os.path.basename(last))
-        return None
-    if resume is True:
-        if last is None:
-            found = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-            raise ConfigurationError(f"resume=True, but {output_dir} holds no checkpoint-N directory with "
-                                     f"{CHECKPOINT_COMPLETE} (it has: {', '.join(found) or 'nothing'}); save checkpoints with "
-                                     "save_steps=N, or leave resume unset to start over")
-        return str(last)
-    if isinstance(resume, (str, os.PathLike)):
-        path = Path(resume)
-        if not (path / "trainer_state.json").is_file():
-            raise ConfigurationError(f"resume={os.fspath(resume)!r} is not a Trainer checkpoint (no trainer_state.json)")
-        return str(path)
-    raise ConfigurationError(f"resume= takes True, False or a checkpoint directory, not {resume!r}")
 
 
 def _quiet_progress() -> Any:
@@ -186,9 +173,56 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
     return peft_model, True
 
 
+def _is_peft(model: Any) -> bool:
+    peft = _peft()
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def _model_limits(loaded: Any) -> ModelLimits:
+    """The token ids and row length the model can take, read from its embedding and config."""
+    model, config = loaded.model, getattr(loaded.model, "config", None)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None) or getattr(config, "vocab_size", None)
+    length = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return ModelLimits(vocab_size=vocab if isinstance(vocab, int) else None,
+                       max_length=length if isinstance(length, int) else None, strict=loaded.plan.request.strict)
+
+
+def _claim_output_dir(loaded: Any, out: str, *, adapter: bool, resume: object, overwrite: bool) -> None:
+    """Refuse an output directory this run must not write into, before anything is trained."""
+    refuse_the_models_own_directory(out, loaded.plan.model, adapter=adapter, overwrite=overwrite)
+    if os.path.isdir(out):
+        if is_main_process():
+            refuse_if_held(out)  # in a launched job rank 0 holds it for every rank
+        refuse_content(out, resume=resume, overwrite=overwrite)
+
+
+def _cut_short(out: str, since: float, exc: BaseException) -> None:
+    """A run stopped by ``exc``: remove the checkpoints it left half-written, and say so honestly.
+    An ``OSError`` (a write that failed: disk full, quota, read-only) becomes a :class:`SaveError`."""
+    removed, failed = discard_incomplete(out, since)
+    said = []
+    if removed:
+        said.append(f"Removed the incomplete {', '.join(removed)}")
+    if failed:
+        said.append(f"could not remove the incomplete {', '.join(failed)}: it stays (resume=True skips it); "
+                    "delete it by hand")
+    outcome = "; ".join(said)
+    if not isinstance(exc, Exception):  # Ctrl-C: the interrupt itself is the message
+        if outcome:
+            log.warning("%s: training interrupted during a checkpoint. %s.", out, outcome)
+        return
+    if outcome or (isinstance(exc, OSError) and not isinstance(exc, IntelrtError)):
+        writing = f"writing {', '.join(removed + failed)} " if removed or failed else "writing "
+        raise SaveError(f"training stopped while {writing}to {out} ({type(exc).__name__}: {redact_text(str(exc))}): "
+                        "disk full, quota "
+                        f"or read-only? {outcome or 'No checkpoint was left incomplete'}; free space, then "
+                        "train(..., resume=True) continues from the last complete one.") from exc
+
+
 def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0,
-          output_dir: str | os.PathLike[str], resume: object = False, block_size: int = DEFAULT_BLOCK_SIZE,
-          callbacks: Sequence[Any] = (), **training_overrides: Any) -> TrainResult:
+          output_dir: str | os.PathLike[str], resume: object = False, overwrite: bool = False,
+          block_size: int = DEFAULT_BLOCK_SIZE, callbacks: Sequence[Any] = (), **training_overrides: Any) -> TrainResult:
     """Fine-tune ``loaded`` on ``data``; see :meth:`intelrt.Loaded.train`."""
     loaded._require_task("text-generation")
     tokenizer = loaded._require_tokenizer("train()")
@@ -196,29 +230,51 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
         raise ConfigurationError(f"epochs must be a number > 0, got {epochs!r}")
     if "num_train_epochs" in training_overrides:
         raise ConfigurationError("pass epochs= (not num_train_epochs=) to train()")
+    if "overwrite_output_dir" in training_overrides:
+        raise ConfigurationError("pass overwrite=True (not overwrite_output_dir=) to train()")
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
         raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
+    if not isinstance(overwrite, bool):
+        raise ConfigurationError(f"overwrite must be True or False, got {overwrite!r}")
+    if overwrite and resume not in (False, None):
+        raise ConfigurationError("overwrite=True removes the earlier checkpoints that resume= would continue from; "
+                                 "pass one of them")
     out = os.fspath(output_dir)
     quantized = loaded.plan.quantization_choice is not None
+    _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dataset = causal_lm_blocks(data, tokenizer, block_size)
+    dataset = causal_lm_blocks(data, tokenizer, block_size, _model_limits(loaded))
 
     overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
     if lora or quantized:
         overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
     settings = training_settings(loaded.plan, overrides)
     args = build_training_arguments(out, loaded.plan, settings)
-    checkpoint = _resume_checkpoint(resume, out)
     check_writable(out)  # before training: a full or read-only disk must not cost the whole run
+    with hold_output_dir(out):
+        return _train_holding(loaded, dataset, out, lora=lora, quantized=quantized, resume=resume,
+                              overwrite=overwrite, args=args, settings=settings, callbacks=callbacks)
+
+
+def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantized: bool, resume: object,
+                   overwrite: bool, args: Any, settings: list[TrainingSetting], callbacks: Sequence[Any]) -> TrainResult:
+    """The run itself, while this process holds ``out``."""
+    main = is_main_process()
+    if main:
+        clean_debris(out, resuming=resume not in (False, None))
+        if overwrite:
+            remove_earlier_checkpoints(out)
+    checkpoint = resume_checkpoint(resume, out)
     model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
 
     from transformers import DataCollatorForLanguageModeling, Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-                      callbacks=list(callbacks))
+    guard = divergence_guard()
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
+                      data_collator=DataCollatorForLanguageModeling(loaded.tokenizer, mlm=False),
+                      callbacks=[*callbacks, guard])
     trainer.pop_callback(PrinterCallback)  # one summary at the end instead of a dict per log step
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_quiet_progress())
@@ -228,16 +284,20 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     since = time.time()
     try:
         output = trainer.train(resume_from_checkpoint=checkpoint)
-    except Exception as exc:  # noqa: BLE001 - re-raised; a checkpoint cut short must not look resumable
-        removed = discard_incomplete(out, since) if trainer.is_world_process_zero() else []
-        if removed:
-            raise SaveError(f"training stopped while writing {', '.join(removed)} to {out} ({type(exc).__name__}: "
-                            f"{exc}): disk full, quota or read-only? Removed the incomplete checkpoint; free space, "
-                            "then train(..., resume=True) continues from the last complete one.") from exc
+    except BaseException as exc:  # re-raised; a checkpoint cut short (Ctrl-C too) must not look resumable
+        if trainer.is_world_process_zero():
+            _cut_short(out, since, exc)
         raise
     finally:
         model.eval()  # …and back to inference
     seconds = time.perf_counter() - started
+    step = int(trainer.state.global_step)
+    divergence = guard.divergence
+    if divergence is None and (weight := non_finite_weight(model)) is not None:
+        divergence = Divergence(step, "weights", weight)  # the last update broke the weights: nothing to save
+    if divergence is not None:
+        raise diverged_error(divergence, learning_rate=float(args.learning_rate), max_steps=int(trainer.state.max_steps),
+                             last_checkpoint=last_complete_checkpoint(out)[0], lora=adapter)
     save_model_atomically(trainer, out)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -246,7 +306,7 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
                          epochs=float(trainer.state.epoch or 0.0), seconds=seconds, losses=losses,
                          mean_loss=float(output.training_loss), trainable_parameters=trainable,
                          total_parameters=total, examples=len(dataset), resumed_from=checkpoint,
-                         settings=tuple(settings))
+                         settings=tuple(settings), truncated_rows=dataset.truncated)
     if trainer.is_world_process_zero():  # in a launched job every rank trains; one writes
         _write_summary(out, result)
     log.info("%s", result)

@@ -11,7 +11,8 @@ can stop a write half way — after ``config.json``, before the weights. So:
   only when every file is written, the marker files last; on failure the staging directory is
   removed and what the output directory held before is untouched;
 * a ``checkpoint-N`` this run left without ``trainer_state.json`` (``Trainer`` writes it last)
-  is removed, and ``resume=True`` never picks such a checkpoint.
+  is removed — also when Ctrl-C stops the save — and ``resume=True`` never picks such a
+  checkpoint. A message says what was removed and what could not be (a read-only directory).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 from ..errors import SaveError
+from ..support.redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +36,13 @@ MARKERS = ("config.json", "adapter_config.json")
 #: ``Trainer`` writes it last into a checkpoint: a checkpoint without it is incomplete.
 CHECKPOINT_COMPLETE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-_STAGING_PREFIX = ".intelrt-saving-"
+STAGING_PREFIX = ".intelrt-saving-"
 #: File times come from a coarse kernel clock that can lag ``time.time()`` by a tick.
 _CLOCK_SLACK_S = 0.05
 
 
 def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return redact_text(f"{type(exc).__name__}: {exc}")
 
 
 def check_writable(directory: str) -> None:
@@ -63,12 +65,18 @@ def checkpoints(directory: str) -> dict[str, bool]:
             if _CHECKPOINT.match(name) and os.path.isdir(os.path.join(directory, name))}
 
 
-def last_complete_checkpoint(directory: str) -> tuple[str | None, list[str]]:
-    """The highest complete ``checkpoint-N`` (or ``None``) and the incomplete ones above it."""
-    found = checkpoints(directory)
-    ordered = sorted(found, key=lambda n: int(_CHECKPOINT.match(n).group(1)), reverse=True)  # type: ignore[union-attr]
+def checkpoint_step(name: str) -> int:
+    """N of ``checkpoint-N`` (``-1`` for any other name)."""
+    match = _CHECKPOINT.match(name)
+    return int(match.group(1)) if match else -1
+
+
+def last_complete_checkpoint(directory: str, below: int | None = None) -> tuple[str | None, list[str]]:
+    """The highest complete ``checkpoint-N`` (with ``N < below`` when given, or ``None``) and the
+    incomplete ones above it."""
+    found = {name: done for name, done in checkpoints(directory).items() if below is None or checkpoint_step(name) < below}
     skipped: list[str] = []
-    for name in ordered:
+    for name in sorted(found, key=checkpoint_step, reverse=True):
         if found[name]:
             return os.path.join(directory, name), skipped
         skipped.append(name)
@@ -76,28 +84,47 @@ def last_complete_checkpoint(directory: str) -> tuple[str | None, list[str]]:
 
 
 def _newest(path: str) -> float:
-    return max((entry.stat().st_mtime for entry in os.scandir(path) if entry.is_file()), default=0.0)
+    """The last change in ``path``: its files, or the directory itself (a save stopped right after
+    creating it leaves it empty)."""
+    files = (entry.stat().st_mtime for entry in os.scandir(path) if entry.is_file())
+    return max(files, default=os.stat(path).st_mtime)
 
 
-def discard_incomplete(directory: str, since: float) -> list[str]:
+def remove_directories(directory: str, names: list[str]) -> tuple[list[str], list[str]]:
+    """Remove each ``directory/name``: the names removed, and ``"name (why)"`` for each that could
+    not be (a read-only directory) — so a message never calls removed what is still there."""
+    removed, failed = [], []
+    for name in names:
+        try:
+            shutil.rmtree(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed.append(f"{name} ({_why(exc)})")
+            continue
+        removed.append(name)
+    return removed, failed
+
+
+def discard_incomplete(directory: str, since: float) -> tuple[list[str], list[str]]:
     """Remove the checkpoints written to since ``since`` (a ``time.time()``) whose save was cut short
-    — no ``trainer_state.json`` written since then — and return their names.
+    — no ``trainer_state.json`` written since then. Returns the names removed and, for those that
+    could not be removed, ``"name (why)"``.
 
     ``Trainer`` rewrites an existing ``checkpoint-N`` in place when a new run reaches step N, so a
     checkpoint of an earlier run can be cut short too; its old ``trainer_state.json`` then vouches
     for half-rewritten weights, and it is removed as well.
     """
-    removed = []
     since -= _CLOCK_SLACK_S
+    cut_short = []
     for name in sorted(checkpoints(directory)):
         path = os.path.join(directory, name)
         state = os.path.join(path, CHECKPOINT_COMPLETE)
         touched = _newest(path) >= since
         finished = os.path.isfile(state) and os.path.getmtime(state) >= since
         if touched and not finished:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(name)
-    return removed
+            cut_short.append(name)
+    return remove_directories(directory, cut_short)
 
 
 def save_model_atomically(trainer: Any, directory: str) -> None:
@@ -119,7 +146,7 @@ def save_model_atomically(trainer: Any, directory: str) -> None:
                             f"read-only? Removed this save's {', '.join(written) or 'marker files'} so the "
                             "partial model does not look complete.") from exc
         return
-    staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=directory)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory)
     try:
         try:
             trainer.save_model(staging)
@@ -146,12 +173,13 @@ def save_model_atomically(trainer: Any, directory: str) -> None:
 
 
 def write_json_atomically(path: str, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same directory."""
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same directory, secrets
+    masked (:mod:`intelrt.support.redaction`)."""
     directory = os.path.dirname(path) or "."
     handle, temporary = tempfile.mkstemp(prefix=".intelrt-", suffix=".json", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
+            json.dump(redact(data), fh, indent=2)
         os.replace(temporary, path)
     except OSError as exc:
         raise SaveError(f"writing {path} failed ({_why(exc)})") from None

@@ -7,15 +7,19 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from intelrt.plugin import (
+    FIT_HEADROOM,
     BackendStatus,
     CompileChoice,
     Decision,
     DecisionValue,
     KernelChoice,
     PlanError,
+    QuantizationChoice,
+    attention_fallback,
     bitsandbytes_choice,
     bytes_per_parameter,
     fits_one_device,
+    format_bytes,
     hookimpl,
     package_version,
 )
@@ -56,21 +60,35 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision |
     return Decision("bfloat16", "every Gaudi generation supports bfloat16", claim="H8")
 
 
+def _too_big(backend: BackendStatus, model: ModelInfo, per_param: float | None) -> str:
+    need = model.parameter_count * per_param if per_param else model.weight_bytes
+    memory = min(d.total_memory for d in backend.devices if d.total_memory)
+    return f"{format_bytes(need)} of weights (x{FIT_HEADROOM} headroom) do not fit one Gaudi ({format_bytes(memory)})"
+
+
 @hookimpl
 def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, DecisionValue]
                              ) -> Decision | None:
-    """H6: ``device_map="hpu"`` (never ``hpu:N``); ``auto`` when one Gaudi is too small."""
+    """H6: ``device_map="hpu"`` (never ``hpu:N``). A process drives one Gaudi, so a model too big
+    for one is refused with the ways out, never split with ``device_map="auto"`` across Gaudis."""
     if not owns(backend):
         return None
-    if fits_one_device(backend, model, bytes_per_parameter(decisions)) is False and backend.device_count > 1:
-        return Decision("auto", f"the weights do not fit one Gaudi; accelerate splits them across the "
-                                f"{backend.device_count} visible Gaudis", claim="H6")
-    return Decision(BACKEND, "device_map='hpu' loads onto the Gaudi (the device is 'hpu'; an index 'hpu:N' is not "
-                             "supported)", claim="H6")
+    per_param = bytes_per_parameter(decisions)
+    if fits_one_device(backend, model, per_param) is False:
+        quantized = isinstance(decisions.get("quantization"), QuantizationChoice)
+        raise PlanError(
+            f"{_too_big(backend, model, per_param)}, and a Gaudi process drives one Gaudi: the stack acquires one "
+            "device per process and device_map='auto' across Gaudis is not supported (SPEC H6). Ways out: "
+            + ("" if quantized else "quantization='4bit' or '8bit' (bitsandbytes on Gaudi 2 and 3) to shrink the "
+                                    "weights; ")
+            + "one process per Gaudi with the weights sharded across them, or tensor parallelism — intelrt does not "
+              f"build those yet; Optimum for Intel Gaudi has them ({OPTIMUM_HABANA})")
+    return Decision(BACKEND, "device_map='hpu' loads onto the Gaudi this process drives (the device is 'hpu'; an "
+                             "index 'hpu:N' is not supported)", claim="H6")
 
 
 @hookimpl
-def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decision | None:
+def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision | None:
     """FlashAttention packages and hub kernels do not run on Gaudi; SDPA does."""
     if not owns(backend):
         return None
@@ -81,7 +99,8 @@ def intelrt_select_attention(backend: BackendStatus, request: Request) -> Decisi
                             f"kernels have no 'hpu' build. Use 'sdpa' (the default) or 'eager'; Optimum for Intel "
                             f"Gaudi ({OPTIMUM_HABANA}) has Gaudi's fused attention")
         return None  # the generic rules check the name
-    return Decision("sdpa", "torch's scaled_dot_product_attention runs on Gaudi with no extra package")
+    return attention_fallback(model) or Decision(
+        "sdpa", "torch's scaled_dot_product_attention runs on Gaudi with no extra package")
 
 
 @hookimpl

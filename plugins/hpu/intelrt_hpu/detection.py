@@ -27,6 +27,7 @@ from .facts import (
     PRIORITY,
     STACK_DISTRIBUTION,
     STACK_MODULE,
+    lazy_mode,
 )
 from .probe import probe
 
@@ -36,16 +37,17 @@ def _unavailable(reason: str, versions: Mapping[str, str] | None = None,
     return [BackendStatus(BACKEND, BACKEND, False, reason, PRIORITY, versions=dict(versions or {}), notes=notes)]
 
 
-def mode_note(env: Mapping[str, str]) -> str:
-    """H1: how the run executes, from ``PT_HPU_LAZY_MODE``."""
-    value = env.get(LAZY_VAR)
-    if value is None:
-        return (f"eager ({LAZY_VAR} unset; the Gaudi stack runs PyTorch eagerly and torch.compile "
-                "captures graphs). transformers treats unset as lazy '1' and imports habana_frameworks.torch in "
-                "is_torch_hpu_available()")
-    if value == "1":
-        return f"lazy ({LAZY_VAR}=1: ops are accumulated into graphs and run at mark_step())"
-    return f"eager ({LAZY_VAR}={value}; torch.compile captures graphs)"
+def mode_note(env: Mapping[str, str], stack: str | None) -> str:
+    """H1: how the run executes: ``PT_HPU_LAZY_MODE``, or the default of the installed Gaudi software."""
+    lazy, why = lazy_mode(env, stack)
+    if lazy:
+        text = f"lazy ({why}: ops are accumulated into graphs and run at mark_step())"
+    else:
+        text = f"eager ({why}; the Gaudi stack runs PyTorch eagerly and torch.compile captures graphs)"
+    if env.get(LAZY_VAR) is None:
+        text += (". transformers treats unset as lazy '1' when deciding to import habana_frameworks.torch in "
+                 "is_torch_hpu_available()")
+    return text
 
 
 def visibility_note(env: Mapping[str, str]) -> str | None:
@@ -53,8 +55,10 @@ def visibility_note(env: Mapping[str, str]) -> str | None:
     if env.get(MODULES_VAR) is not None:
         return f"{MODULES_VAR}={env[MODULES_VAR]} selects Gaudis by module id (stable across reboots)"
     if env.get(DEVICES_VAR) is not None:
-        return (f"{DEVICES_VAR}={env[DEVICES_VAR]} selects Gaudis by device index, which can change after a reboot "
-                f"or driver reinstall; prefer {MODULES_VAR} (map with `{HL_SMI_MAP}`)")
+        return (f"{DEVICES_VAR}={env[DEVICES_VAR]} selects Gaudis by device index only when a container starts "
+                "(habanalabs-container-runtime mounts those devices); inside a process the Gaudi stack never reads "
+                f"it, and indices can change after a reboot or driver reinstall: use {MODULES_VAR} (map with "
+                f"`{HL_SMI_MAP}`)")
     return None
 
 
@@ -72,7 +76,7 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
         return _unavailable(f"accelerate {versions['accelerate']} < {ACCELERATE_FLOOR}: transformers' "
                             "is_torch_hpu_available() is False even with a Gaudi present; "
                             f"pip install 'accelerate>={ACCELERATE_FLOOR}'", versions)
-    notes = [f"execution mode: {mode_note(env)}"]
+    notes = [f"execution mode: {mode_note(env, versions[STACK_DISTRIBUTION])}"]
     visibility = visibility_note(env)
     if visibility:
         notes.append(visibility)
@@ -84,9 +88,9 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
         return _unavailable(f"the Gaudi stack is installed but could not be queried ({answer.how}): {answer.error}",
                             versions, tuple(notes))
     if not answer.available:
-        selecting = next((name for name in (MODULES_VAR, DEVICES_VAR) if env.get(name) is not None), None)
-        problems = parse_device_list(selecting, env[selecting]).problems if selecting else ()
-        return _unavailable(f"the Gaudi stack sees no device (check `hl-smi`, and {MODULES_VAR} / {DEVICES_VAR})"
+        selecting = MODULES_VAR if env.get(MODULES_VAR) is not None else None
+        problems = parse_device_list(MODULES_VAR, env[MODULES_VAR]).problems if selecting else ()
+        return _unavailable(f"the Gaudi stack sees no device (check `hl-smi`, and {MODULES_VAR})"
                             + "".join(f"; {selecting}: {p}" for p in problems), versions, tuple(notes))
     if answer.generation:
         versions[GENERATION_KEY] = answer.generation

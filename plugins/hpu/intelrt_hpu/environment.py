@@ -62,6 +62,8 @@ def malformed_visibility(env: Mapping[str, str], visible: int | None) -> Finding
     if not problems:
         return None
     seen = f"; this process sees {visible} Gaudi(s)" if visible is not None else ""
+    if name == MODULES_VAR:  # gaudi-pytorch-bridge hpu/_utils.py reads it with int() of each entry
+        seen += "; torch.hpu.set_device() reads each entry with int() and raises ValueError on one that is not a number"
     return Finding("warning", f"{name} has entries the driver ignores", f"{name}={env[name]!r}: "
                    f"{'; '.join(problems)}{seen}", fix=f"correct or unset {name} (module ids as `{HL_SMI_MAP}` "
                    "shows them, e.g. 0,1), or pass devices= to intelrt", claim="H5")
@@ -120,9 +122,11 @@ def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str
             items.append(request.warn_or_refuse(malformed))
     if request.devices is None and env.get(DEVICES_VAR) is not None and env.get(MODULES_VAR) is None:
         items.append(Finding("warning", f"{DEVICES_VAR} selects Gaudis by index",
-                             f"{DEVICES_VAR}={env[DEVICES_VAR]} uses device indices, which can change after a reboot "
-                             "or driver reinstall", fix=f"use {MODULES_VAR} with module ids instead (`{HL_SMI_MAP}` "
-                             "maps indices to module ids), or pass devices= to intelrt", claim="H5"))
+                             f"{DEVICES_VAR}={env[DEVICES_VAR]} takes effect only when a container starts "
+                             "(habanalabs-container-runtime mounts those devices; the Gaudi stack in a process never "
+                             "reads it), and its indices can change after a reboot or driver reinstall",
+                             fix=f"use {MODULES_VAR} with module ids instead (`{HL_SMI_MAP}`, or `intelrt doctor "
+                                 "--probe`, maps indices to module ids), or pass devices= to intelrt", claim="H5"))
     return items
 
 
@@ -149,9 +153,19 @@ def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mappi
         raise PlanError(f"nproc={nproc}: HCCL runs one process per Gaudi and only {count} Gaudi(s) are selected; "
                         f"use nproc={count} (the default) or select more Gaudis with devices=")
     if count and nproc < count:
-        items.append(Finding("info", f"{nproc} process(es) on {count} visible Gaudis",
-                             f"one process per Gaudi: ranks take Gaudis in order and {count - nproc} stay idle",
-                             claim="H10"))
+        if modules is not None:
+            # Habana: "the number of elements in the list must be equal to the number of devices used"
+            items.append(plan.request.warn_or_refuse(Finding(
+                "warning", f"{MODULES_VAR} lists more Gaudis than processes",
+                f"{MODULES_VAR}={chosen} names {count} module(s) for {nproc} process(es); Habana's Gaudi-to-process "
+                "assignment requires the list to match the devices used (each process takes the module at its "
+                "local rank), so the extra modules are held by no process and cannot serve another tenant",
+                fix=f"select exactly {nproc} module(s) with --devices (e.g. {format_ids(modules[:nproc])}), or "
+                    f"launch {count} processes", claim="H5")))
+        else:
+            items.append(Finding("info", f"{nproc} process(es) on {count} visible Gaudis",
+                                 f"one process per Gaudi: ranks take Gaudis in order and {count - nproc} stay idle",
+                                 claim="H10"))
     # a devices= set was already checked by intelrt_setup_env; an inherited one is checked here
     if modules is not None and nproc >= 2 and plan.request.devices is None:
         partial = partial_server_item(modules, plan.request, f"{MODULES_VAR}={chosen}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from intelrt.plugin import BackendStatus
+from collections.abc import Mapping
+
+from intelrt.plugin import BackendStatus, at_least, parse
 
 BACKEND = "hpu"
 """Backend name and torch device type. Never ``hpu:N``: the device is ``hpu`` (SPEC H5)."""
@@ -13,6 +15,10 @@ ACCELERATE_FLOOR = "1.5.0"
 
 INT64_VAR = "PT_ENABLE_INT64_SUPPORT"
 LAZY_VAR = "PT_HPU_LAZY_MODE"
+EAGER_DEFAULT_STACK = "1.21"
+"""From this Gaudi software release an unset ``PT_HPU_LAZY_MODE`` means eager ("Lazy mode is no
+longer the default execution mode ... since 1.21.0", HabanaAI/Gaudi-tutorials#131; Runtime Flags
+page: default 0); up to 1.20 the bridge reads unset as lazy (``is_lazy()``: ``getenv(..., "1")``)."""
 MODULES_VAR = "HABANA_VISIBLE_MODULES"
 DEVICES_VAR = "HABANA_VISIBLE_DEVICES"
 HL_SMI_MAP = "hl-smi -Q index,module_id -f csv"
@@ -35,6 +41,24 @@ KERNELS_DEVICE_TYPES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "x
 HCCL_REDUCE_OPS = ("sum", "min", "max")
 
 OPTIMUM_HABANA = "https://huggingface.co/docs/optimum-habana/index"
+
+
+def lazy_mode(env: Mapping[str, str], stack: str | None) -> tuple[bool, str]:
+    """(lazy, why): the execution mode a process with ``env`` runs in on Gaudi software ``stack``."""
+    value = env.get(LAZY_VAR)
+    if value is not None:
+        return value != "0", f"{LAZY_VAR}={value}"
+    if stack is None or parse(stack) is None:
+        return False, f"{LAZY_VAR} unset; Gaudi software version unknown, so eager as from {EAGER_DEFAULT_STACK}"
+    eager = at_least(stack, EAGER_DEFAULT_STACK)
+    return not eager, (f"{LAZY_VAR} unset: {'eager' if eager else 'lazy'} is the default of Gaudi software {stack} "
+                       f"(eager from {EAGER_DEFAULT_STACK}, lazy before)")
+
+
+def stack_version(backend: BackendStatus) -> str | None:
+    """The ``habana-torch-plugin`` version detection read (``None`` when unknown)."""
+    value = backend.versions.get(STACK_DISTRIBUTION)
+    return value if value and value != "unknown" else None
 
 
 def owns(backend: BackendStatus) -> bool:

@@ -1,10 +1,15 @@
 """Decoding on Intel Gaudi: HPU graphs in lazy mode, ``hpu_backend`` compile in eager mode (H1, H9).
 
-HPU graphs (``habana_frameworks.torch.hpu.graphs.HPUGraph``) record and replay lazy-mode work,
-so the decode step is captured once and replayed per token when ``PT_HPU_LAZY_MODE=1``. In
-eager mode (the stack's default) HPU graphs do not apply; ``torch.compile(backend="hpu_backend")``
-captures the step's graph instead. The decision reads only the environment: planning never
-imports the Gaudi stack (H3).
+HPU graphs (``habana_frameworks.torch.hpu.graphs.HPUGraph``) record and replay lazy-mode work, so
+in lazy mode the decode step is captured once and replayed per token; in eager mode (the stack's
+default from 1.21) they do not apply, and ``torch.compile(backend="hpu_backend")`` captures the
+step's graph instead. These defaults are vLLM's Gaudi plugin's, the serving engine Intel
+maintains: ``use_hpu_graph = not enforce_eager`` with HPU graphs in lazy mode only
+(vllm-gaudi ``v1/worker/hpu_model_runner.py``, ``_maybe_wrap_in_hpu_graph``), ``torch.compile``
+with ``hpu_backend`` in eager mode unless ``enforce_eager``. Optimum for Intel Gaudi keeps both
+opt-in in its generation example (``--use_hpu_graphs`` and ``--torch_compile`` are off by default),
+which ``graphs="off"`` / ``compile="none"`` give. The decision reads only the environment and the
+stack's version: planning never imports the Gaudi stack (H3).
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ from intelrt.plugin import (
     stream_capturer,
 )
 
-from .facts import LAZY_VAR, owns
+from .facts import LAZY_VAR, lazy_mode, owns, stack_version
+
+VLLM_GAUDI = ("as vLLM's Gaudi plugin does by default (vllm-gaudi hpu_model_runner.py: use_hpu_graph = not "
+              "enforce_eager; HPU graphs in lazy mode, torch.compile with hpu_backend in eager mode); Optimum for "
+              "Intel Gaudi keeps both opt-in (graphs='off' / compile='none' give that)")
 
 
 @hookimpl
@@ -40,24 +49,23 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
         return None
     # The step is the model's own forward: intelrt's Triton decode attention is not for Gaudi.
     decode_attention_kernel(request, False, "Gaudi runs no Triton kernels", "model")
-    lazy = env.get(LAZY_VAR) == "1"
+    lazy, mode = lazy_mode(env, stack_version(backend))
     graphs = decode_graphs(request, backend, "hpu" if lazy else None,
-                           f"HPU graphs record lazy-mode work and this run is eager ({LAZY_VAR}="
-                           f"{env.get(LAZY_VAR, 'unset')}); set {LAZY_VAR}=1")
+                           f"HPU graphs record lazy-mode work and this run is eager ({mode}); set {LAZY_VAR}=1")
     if lazy:
         if request.compile not in ("auto", "none"):
             compiled = decode_compile(request, None)
-            reason = (f"lazy mode ({LAZY_VAR}=1); step compiled with {compiled} as asked"
+            reason = (f"lazy mode ({mode}); step compiled with {compiled} as asked"
                       + ("; captured in an HPU graph" if graphs else ""))
         else:
             compiled = None
-            reason = (f"lazy mode ({LAZY_VAR}=1): the step is captured in an HPU graph and replayed per token, "
-                      "skipping lazy op accumulation on the host" if graphs else
-                      f"lazy mode ({LAZY_VAR}=1), graphs='off': ops accumulate lazily every token")
+            reason = (f"lazy mode ({mode}): the step is captured in an HPU graph and replayed per token, skipping "
+                      f"lazy op accumulation on the host, {VLLM_GAUDI}" if graphs else
+                      f"lazy mode ({mode}), graphs='off': ops accumulate lazily every token")
         return fast_decode(graphs, compiled, reason, claim="H1")
     compiled = decode_compile(request, "hpu_backend")
-    reason = (f"eager mode ({LAZY_VAR}={env.get(LAZY_VAR, 'unset')}): HPU graphs need lazy mode; "
-              + (f"the step is compiled with {compiled}, which captures its graph" if compiled
+    reason = (f"eager mode ({mode}): HPU graphs need lazy mode; "
+              + (f"the step is compiled with {compiled}, which captures its graph, {VLLM_GAUDI}" if compiled
                  else "the step runs eagerly (compile='none')"))
     return fast_decode(None, compiled, reason, claim="H9" if compiled else "H1")
 

@@ -66,10 +66,10 @@ def _ask_stack() -> dict[str, Any]:
     names = [str(hthpu.get_device_name(i)) for i in range(count)]
     memory = None
     if count:
-        try:
-            memory = int(hthpu.get_device_properties(0).total_memory)
-        except (AttributeError, RuntimeError, TypeError):
-            memory = None  # older stacks have no device properties; placement then skips the fit check
+        try:  # get_device_properties answers a string on Gaudi; mem_get_info gives (free, total) bytes
+            memory = int(hthpu.mem_get_info(0)[1])
+        except (AttributeError, RuntimeError, TypeError, KeyError):
+            memory = None  # a stack without it: placement then skips the fit check
     generation = None
     try:
         from habana_frameworks.torch.utils import experimental as htexp

@@ -20,6 +20,7 @@ from intelrt.plugin import (
     ModelInfo,
     PlanError,
     Request,
+    attention_fallback,
     hookimpl,
 )
 
@@ -93,6 +94,9 @@ def intelrt_select_attention(backend: BackendStatus, request: Request, model: Mo
     if not mine(backend):
         return None
     if not request.is_forced("attention"):
+        fallback = attention_fallback(model)
+        if fallback is not None:
+            return fallback
         usable, why = _fa2_status(backend, env)
         fa2 = (f"flash_attention_2 is not chosen automatically; it is available here ({why})" if usable
                else f"flash_attention_2 is not available: {why}")

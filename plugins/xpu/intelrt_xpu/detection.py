@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from intelrt.plugin import BackendStatus, DeviceInfo, at_least, hookimpl, parse_device_list
+from intelrt.plugin import BackendStatus, DeviceInfo, at_least, hookimpl
 
-from .facts import ACCELERATE_TORCH_FLOOR, MASK_VAR, NAME, PRIORITY, TRANSFORMERS_TORCH_FLOOR
+from .affinity import HIERARCHIES, hierarchy, read_mask
+from .facts import (
+    ACCELERATE_TORCH_FLOOR,
+    HIERARCHY_KEY,
+    HIERARCHY_VAR,
+    MASK_VAR,
+    NAME,
+    PRIORITY,
+    TRANSFORMERS_TORCH_FLOOR,
+    XCCL_KEY,
+)
 
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 
@@ -23,12 +34,32 @@ def torch_floor_notes(torch_version: str) -> list[str]:
     return notes
 
 
+def xccl_available(torch: Any) -> bool:
+    """``torch.distributed.is_xccl_available()``: the build has the XCCL backend (USE_XCCL)."""
+    distributed = torch.distributed
+    return bool(distributed.is_available() and getattr(distributed, "is_xccl_available", lambda: False)())
+
+
+def hierarchy_note(mode: str, why: str) -> str:
+    if mode == "COMPOSITE":
+        return (f"Level Zero hierarchy COMPOSITE ({why}): each card is one device; ZE_AFFINITY_MASK=card.tile "
+                "selects one tile of a multi-tile card")
+    return (f"Level Zero hierarchy {mode} ({why}): each tile of a multi-tile card (a Data Center GPU Max 1550 "
+            "has 2) is its own device, so torch counts tiles, not the cards `xpu-smi discovery` lists; "
+            "ZE_AFFINITY_MASK and devices= take these device ids")
+
+
+def _unavailable(reason: str, versions: dict[str, str], notes: tuple[str, ...] = ()) -> list[BackendStatus]:
+    return [BackendStatus(NAME, "xpu", False, reason, PRIORITY, versions=versions, notes=notes)]
+
+
 @hookimpl
 def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
     """X1: available when ``torch.xpu.is_available()`` and ``torch.xpu.device_count() > 0``.
 
-    Reports torch's XPU build, every visible device's name and memory, bf16 support, and the torch
-    floors of transformers and accelerate that are not met.
+    Reports torch's XPU build, whether it has XCCL, every visible device's name, memory and
+    native bf16, the Level Zero hierarchy, and the torch floors of transformers and accelerate
+    that are not met. A mask the driver cannot read is reported without touching the driver.
     """
     try:
         import torch
@@ -36,26 +67,39 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
         return [BackendStatus(NAME, "xpu", False, "torch is not installed", PRIORITY)]
     version = str(torch.__version__)
     build = getattr(torch.version, "xpu", None)
-    versions = {"torch": version, "xpu_build": str(build)}
+    versions = {"torch": version, "xpu_build": str(build), XCCL_KEY: str(xccl_available(torch))}
+    floors = tuple(torch_floor_notes(version))
     if build is None:
-        return [BackendStatus(NAME, "xpu", False,
-                              f"torch {version} is not an XPU build (torch.version.xpu is None); install torch "
-                              f"from the XPU index: pip install torch --index-url {XPU_INDEX}",
-                              PRIORITY, versions=versions)]
+        return _unavailable(f"torch {version} is not an XPU build (torch.version.xpu is None); install torch from the "
+                            f"XPU index: pip install torch --index-url {XPU_INDEX}", versions)
     mask = env.get(MASK_VAR)
-    if not torch.xpu.is_available() or torch.xpu.device_count() == 0:
-        problems = parse_device_list(MASK_VAR, mask, subdevices=True).problems if mask is not None else ()
-        why = (f"{MASK_VAR}={mask} selects no device the driver knows" if mask is not None
-               else "check the driver with xpu-smi") + "".join(f"; {p}" for p in problems)
-        return [BackendStatus(NAME, "xpu", False,
-                              f"torch.xpu.is_available() is False: no Intel GPU visible ({why})",
-                              PRIORITY, versions=versions, notes=tuple(torch_floor_notes(version)))]
-    bf16 = bool(torch.xpu.is_bf16_supported())
-    devices = tuple(DeviceInfo(i, torch.xpu.get_device_name(i), int(torch.xpu.get_device_properties(i).total_memory),
-                               bf16) for i in range(torch.xpu.device_count()))
+    stated = env.get(HIERARCHY_VAR)
+    if mask is not None:
+        fatal = read_mask(mask, stated if stated in HIERARCHIES else "FLAT").fatal
+        if fatal:
+            return _unavailable(f"{MASK_VAR}={mask!r}: {'; '.join(fatal)}; the Level Zero driver reads every entry as "
+                                "a number and fails to initialise on one it cannot read, so every XPU call would fail. "
+                                f"Correct or unset {MASK_VAR}", versions, floors)
+    try:
+        count = torch.xpu.device_count() if torch.xpu.is_available() else 0
+        properties = [torch.xpu.get_device_properties(i) for i in range(count)]
+    except RuntimeError as exc:
+        return _unavailable(f"the XPU runtime failed while counting devices: {exc}", versions, floors)
+    mode, why = hierarchy(env, [p.name for p in properties])
+    versions[HIERARCHY_KEY] = mode
+    if not properties:
+        # no device to tell the product's default hierarchy: read the mask as the Max series' FLAT
+        problems = read_mask(mask, stated if stated in HIERARCHIES else "FLAT").problems if mask is not None else ()
+        where = (f"{MASK_VAR}={mask} selects no device the driver knows" if mask is not None
+                 else "check the driver with xpu-smi") + "".join(f"; {p}" for p in problems)
+        return _unavailable(f"torch.xpu.is_available() is False: no Intel GPU visible ({where})", versions, floors)
+    devices = tuple(DeviceInfo(i, str(p.name), int(p.total_memory), getattr(p, "has_bfloat16_conversions", None))
+                    for i, p in enumerate(properties))
     names = sorted({d.name for d in devices})
-    reason = f"{len(devices)} Intel GPU(s) visible: {', '.join(names)}; bf16 {'supported' if bf16 else 'not supported'}"
+    native = all(d.bf16 is not False for d in devices)
+    reason = (f"{len(devices)} Intel GPU device(s) visible: {', '.join(names)}; bfloat16 "
+              + ("native" if native else "emulated (no native bfloat16 conversions: has_bfloat16_conversions is False)"))
     if mask is not None:
         reason += f" (through {MASK_VAR}={mask})"
     return [BackendStatus(NAME, "xpu", True, reason, PRIORITY, devices=devices, versions=versions,
-                          notes=tuple(torch_floor_notes(version)))]
+                          notes=(hierarchy_note(mode, why), *floors))]

@@ -1,11 +1,13 @@
 """X2, X3, X11: which Intel GPUs a run sees (``ZE_AFFINITY_MASK``) and in which order.
 
-Device ids are Level Zero device ids, as ``xpu-smi discovery`` lists them and as
-``ZE_AFFINITY_MASK`` takes them: ``devices=[0, 2]`` becomes ``ZE_AFFINITY_MASK=0,2`` verbatim,
-also when the environment already holds another mask (that mask is replaced for the run, with a
-warning). The driver applies a mask once, when it loads; detection has loaded it in the planning
-process, so a mask chosen here takes effect in the processes started with the plan's environment
-(``intelrt launch``, torchrun, or children started after ``intelrt.setup_env(plan)``).
+Device ids are the ids the Level Zero driver enumerates with no mask, in the run's hierarchy:
+tiles in FLAT mode (the default on Data Center GPU Max, where a Max 1550 card is two devices),
+cards in COMPOSITE mode — see :mod:`intelrt_xpu.affinity`. ``devices=[0, 2]`` becomes
+``ZE_AFFINITY_MASK=0,2`` for the processes the run starts (also when the environment already
+holds another mask: that mask is replaced for the run, with a warning). The driver reads the
+mask once, when it loads, and detection has loaded it in the planning process: there the mask
+would change nothing, so ``load()`` leaves it out of its own process and the placement names
+the device instead (:mod:`intelrt_xpu.placement`).
 """
 
 from __future__ import annotations
@@ -20,42 +22,67 @@ from intelrt.plugin import (
     PlanError,
     Request,
     hookimpl,
-    parse_device_list,
 )
 
+from .affinity import MaskReading, describe_problems, hierarchy, read_mask
 from .facts import (
+    HIERARCHY_KEY,
     MARK_VAR,
     MASK_VAR,
     PCI_ORDER_VAR,
     XCCL_TORCH_FLOOR,
     mine,
     torch_at_least,
-    torch_version,
+    xccl_built,
 )
 
 SET_ON_COMMAND_LINE = (f"set it on the run's own command line ({MASK_VAR}=0,2 torchrun ...), or pass devices= to "
                         f"intelrt (CLI --devices); `unset {MASK_VAR}` if it is a leftover export")
 
 
-def mask_device_ids(mask: str) -> list[int]:
-    """Device ids named by a mask (``"0,2"`` → ``[0, 2]``; a sub-device ``"1.0"`` counts as device 1),
-    each once; entries the driver skips (``"abc"``, ``"-1"``, ``"²"``) are left out."""
-    return list(parse_device_list(MASK_VAR, mask, subdevices=True).ids)
-
-
-def malformed_mask(env: Mapping[str, str], visible: int | None) -> Finding | None:
-    """A warning naming each entry of the environment's mask that the driver skips (``None``: all fine)."""
+def mask_reading(env: Mapping[str, str], backend: BackendStatus | None = None) -> MaskReading | None:
+    """The environment's mask read in the hierarchy detection ran in (``None``: no mask)."""
     mask = env.get(MASK_VAR)
     if mask is None:
         return None
-    problems = parse_device_list(MASK_VAR, mask, subdevices=True).summary(visible)
+    mode = backend.versions.get(HIERARCHY_KEY) if backend is not None else None
+    if mode is None:
+        mode = hierarchy(env, [d.name for d in backend.devices] if backend is not None else ())[0]
+    return read_mask(mask, str(mode))
+
+
+def malformed_mask(env: Mapping[str, str], backend: BackendStatus | None, visible: int | None) -> Finding | None:
+    """A warning naming each entry of the environment's mask that the driver skips or misreads."""
+    reading = mask_reading(env, backend)
+    if reading is None:
+        return None
+    problems = describe_problems(reading, visible)
     if not problems:
         return None
-    seen = f"; this process sees {visible} Intel GPU(s)" if visible is not None else ""
+    seen = f"; this process sees {visible} Intel GPU device(s)" if visible is not None else ""
     return Finding("warning", f"{MASK_VAR} has entries the driver ignores",
-                   f"{MASK_VAR}={mask!r}: {'; '.join(problems)}{seen}",
-                   fix=f"correct or unset {MASK_VAR} (ids as `xpu-smi discovery` lists them, e.g. 0,1), or pass "
-                       "devices= to intelrt", claim="X2")
+                   f"{MASK_VAR}={reading.value!r} ({reading.mode} hierarchy): {'; '.join(problems)}{seen}",
+                   fix=f"correct or unset {MASK_VAR} (device ids in the run's hierarchy, e.g. 0,1), or pass devices= "
+                       "to intelrt", claim="X2")
+
+
+def in_process_index(backend: BackendStatus, env: Mapping[str, str], device: int) -> int:
+    """Where device id ``device`` is in *this* process, whose driver enumerated the devices at
+    detection (with the environment's mask, if any); ``PlanError`` when this process cannot reach it."""
+    reading = mask_reading(env, backend)
+    if reading is None or reading.selects_all:
+        if device >= backend.device_count:
+            raise PlanError(f"devices: id {device} does not exist: this machine shows {backend.device_count} Intel "
+                            f"GPU device(s), ids 0..{backend.device_count - 1}")
+        return device
+    visible = reading.visible()[:backend.device_count]
+    if device not in visible:
+        raise PlanError(f"devices: id {device} is not visible in this process: its Level Zero driver read "
+                        f"{MASK_VAR}={reading.value} when it loaded (devices {', '.join(map(str, visible)) or 'none'}) "
+                        f"and never reads it again. Unset {MASK_VAR} before starting Python, or start the run "
+                        f"with the plan's environment: intelrt launch --devices {device} (or {MASK_VAR}={device} "
+                        "python ...)")
+    return visible.index(device)
 
 
 def ascending(ids: Sequence[int]) -> bool:
@@ -75,7 +102,7 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
     if mask is None:
         return None
     items: list[EnvVar | Finding] = []
-    malformed = malformed_mask(env, backend.device_count)
+    malformed = malformed_mask(env, backend, backend.device_count)
     if malformed is not None:
         items.append(request.warn_or_refuse(malformed))
     if env.get(MARK_VAR) == mask:
@@ -87,7 +114,8 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
                   "the wrong devices")
         items.append(request.warn_or_refuse(Finding("warning", f"{MASK_VAR} inherited from the environment",
                                                     detail, fix=SET_ON_COMMAND_LINE, claim="X2")))
-    ids = mask_device_ids(mask)
+    reading = mask_reading(env, backend)
+    ids = list(reading.ids) if reading is not None else []
     if not ascending(ids):
         items.append(_order_note(f"{MASK_VAR}={mask}", ids))
     return items
@@ -95,39 +123,42 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
 
 def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     ids = list(request.devices or ())
-    inherited = env.get(MASK_VAR)
+    inherited = mask_reading(env, backend)
     items: list[EnvVar | Finding] = []
-    if inherited is None:
+    if inherited is None or inherited.selects_all:
         # No mask in effect: the driver shows every device, so detection's count is the machine's.
         count = backend.device_count
         bad = [i for i in ids if i >= count]
         if bad:
-            raise PlanError(f"devices={ids}: this machine has {count} Intel GPU(s), ids 0..{count - 1} (as "
-                            f"`xpu-smi discovery` lists them); {', '.join(map(str, bad))} does not exist")
+            raise PlanError(f"devices={ids}: this machine shows {count} Intel GPU device(s), ids 0..{count - 1} "
+                            f"(in its {backend.versions.get('hierarchy', 'FLAT')} hierarchy); "
+                            f"{', '.join(map(str, bad))} does not exist")
     else:
         # This process sees only the inherited mask's devices: ids outside it cannot be checked here.
-        unchecked = [i for i in ids if i not in mask_device_ids(inherited)]
+        unchecked = [i for i in ids if i not in inherited.ids]
         if unchecked:
-            detail = (f"this process sees only the devices of the inherited {MASK_VAR}={inherited}, so intelrt "
+            detail = (f"this process sees only the devices of the inherited {MASK_VAR}={inherited.value}, so intelrt "
                       f"cannot tell whether device(s) {', '.join(map(str, unchecked))} exist; the driver drops "
                       "ids that do not")
             items.append(request.warn_or_refuse(Finding(
                 "warning", f"devices={ids} not checked against the machine", detail,
-                fix=f"check the ids with `xpu-smi discovery`, or plan without {MASK_VAR} in the environment",
+                fix=f"plan without {MASK_VAR} in the environment to check the ids (device ids of the run's "
+                    "hierarchy: in FLAT mode each tile, while `xpu-smi discovery` lists cards)",
                 claim="X2")))
     mask = ",".join(map(str, ids))
     items += [
-        EnvVar(MASK_VAR, mask, f"devices={ids} selects these Intel GPUs; Level Zero reads it when the driver "
-                               "loads, so it is set in the run's environment, not exported in your shell",
-               claim="X2", overwrite_user=True),
+        EnvVar(MASK_VAR, mask, f"devices={ids} selects these Intel GPU devices in the processes the run starts; Level "
+                               "Zero reads it once, when the driver loads, so it is set in their environment, not "
+                               "exported in your shell", claim="X2", overwrite_user=True, in_process=False),
         EnvVar(PCI_ORDER_VAR, "1", "ids follow PCI bus order (lowest first), so the same ids pick the same GPUs "
-                                   "on every run", claim="X3"),
+                                   "on every run", claim="X3", in_process=False),
         EnvVar(MARK_VAR, mask, f"tells the run's processes that {MASK_VAR} was chosen for this run, so they do not "
-                               "warn about an inherited mask", claim="X2", overwrite_user=True),
+                               "warn about an inherited mask", claim="X2", overwrite_user=True, in_process=False),
         Finding("info", f"{MASK_VAR}={mask} takes effect in the run's processes",
                 f"the driver reads the mask once, when it loads; this process loaded it during detection "
-                f"({backend.device_count} device(s) visible here), so the mask applies to processes started with "
-                "the plan's environment: intelrt launch, torchrun, or children started after "
+                f"({backend.device_count} device(s) visible here), so load() in this process names the device "
+                "instead (placement xpu:N) and leaves the mask out of it; processes started with the plan's "
+                "environment get the mask: intelrt launch, torchrun, or children started after "
                 "intelrt.setup_env(plan)", claim="X2"),
     ]
     if not ascending(ids):
@@ -168,10 +199,10 @@ def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mappi
                 if mask is not None and selected == 1 else "")
         raise PlanError(f"nproc={nproc}: intelrt launches one process per Intel GPU, and this run has {selected} "
                         f"({where}); pass --nproc {selected} or select more devices with --devices{hint}")
-    if nproc > 1 and not torch_at_least(backend, XCCL_TORCH_FLOOR):
-        raise PlanError(f"nproc={nproc} needs the xccl collective backend, which needs torch >= {XCCL_TORCH_FLOOR} "
-                        f"(this is torch {torch_version(backend)}); the legacy 'ccl' backend (oneCCL bindings) is not "
-                        "among transformers 5 ddp_backend choices. Install torch >= 2.7 from the XPU index")
+    if nproc > 1 and not (torch_at_least(backend, XCCL_TORCH_FLOOR) and xccl_built(backend)):
+        from .training import xccl_missing
+
+        raise PlanError(f"nproc={nproc} needs the xccl collective backend: {xccl_missing(backend)}")
     items: list[EnvVar | Finding] = []
     if mask is not None:
         items.append(EnvVar(MASK_VAR, mask, f"one mask shared by all {nproc} rank(s): each rank sees the same "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, hub_offline
+from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, hub_offline, package_version
 
 from .detection import XPU_INDEX
 from .devices import SET_ON_COMMAND_LINE, malformed_mask
@@ -14,9 +14,12 @@ from .facts import (
     MASK_VAR,
     NAME,
     TRANSFORMERS_TORCH_FLOOR,
+    XCCL_WHEELS_TORCH,
     torch_version,
+    xccl_built,
 )
-from .hubkernels import FA2_REPO, fa2_version, fetch_hint, kernels_problem, locate
+from .hubkernels import FA2_REPO, fa2_version, fetch_hint, hub_kernels_problem, locate
+from .training import xccl_missing
 
 _INSTALL = f"pip install torch --index-url {XPU_INDEX} (then pip install 'transformers[torch]')"
 
@@ -50,7 +53,7 @@ def _mask(env: Mapping[str, str], status: BackendStatus) -> list[Finding]:
     if mask is None:
         return []
     xpu_build = status.versions.get("xpu_build") not in (None, "None")
-    malformed = malformed_mask(env, status.device_count if xpu_build else None)
+    malformed = malformed_mask(env, status, status.device_count if xpu_build and status.available else None)
     problems = [malformed] if malformed is not None else []
     if env.get(MARK_VAR) == mask:
         return problems
@@ -60,11 +63,20 @@ def _mask(env: Mapping[str, str], status: BackendStatus) -> list[Finding]:
                     claim="X2")]
 
 
+def _xccl(status: BackendStatus) -> list[Finding]:
+    if xccl_built(status):
+        return []
+    return [Finding("warning", "this torch has no XCCL: one process per Intel GPU cannot train together",
+                    xccl_missing(status), fix=f"install torch >= {XCCL_WHEELS_TORCH} from the XPU index: {_INSTALL}",
+                    claim="X11")]
+
+
 def _fa2(status: BackendStatus, env: Mapping[str, str]) -> list[Finding]:
-    problem = kernels_problem()
+    problem = hub_kernels_problem()
     if problem is not None:
-        return [Finding("info", "hub kernels are unavailable (flash_attention_2, use_kernels)", problem,
-                        fix=problem.rsplit(": ", 1)[-1], claim="X5")]
+        return [Finding("warning" if package_version("kernels") else "info",
+                        "hub kernels are unusable here (flash_attention_2, use_kernels)", problem.why,
+                        fix=problem.fix, claim="X5")]
     source = locate(FA2_REPO, fa2_version(status.versions.get("torch")), env)
     if source.offline_ready:
         return []
@@ -84,4 +96,4 @@ def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]) 
     findings = _mask(env, status)
     if not status.available:
         return _build(status) + _floors(status) + findings if "torch" in status.versions else findings
-    return _floors(status) + findings + _fa2(status, env)
+    return _floors(status) + findings + _xccl(status) + _fa2(status, env)

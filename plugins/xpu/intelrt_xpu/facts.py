@@ -12,15 +12,27 @@ PRIORITY = 60
 TRANSFORMERS_TORCH_FLOOR = "2.6"
 #: accelerate's ``is_xpu_available()`` is False for torch <= 2.6, so it needs 2.7 or later (SPEC X1).
 ACCELERATE_TORCH_FLOOR = "2.7"
-#: torch.distributed has the ``xccl`` backend from 2.7 (accelerate's ``is_xccl_available``) (SPEC X11).
+#: accelerate asks for ``xccl`` only from torch 2.7 (``accelerate.utils.is_xccl_available``) and
+#: then also needs the build to have it: ``torch.distributed.is_xccl_available()`` (SPEC X11).
 XCCL_TORCH_FLOOR = "2.7"
+#: Intel's XPU wheels ship XCCL from torch 2.8 (USE_XCCL was off in 2.7: intel/torch-xpu-ops#1318).
+XCCL_WHEELS_TORCH = "2.8"
+#: XPU graph capture is a default only from this torch: vLLM keeps it opt-in before (vllm#38193:
+#: "require a specific driver version, it's not stable yet"); torch 2.14 moves XPU graphs to Level
+#: Zero graphs (vllm#51600). Below it, intelrt captures only with graphs="on".
+XPU_GRAPHS_DEFAULT_TORCH = "2.14"
 #: bitsandbytes runs 4-bit and 8-bit on Intel GPUs from 0.47 (SPEC X9).
 BITSANDBYTES_FLOOR = "0.47"
 #: torch >= 2.8 lets SDPA on XPU take grouped-query attention without repeating K/V heads (SPEC X4).
 NATIVE_GQA_TORCH = "2.8"
 
 MASK_VAR = "ZE_AFFINITY_MASK"
+HIERARCHY_VAR = "ZE_FLAT_DEVICE_HIERARCHY"
 PCI_ORDER_VAR = "ZE_ENABLE_PCI_ID_DEVICE_ORDER"
+XCCL_KEY = "xccl"
+"""Key of ``BackendStatus.versions``: ``"True"`` when this torch build has XCCL (``is_xccl_available()``)."""
+HIERARCHY_KEY = "hierarchy"
+"""Key of ``BackendStatus.versions``: the Level Zero hierarchy detection ran in (FLAT, COMPOSITE, COMBINED)."""
 MARK_VAR = "INTELRT_ZE_AFFINITY_MASK"
 """Set next to a mask intelrt chose for a run, so the run's own processes (ranks, a re-plan in
 the launched script) recognise the mask as the run's and do not warn about an inherited export."""
@@ -39,15 +51,13 @@ def torch_at_least(backend: BackendStatus, floor: str) -> bool:
     return at_least(backend.versions.get("torch"), floor)
 
 
+def xccl_built(backend: BackendStatus) -> bool:
+    """Whether detection found the ``xccl`` backend in this torch build."""
+    return backend.versions.get(XCCL_KEY) == "True"
+
+
 def device_label(backend: BackendStatus, index: int = 0) -> str:
     """``"Intel(R) Data Center GPU Max 1550 (xpu:0)"`` for messages that must name the device."""
     device = next((d for d in backend.devices if d.index == index), None)
     return f"{device.name} (xpu:{index})" if device else f"the Intel GPU xpu:{index}"
 
-
-def size(n_bytes: float) -> str:
-    """``"1.5 GiB"``, ``"3.2 MiB"``: a byte count for messages."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{n_bytes:.0f} B"

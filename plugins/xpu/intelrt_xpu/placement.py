@@ -1,4 +1,10 @@
-"""X6, X7: where the weights go (``device_map``) and how a list of prompts is generated."""
+"""X6, X7: where the weights go (``device_map``) and how a list of prompts is generated.
+
+With ``devices=`` the plan is for this process, whose Level Zero driver enumerated the devices at
+detection: a mask can no longer select one here, so the placement names the device
+(``"xpu:2"``), and a model too big for one is split with ``device_map="auto"`` limited to the
+named devices by ``max_memory``. Processes the run starts get the mask instead (X2, X11).
+"""
 
 from __future__ import annotations
 
@@ -11,32 +17,72 @@ from intelrt.plugin import (
     Decision,
     DecisionValue,
     ModelInfo,
+    PlanError,
     Request,
     bytes_per_parameter,
     fast_decode_planned,
     fits_one_device,
+    format_bytes,
     hookimpl,
+    limited_placement,
+    padded_generate_instead,
 )
 
-from .facts import mine, size
+from .devices import in_process_index
+from .facts import MASK_VAR, mine
 
 _PIPELINE = "pipeline() without device= also picks the Intel GPU (transformers' default device order)"
 
 
+def _named(backend: BackendStatus, request: Request, env: Mapping[str, str], fits: bool | None,
+           room: str) -> Decision:
+    """X2/X6 in this process: the named devices by index (a mask here would change nothing)."""
+    ids = list(request.devices or ())
+    indices = [in_process_index(backend, env, device) for device in ids]
+    where = ", ".join(f"xpu:{i} is device {d}" for i, d in zip(indices, ids, strict=True))
+    why = (f"devices={ids}: this process's Level Zero driver enumerated its devices at detection and never reads "
+           f"{MASK_VAR} again, so the placement names the device ({where})")
+    if fits is False and len(indices) > 1:
+        budgets = {}
+        for index in indices:
+            memory = backend.devices[index].total_memory
+            if not memory:
+                raise PlanError(f"devices={ids}: the memory of xpu:{index} is unknown, so accelerate cannot be limited "
+                                "to the named devices; start the run with intelrt launch --devices instead")
+            budgets[index] = int(memory / FIT_HEADROOM)
+        return Decision(limited_placement("auto", budgets),
+                        f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the named "
+                        f"devices only: max_memory lists {', '.join(f'xpu:{i}' for i in indices)} "
+                        f"(memory / {FIT_HEADROOM} each), so it leaves the other devices of this process alone; {why}",
+                        claim="X6", notes=(_PIPELINE,))
+    notes = [_PIPELINE]
+    if len(indices) > 1:
+        notes.insert(0, f"one process uses one device: the model goes to xpu:{indices[0]}; the other named devices "
+                        "take the ranks of intelrt launch")
+    if fits is False:
+        notes.insert(0, "quantization='4bit' (bitsandbytes) shrinks the weights about 4x (SPEC X9)")
+    fit = (f"the weights fit one Intel GPU ({room})" if fits else
+           f"the weights may not fit it ({room})" if fits is False else "device memory is unknown")
+    return Decision(f"xpu:{indices[0]}", f"{fit}; {why}", claim="X2", notes=tuple(notes))
+
+
 @hookimpl
-def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo,
+def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
                              decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X6: ``device_map="xpu"`` when the weights fit one Intel GPU, ``"auto"`` (accelerate splits
-    them) when they do not and the run has several."""
+    them) when they do not and the run has several. With ``devices=``, the named device by index
+    (``"xpu:2"``) or ``auto`` limited to the named devices (``max_memory``): X2."""
     if not mine(backend):
         return None
     per_param = bytes_per_parameter(decisions)
     need = model.parameter_count * per_param if per_param else model.weight_bytes
     memories = [d.total_memory for d in backend.devices if d.total_memory]
-    room = (f"{size(need)} of weights, x{FIT_HEADROOM} headroom, vs {size(min(memories))} per device"
+    room = (f"{format_bytes(need)} of weights, x{FIT_HEADROOM} headroom, vs {format_bytes(min(memories))} per device"
             if memories else "")
-    count = len(request.devices) if request.devices else backend.device_count
     fits = fits_one_device(backend, model, per_param)
+    if request.devices:
+        return _named(backend, request, env, fits, room)
+    count = backend.device_count
     if fits is False and count > 1:
         return Decision("auto", f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the "
                                 f"{count} devices of the run", claim="X6", notes=(_PIPELINE,))
@@ -48,12 +94,15 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
 
 
 @hookimpl
-def intelrt_select_batching(backend: BackendStatus, request: Request,
+def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X7: a list of prompts goes through transformers' continuous batching, which supports XPU
     graphs and async batching and decides itself whether to use them (``None``) unless forced."""
     if not mine(backend) or request.batching == "padded":
         return None  # padded batches are not XPU-specific: the generic decision applies
+    fallback = padded_generate_instead(request, model, decisions)
+    if fallback is not None:
+        return fallback
     graphs = {"on": True, "off": False}.get(request.graphs)
     attention = str(decisions.get("attention") or "sdpa")
     flash = "flash" in attention

@@ -425,7 +425,7 @@ def _run_scenario(caller: _Caller, plugin: _Plugin, report: Report, scenario: Sc
             else:
                 report.notes.append(f"{scenario.name}: another plugin failed in detection: {exc}")
             return
-        caller.call("intelrt_diagnose", scenario.name, backends=detected, env=env)
+        caller.call("intelrt_diagnose", scenario.name, backends=detected, env=env, probe=False)
         without = PluginHost({**env, BLOCK_VAR: plugin.name} if plugin.installed else env, on_error="record")
         for backend in detected:
             if not backend.available:

@@ -26,8 +26,8 @@ def test_gemma2_on_an_intel_gpu_gets_eager_attention(simulate, tmp_path):  # typ
 
 def test_the_users_choice_and_other_families_are_left_alone(simulate, tmp_path):  # type: ignore[no-untyped-def]
     simulate("xpu", count=1)
-    forced = intelrt.plan(_model(tmp_path / "gemma2", "gemma2", "Gemma2ForCausalLM"), attention="sdpa")
-    assert forced.decisions["attention"].value == "sdpa" and forced.decisions["attention"].forced
+    forced = intelrt.plan(_model(tmp_path / "gemma2", "gemma2", "Gemma2ForCausalLM"), attention="flex_attention")
+    assert forced.decisions["attention"].value == "flex_attention" and forced.decisions["attention"].forced
     other = intelrt.plan(_model(tmp_path / "llama", "llama", "LlamaForCausalLM"))
     assert other.decisions["attention"].plugin != "gemma2_eager"
 

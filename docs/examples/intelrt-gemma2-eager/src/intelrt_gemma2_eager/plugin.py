@@ -3,8 +3,9 @@
 Gemma 2 soft-caps its attention logits (``config.attn_logit_softcapping``). transformers' SDPA
 path cannot apply the cap, so ``Gemma2PreTrainedModel._supports_sdpa`` is False and
 ``attn_implementation="sdpa"`` is refused when the model loads; the eager path applies the cap
-exactly. intelrt's generic default is ``sdpa``. This plugin answers first (``tryfirst=True``)
-for Gemma 2 models on the ``xpu`` backend, and for nothing else:
+exactly. intelrt falls back to eager for any class without sdpa support by itself; this plugin pins
+the choice for Gemma 2 on Intel GPUs with its own reason, answering first (``tryfirst=True``) for
+Gemma 2 models on the ``xpu`` backend, and for nothing else:
 
 * another backend or another model family → ``None``: the decision stays with the plugins that
   own it;

@@ -1,1 +1,1 @@
-from . import experimental  # noqa: F401
+from . import experimental, internal  # noqa: F401

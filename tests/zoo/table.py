@@ -1,0 +1,98 @@
+"""docs/model-zoo.md: every architecture of the zoo and the path ``Loaded.generate`` takes for it,
+with the plan's reason. Rendered from the plans of the zoo's tiny models (pure: no weights loaded).
+
+    PYTHONPATH=tests python -m zoo.table --write     # after a transformers upgrade or a plan change
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from . import build, sides
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "model-zoo.md"
+HEADER = """# Model zoo
+
+Every causal-LM architecture of the installed transformers, built as a tiny random float32 model,
+generates the same tokens through intelrt as through plain transformers — one prompt and a
+left-padded batch of three — and every text encoder classifies and embeds as plain transformers
+does (`tests/test_model_zoo.py`, in every CI run). This table is generated from intelrt's plans for
+those models (`PYTHONPATH=tests python -m zoo.table --write`; a test fails when it is out of date).
+
+Paths: **compact step** — intelrt's fast decode loop running its compact step; **model forward** —
+the fast loop running the model's own forward over a static KV cache; **plain generate** —
+transformers' `generate`. For a list of prompts: **padded fast**, **padded generate** (padded
+batches through the fast loop or `generate`) or **continuous** (transformers' continuous batching).
+On an accelerator the same rules decide; the CPU plans shown here compile nothing.
+
+"""
+
+
+def _one(plan: Any) -> str:
+    decode = plan.decode_choice
+    if decode is None or not decode.fast:
+        return "plain generate"
+    return "compact step" if decode.step == "compact" else "model forward"
+
+
+def _many(plan: Any) -> str:
+    batching = plan.batching_choice
+    if batching is None:
+        return "—"
+    if batching.method == "continuous":
+        return "continuous"
+    return f"padded {'fast' if batching.engine == 'fast' else 'generate'}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def row(model_type: str, directory: Path) -> str:
+    import intelrt
+
+    plan = intelrt.plan(str(directory), dtype="float32")
+    arch = plan.model.architecture
+    reason = plan.decisions["decode"].reason
+    return (f"| {model_type} | {arch.name if arch else '—'} | {_one(plan)} | {_many(plan)} | "
+            f"{_cell(reason)} |")
+
+
+def render(root: Path) -> str:
+    lines = [HEADER.rstrip("\n"), "", "## Causal LMs", "",
+             "| model type | class | one prompt | a list | why (the plan's decode reason) |",
+             "| --- | --- | --- | --- | --- |"]
+    for model_type in sides.architectures("causal"):
+        skip = sides.skip_reason("causal", model_type)
+        if skip is not None:
+            lines.append(f"| {model_type} | — | not built | — | {_cell(skip)} |")
+            continue
+        directory, _info = build.build_causal_lm(model_type, root)
+        lines.append(row(model_type, directory))
+    return "\n".join(lines) + "\n"
+
+
+def models_root() -> Path:
+    """Where the zoo's tiny models are cached: beside the embedded tiny model, in intelrt's cache
+    (each model is rebuilt when its tiny config changes)."""
+    from intelrt.tiny import cache_root
+
+    return cache_root() / "zoo"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {DOCS}")
+    args = parser.parse_args()
+    text = render(models_root())
+    if args.write:
+        DOCS.write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
