@@ -12,18 +12,9 @@ whether issue 6's targets are met. No download: the model is built from its conf
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 
-from intelrt.cli.bench import add_arguments, main
+from intelrt.cli import main
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    progress = logging.getLogger("intelrt")
-    progress.setLevel(logging.INFO)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    progress.addHandler(handler)
-    sys.exit(main(parser.parse_args()))
+if __name__ == "__main__":  # `intelrt -v bench ...`: the same options, errors and output, progress logged
+    sys.exit(main(["-v", "bench", *sys.argv[1:]]))

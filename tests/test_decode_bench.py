@@ -15,7 +15,7 @@ from intelrt.cli import main
 def test_decode_bench_tiny_prints_the_side_by_side_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
     code = main(["bench", "--tiny", "--requests", "3", "--new-tokens", "6", "--load-repeats", "1", "--repeats", "3",
-                 "--skip-continuous", "--workdir", str(tmp_path / "model"), "--json", str(out)])
+                 "--skip-continuous", "--workdir", str(tmp_path / "model"), "--output", str(out)])
     text = capsys.readouterr().out
     assert code == 0
     for run in ("eager generate", "static cache + compile", "padded generate", "intelrt.load"):
@@ -41,4 +41,15 @@ def test_decode_bench_chart_without_matplotlib_is_a_clear_error(capsys: pytest.C
 
 def test_decode_bench_refuses_nonsense_sizes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--tiny", "--requests", "0"]) == 2
-    assert "--requests must be >= 1" in capsys.readouterr().err
+    assert "argument --requests: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_decode_bench_json_is_the_result_on_stdout_like_every_command(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--tiny", "--only-verify", "--requests", "2", "--new-tokens", "3", "--json",
+                 "--workdir", str(tmp_path / "model"), "--output", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text())
+    assert [r["group"] for r in printed["rows"]] == ["verify fp32", "verify fp32"]
+    assert all(r["match"].startswith("identical") for r in printed["rows"]), printed["rows"]

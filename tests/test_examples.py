@@ -1,6 +1,7 @@
-"""SPEC C6: the two example plugins in docs/examples install with pip, show up in ``intelrt
-plugins``, decide in ``intelrt plan`` under their own name, pass the conformance suite (their own
-tests run it), and change nothing for anything else."""
+"""SPEC C6: the two example plugins in docs/examples install with pip (into this module's own
+directory, never into the user's environment), show up in ``intelrt plugins``, decide in
+``intelrt plan`` under their own name, pass the conformance suite (their own tests run it), and
+change nothing for anything else."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from intelrt.host.manager import reset_host
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -23,34 +28,44 @@ PLUGINS = {"intelrt-gemma2-eager": "gemma2_eager", "intelrt-acme": "acme"}
 ACME_STUB = EXAMPLES / "intelrt-acme" / "src" / "intelrt_acme" / "_vendor_stub"
 
 
-def _installed_from_here(distribution: str) -> bool:
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        return False
-    direct = dist.read_text("direct_url.json")
-    return bool(direct) and str(EXAMPLES / distribution) in json.loads(direct).get("url", "")
-
-
 @pytest.fixture(scope="module", autouse=True)
-def examples_installed() -> None:
-    """``pip install -e docs/examples/<plugin>`` (what the Makefile does), once."""
-    missing = [d for d in PLUGINS if not _installed_from_here(d)]
-    if missing:
-        args = [a for d in missing for a in ("-e", str(EXAMPLES / d))]
-        isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, *args],
-                       check=True, timeout=600)
-    for d in PLUGINS:  # what the editable install's .pth does at interpreter start
-        src = str(EXAMPLES / d / "src")
-        if src not in sys.path:
-            sys.path.append(src)
+def examples_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``pip install docs/examples/<plugin>`` into a directory of this test module only: the
+    examples are for the tests, never installed into the user's environment. In-process code
+    finds them on ``sys.path``, subprocesses on ``PYTHONPATH`` (:func:`_intelrt`); afterwards both
+    forget them."""
+    global _TARGET
+    target = tmp_path_factory.mktemp("example-plugins")
+    sources = tmp_path_factory.mktemp("example-sources")  # pip builds in the source tree: a copy keeps docs/ clean
+    for d in PLUGINS:
+        shutil.copytree(EXAMPLES / d, sources / d, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "--target", str(target),
+                    *(str(sources / d) for d in PLUGINS)], check=True, timeout=600)
+    sys.path.insert(0, str(target))
     importlib.invalidate_caches()
+    for distribution in PLUGINS:  # this installation, not one that may linger elsewhere
+        assert Path(str(metadata.distribution(distribution).locate_file(""))) == target
+    _TARGET = str(target)
+    reset_host()
+    yield
+    sys.path.remove(str(target))
+    for name in [m for m in sys.modules if m.split(".")[0] in ("intelrt_acme", "intelrt_gemma2_eager")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    _TARGET = None
+    reset_host()
+
+
+_TARGET: str | None = None
 
 
 def _intelrt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("INTELRT_", "ACME_"))}
-    full.update(env or {})
+    extra = dict(env or {})
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (_TARGET, extra.pop("PYTHONPATH", None),
+                                                     os.environ.get("PYTHONPATH")) if p)
+    full.update(extra)
     return subprocess.run([sys.executable, "-m", "intelrt.cli", *args], capture_output=True, text=True,
                           env=full, timeout=240)
 

@@ -25,7 +25,8 @@ def dry_run(capsys: pytest.CaptureFixture[str], *options: str, script_args: tupl
             ) -> tuple[int, dict[str, Any] | None, str]:
     code = main(["launch", "--dry-run", "--json", *options, SCRIPT, *script_args])
     captured = capsys.readouterr()
-    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+    data = json.loads(captured.out)  # with --json, an error is JSON on stdout too
+    return code, (data if code == 0 else None), captured.err + (data["error"]["message"] if code else "")
 
 
 @pytest.mark.claim("X11")
@@ -46,7 +47,7 @@ def test_X11_xpu_two_of_four_gpus_share_one_mask_and_use_xccl(capsys: pytest.Cap
 def test_xpu_dry_run_text_shows_command_environment_and_collective(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["launch", "--dry-run", "--simulate", "xpu:4", "--devices", "0,2", SCRIPT]) == 0
     text = capsys.readouterr().out
-    assert "2 process(es) on xpu devices 0,2 via torchrun; collective xccl" in text
+    assert "2 processes on xpu devices 0,2 via torchrun; collective xccl" in text
     assert "each rank picks its device by LOCAL_RANK" in text
     assert "  ZE_AFFINITY_MASK=0,2  [set by xpu]" in text
     assert text.rstrip().splitlines()[-1].startswith("  ZE_AFFINITY_MASK=0,2 ")  # the copy-paste command line

@@ -38,7 +38,7 @@ def test_plan_serialises_to_json_and_prints_as_a_table(tiny_model: Path) -> None
                                               "plugin": "defaults", "forced": False, "claim": None, "notes": []}
     text = str(plan)
     assert "attention" in text and "sdpa" in text and "defaults" in text
-    assert text.splitlines()[1].startswith("  backend   cpu")
+    assert text.splitlines()[1].startswith("  backend: cpu (1 device)")
 
 
 def test_plan_under_simulated_xpu_names_two_devices(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]

@@ -81,6 +81,9 @@ def test_simulate_spec_parser_round_trips(kind: str, count: int, generation: str
     spec = f"{kind}:{count}" + (f":{model}" if model else "")
     key = "generation" if kind == "hpu" else "product"
     assert parse_spec(spec) == {"kind": kind, "count": count, **({key: model} if model else {})}
+    if kind == "xpu" and generation:  # a Gaudi generation on Intel GPUs is a mistake, not ignored (issue 21)
+        with pytest.raises(ConfigurationError, match="GENERATION for xpu must be one of"):
+            parse_spec(f"xpu:{count}:{generation}")
 
 
 @settings(max_examples=50)

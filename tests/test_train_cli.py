@@ -44,11 +44,15 @@ def test_demo_runs_the_lifecycle_and_the_reloaded_model_matches(tiny_model: Path
     assert generation["reloaded_matches"] is True and generation["reloaded"] == generation["trained"]
 
 
-def test_train_needs_data_and_output_and_refuses_simulation(tiny_model: Path, capsys: pytest.CaptureFixture[str]
-                                                            ) -> None:
+def test_train_needs_data_and_output_and_refuses_simulation(tiny_model: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", str(tiny_model), "--output", "x"]) == 2
     assert "--data FILE is required" in capsys.readouterr().err
-    assert main(["train", str(tiny_model), "--data", "d.txt"]) == 2
+    data = tmp_path / "d.txt"
+    data.write_text("one example\n", encoding="utf-8")
+    assert main(["train", str(tiny_model), "--data", str(data)]) == 2
     assert "--output DIR is required" in capsys.readouterr().err
+    assert main(["train", str(tiny_model), "--data", str(tmp_path / "missing.txt"), "--output", "x"]) == 2
+    assert "missing.txt: no such file" in capsys.readouterr().err
     assert main(["train", "--demo", "--simulate", "xpu:2"]) == 2
     assert "--simulate only plans" in capsys.readouterr().err

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .runtime.compiling import compile
     from .runtime.loaded import Loaded
     from .runtime.loading import load
+    from .runtime.pipeline import pipeline
     from .serving import serve
     from .training.arguments import training_arguments
     from .training.launching import launch
@@ -44,10 +45,11 @@ _LAZY = {
     "BackendStatus": "hooks.types", "Decision": "hooks.types", "DeviceInfo": "hooks.types",
     "EnvVar": "hooks.types", "Finding": "hooks.types", "Setting": "hooks.types",
     "training_arguments": "training.arguments", "launch": "training.launching", "serve": "serving",
+    "pipeline": "runtime.pipeline",
 }
 
 __all__ = [
-    "__version__", "hookimpl", "load", "plan", "detect", "setup_env", "compile",
+    "__version__", "hookimpl", "load", "pipeline", "plan", "detect", "setup_env", "compile",
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
     "ModelSourceError", "UnsafeModelError", "SaveError", "TrainingDivergedError",

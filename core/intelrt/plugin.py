@@ -27,6 +27,7 @@ from .backends.defaults import (
     bitsandbytes_choice,
     bytes_per_parameter,
     check_training_overrides,
+    continuous_batching_blocker,
     fits_one_device,
     padded_generate_instead,
 )
@@ -65,7 +66,7 @@ from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
 from .support.units import format_bytes
-from .support.versions import at_least, package_version, parse, torch_version
+from .support.versions import at_least, kernels_problem, package_version, parse, torch_version
 from .support.visibility import DeviceList, parse_device_list
 
 __all__ = [
@@ -79,14 +80,14 @@ __all__ = [
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
-    "package_version", "at_least", "parse", "torch_version", "format_bytes",
+    "package_version", "at_least", "parse", "torch_version", "format_bytes", "kernels_problem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
-    "attention_fallback", "padded_generate_instead", "continuous_blocker",
+    "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
     "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
     "stream_capturer", "begin_end",

@@ -94,7 +94,7 @@ def build_encoder(directory: Path, *, num_labels: int | None = None, seed: int =
 
 
 def _build_into(target: Path, builder: Callable[[Path], None]) -> Path:
-    if (target / "config.json").is_file():
+    if is_built(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
@@ -104,7 +104,7 @@ def _build_into(target: Path, builder: Callable[[Path], None]) -> Path:
         try:
             staging.rename(target)  # atomic: a half-built model is never visible
         except OSError:
-            if not (target / "config.json").is_file():  # lost a race to another process: theirs is complete
+            if not is_built(target):  # lost a race to another process: theirs is complete
                 raise
     finally:
         if staging.exists():
@@ -112,6 +112,16 @@ def _build_into(target: Path, builder: Callable[[Path], None]) -> Path:
     return target
 
 
+def default_model_dir() -> Path:
+    """Where the embedded default model is (or will be) built; builds nothing."""
+    return cache_root() / f"tiny-qwen3-v{BUILD_VERSION}"
+
+
+def is_built(directory: Path) -> bool:
+    """Whether a tiny model is complete in ``directory`` (it appears there only once complete)."""
+    return (directory / "config.json").is_file()
+
+
 def default_model_path() -> Path:
-    """Directory of the embedded default model, built on first use."""
-    return _build_into(cache_root() / f"tiny-qwen3-v{BUILD_VERSION}", build_causal_lm)
+    """Directory of the embedded default model, built on first use (a few seconds, offline)."""
+    return _build_into(default_model_dir(), build_causal_lm)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import PlanError
 from ..hooks.markers import hookimpl
-from ..hooks.types import BackendStatus, DeviceInfo, EnvVar, Finding
+from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
 
 if TYPE_CHECKING:
     from ..planning.request import Request
@@ -32,3 +32,14 @@ def intelrt_setup_env(backend: BackendStatus, request: Request) -> list[EnvVar |
         raise PlanError(f"devices={list(request.devices)} selects accelerator devices; the cpu backend "
                         "has none to select. Leave devices unset, or choose an accelerator backend.")
     return None
+
+
+@hookimpl
+def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision | None:
+    """Refuses what cannot run on the CPU; otherwise the generic decision applies."""
+    if backend.name != "cpu" or request.quantization != "4bit" or request.compile in ("auto", "none"):
+        return None
+    raise PlanError(f"quantization='4bit' with compile={request.compile!r} cannot run on the CPU: bitsandbytes "
+                    "repacks 4-bit weights into its CPU layout during the first forward call "
+                    "(bitsandbytes.nn.Linear4bit.forward), so the compiled graph no longer matches its weights and "
+                    "fails. Pass compile='none' with 4-bit on the CPU (or quantization='8bit' to compile)")

@@ -24,7 +24,8 @@ from ..hooks.payloads import (
     QuantizationChoice,
 )
 from ..hooks.types import BackendStatus, Decision, Setting
-from ..support.versions import package_version
+from ..support.hubcache import hub_offline, is_repo_cached
+from ..support.versions import kernels_problem, package_version
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
@@ -108,17 +109,31 @@ def attention_fallback(model: ModelInfo, preferred: str = "sdpa") -> Decision | 
 def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision:
     if request.is_forced("attention"):
         wanted = request.attention
-        if wanted in NVIDIA_ONLY_ATTENTION and backend.device_type != "cuda":
+        base = wanted.removeprefix("paged|")  # continuous batching's paged variant of the same kernel
+        if base in NVIDIA_ONLY_ATTENTION and backend.device_type != "cuda":
             raise PlanError(f"attention={wanted!r}: FlashAttention-3 and -4 run only on NVIDIA GPUs, "
                             f"not on {backend.name}; use 'sdpa' (the default) or 'flash_attention_2'")
-        if wanted == "flash_attention_2" and backend.device_type == "cpu":
-            raise PlanError("attention='flash_attention_2' needs a GPU; on the CPU use 'sdpa' (the default) or 'eager'")
+        if base == "flash_attention_2" and backend.device_type == "cpu":
+            raise PlanError(f"attention={wanted!r} needs a GPU; on the CPU use 'sdpa' (the default) or 'eager'")
         if wanted not in KNOWN_ATTENTION and "/" not in wanted:
             raise PlanError(f"attention={wanted!r} is not an attention implementation; use one of "
                             f"{', '.join(KNOWN_ATTENTION)} or a hub kernel id 'org/repo'")
+        if "/" in wanted:
+            _check_hub_kernel(wanted)
         return Decision(wanted, "requested by the user")
     return attention_fallback(model) or Decision(
         "sdpa", "torch's scaled_dot_product_attention: available everywhere, no extra package")
+
+
+def _check_hub_kernel(repo: str) -> None:
+    """A hub kernel id as attention: transformers must be able to use ``kernels``, and offline the
+    kernel must be cached already (SPEC C4)."""
+    problem = kernels_problem()
+    if problem:
+        raise PlanError(f"attention={repo!r} is a hub kernel, and {problem}; or use attention='sdpa'")
+    if hub_offline() and not (is_repo_cached(repo, "kernel") or is_repo_cached(repo, "model")):
+        raise PlanError(f"attention={repo!r}: HF_HUB_OFFLINE is set and the kernel is not in the local hub cache; "
+                        "download it once with network, or use attention='sdpa'")
 
 
 @hookimpl(trylast=True)
@@ -126,6 +141,9 @@ def intelrt_select_kernels(backend: BackendStatus, request: Request) -> Decision
     if request.kernels is True:
         if package_version("kernels") is None:
             raise PlanError("kernels=True needs the kernels package: pip install 'intelrt[kernels]'")
+        problem = kernels_problem()
+        if problem:
+            raise PlanError(f"kernels=True cannot work: {problem}; or leave kernels to intelrt")
         return Decision(KernelChoice(True), "requested by the user")
     reason = "turned off by the user" if request.kernels is False else (
         f"no hub-kernel mapping is known for {backend.name} that works offline")
@@ -155,6 +173,16 @@ def bitsandbytes_choice(quantization: str, decisions: Mapping[str, DecisionValue
     return QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype=str(compute), double_quant=True)
 
 
+def compile_backends() -> list[str] | None:
+    """The ``torch.compile`` backends registered in this process (entry-point ones included), or
+    ``None`` without torch. Imports torch's compiler (about a second): asked only for a named backend."""
+    try:
+        from torch._dynamo.backends.registry import list_backends
+    except ImportError:
+        return None
+    return list(list_backends(exclude_tags=()))
+
+
 @hookimpl(trylast=True)
 def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision:
     choice = request.compile
@@ -163,6 +191,11 @@ def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision
     if choice == "on":
         return Decision(CompileChoice(True, "inductor"), "requested by the user; inductor is torch's default compiler")
     if choice != "auto":
+        known = compile_backends()
+        if known is not None and choice not in known:
+            shown = [name for name in known if not any(t in name for t in ("TESTING", "minifier", "debug"))]
+            raise PlanError(f"compile={choice!r} is not a torch.compile backend; use 'on' (inductor), 'none', or "
+                            f"one of {', '.join(shown)}")
         return Decision(CompileChoice(True, choice), "requested by the user")
     return Decision(CompileChoice.off(),
                     f"not needed for {backend.name}: compile warm-up outweighs its gain for one-off runs")
@@ -183,23 +216,37 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
                           "so transformers' generate decodes")
 
 
-def padded_generate_instead(request: Request, model: ModelInfo, decisions: Mapping[str, DecisionValue]
-                            ) -> Decision | None:
-    """The batching decision when neither the fast loop nor transformers' continuous batching can run
-    the model (``None`` when one of them can): padded batches through transformers' ``generate``.
+CONTINUOUS_ATTENTION = ("sdpa", "eager", "paged|eager")
+"""What transformers' continuous batching runs besides flash implementations
+(``ContinuousBatchingManager.switch_to_cb_friendly_attn``: eager becomes ``paged|eager``)."""
+
+
+def continuous_batching_blocker(decisions: Mapping[str, DecisionValue]) -> str | None:
+    """Why transformers' continuous batching cannot run the plan's attention (``None`` when it can)."""
+    attention = str(decisions.get("attention") or "sdpa")
+    if attention in CONTINUOUS_ATTENTION or "flash" in attention:
+        return None
+    return f"attention {attention!r}: it runs 'sdpa', 'eager', 'paged|eager' or a flash implementation"
+
+
+def padded_generate_instead(request: Request, model: ModelInfo, decisions: Mapping[str, DecisionValue],
+                            max_batch: int = DEFAULT_MAX_PADDED_BATCH) -> Decision | None:
+    """The batching decision when transformers' continuous batching cannot run the model while the
+    fast loop is off, or cannot run the plan's attention at all (``None`` when it can): padded
+    batches, through the fast loop when it is planned, else through transformers' ``generate``.
     ``batching='continuous'`` forced for such a model is refused. A backend's batching hook asks this
     before answering continuous batching."""
-    if fast_decode_planned(decisions):
-        return None
-    blocker = continuous_blocker(model)
+    fast = fast_decode_planned(decisions)
+    blocker = continuous_batching_blocker(decisions) or (None if fast else continuous_blocker(model))
     if blocker is None:
         return None
     if request.batching == "continuous":
         raise PlanError(f"batching='continuous': transformers' continuous batching cannot run this model ({blocker}); "
                         "use batching='padded' or leave batching to intelrt")
-    return Decision(BatchingChoice.padded("generate", DEFAULT_MAX_PADDED_BATCH),
-                    f"padded batches of up to {DEFAULT_MAX_PADDED_BATCH} prompts through transformers' generate: "
-                    f"continuous batching cannot run this model ({blocker}) and the fast decode loop is off")
+    through = "the fast decode loop" if fast else "transformers' generate"
+    return Decision(BatchingChoice.padded("fast" if fast else "generate", max_batch),
+                    f"padded batches of up to {max_batch} prompts through {through}: continuous batching cannot run "
+                    f"this model ({blocker})" + ("" if fast else " and the fast decode loop is off"))
 
 
 @hookimpl(trylast=True)

@@ -22,6 +22,7 @@ from ..decoding.policy import (
     fast_decode_planned,
     triton_installed,
 )
+from ..errors import PlanError
 from ..hooks.markers import hookimpl
 from ..hooks.payloads import BatchingChoice, DecisionValue
 from ..hooks.types import BackendStatus, Decision
@@ -83,15 +84,23 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
 @hookimpl
 def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    if not _mine(backend) or request.batching == "padded":
+    if not _mine(backend):
         return None
-    fallback = padded_generate_instead(request, model, decisions)
-    if fallback is not None:
-        return fallback
     fast = fast_decode_planned(decisions)
     on_cuda = backend.name == "cuda"
+    if (not on_cuda and not fast and decisions.get("attention") == "flex_attention"
+            and decisions.get("task") == "text-generation"):
+        raise PlanError("attention='flex_attention' cannot generate from a list of prompts on the CPU when "
+                        "transformers' generate decodes (the plan's decode decision says why the fast decode loop "
+                        "is off): its continuous batching does not run flex attention, and a padded batch fails to "
+                        "build flex attention's CPU kernel (inductor). Use attention='sdpa' (the default) or 'eager'")
+    if request.batching == "padded":
+        return None
+    size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
+    fallback = padded_generate_instead(request, model, decisions, size)
+    if fallback is not None:
+        return fallback
     if request.batching == "auto" and fast:
-        size = CUDA_MAX_PADDED_BATCH if on_cuda else CPU_MAX_PADDED_BATCH
         why = ("the CUDA-graph decode step costs about the same for 1 or 256 rows (weights are read once per "
                "step), so one padded batch beats continuous batching's per-step scheduling (docs/performance.md)"
                if on_cuda else "on the CPU one padded batch through the decode loop skips continuous batching's "

@@ -1,4 +1,6 @@
-"""``intelrt`` command line: plugins | doctor | plan | run | train | launch | bench | serve (each takes --json)."""
+"""The ``intelrt`` command: the parser, the error contract around every command, logging, and the
+inference commands (plugins, doctor, plan, run); ``train`` and ``launch`` are in
+:mod:`.training`, ``bench`` in :mod:`.bench`, ``serve`` in :mod:`.serve`."""
 
 from __future__ import annotations
 
@@ -6,114 +8,126 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import IntelrtError
+from .._version import __version__
 from ..planning.options import REQUEST_OPTIONS
+from .arguments import (
+    SIMULATE_HELP,
+    Parser,
+    common_options,
+    count,
+    json_requested,
+    non_empty,
+    refuse,
+)
+from .failures import EXIT_FAILED, describe, print_traceback
+from .models import (
+    announce_download,
+    check_tokens,
+    default_model,
+    load_planned,
+    require_generation,
+    simulated,
+)
+from .output import emit, step
 
-log = logging.getLogger("intelrt")
+DESCRIPTION = """\
+Take a Hugging Face transformers model through load, inference, training and distributed runs on
+Intel GPUs (xpu), Intel Gaudi (hpu), the CPU and CUDA: every decision planned, explained, overridable.
 
+Start with `intelrt plan` and `intelrt run` (the embedded tiny model: no download), then give them
+a model of yours. `intelrt COMMAND --help` describes each command.
 
-def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    from ..support.redaction import redact, redact_text
+exit status: 0 success, 1 a run that failed, 2 a usage or configuration error, 130 interrupted.
+With --json, the result (or the error, as {"error": {"type", "message", "fix"}}) is JSON on stdout."""
 
-    if args.json:
-        print(json.dumps(redact(data), indent=2))
-    else:
-        print(redact_text(text))
-
-
-@contextlib.contextmanager
-def _maybe_simulate(spec: str | None) -> Iterator[None]:
-    if not spec:
-        yield
-        return
-    from ..testing.simulation import parse_spec, simulate
-
-    try:
-        kwargs = parse_spec(spec)
-    except ValueError as exc:
-        raise SystemExit(f"intelrt: {exc}") from None
-    with simulate(**kwargs):
-        yield
-
-
-def _plan_options(parser: argparse.ArgumentParser) -> None:
-    """One flag per request option (``--name-with-dashes``), from their one declaration."""
-    for option in REQUEST_OPTIONS:
-        if option.flag:
-            parser.add_argument(option.cli_flag, action="store_true", help=option.help)
-        else:
-            parser.add_argument(option.cli_flag, default=option.default, help=option.help, choices=option.choices,
-                                metavar=option.metavar)
-    parser.add_argument("--simulate", metavar="KIND:N[:GEN]", default=None,
-                        help="plan as on a simulated machine, e.g. xpu:2 or hpu:8:gaudi3")
+MODEL_HELP = ("a directory saved with save_pretrained(), or a hub id (org/name); default: the embedded tiny "
+              "model, built offline on first use")
+REFUSE_SIMULATE = ("--simulate only plans: a simulated machine cannot run a model. See the plan for a machine "
+                   "you lack with `intelrt plan MODEL --simulate xpu:2`")
 
 
-def _plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def plan_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The request options as the command line gave them (their defaults otherwise)."""
     return {option.name: getattr(args, option.name) for option in REQUEST_OPTIONS}
 
 
+# -- commands ------------------------------------------------------------------------------------
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     from ..host.manager import PluginHost
+    from ..support.tables import plural, table, terminal_width, wrap
 
     host = PluginHost(on_error="record")
     records = [r.to_dict() for r in host.records]
-    text = "\n".join(f"{r['name']:<10} {r['distribution']:<14} {r['version']:<8} {r['status']:<11} "
-                     f"{len(r['hooks'])} hooks" + (f"  error: {r['error']}" if r["error"] else "") for r in records)
-    _emit(args, {"plugins": records}, text)
+    lines = table(("name", "distribution", "version", "status", "hooks"),
+                  [(r["name"], r["distribution"], r["version"], r["status"], plural(len(r["hooks"]), "hook"))
+                   for r in records], indent="")
+    for r in records:
+        if r["error"]:
+            lines += wrap(f"{r['name']} failed: {r['error']}", terminal_width(), "", "  ")
+    emit(args, {"plugins": records}, "\n".join(lines))
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..planning.diagnosis import diagnose, format_report
 
-    with _maybe_simulate(args.simulate):
+    with simulated(args.simulate):
         report = diagnose(probe=args.probe)
-    _emit(args, report, format_report(report))
-    return 1 if any(f["severity"] == "error" for f in report["findings"]) else 0
+    if args.simulate:  # how the simulation reaches child processes is not part of the machine
+        from ..testing.simulation import CHILD_VAR
+
+        report["environment"].pop(CHILD_VAR, None)
+    emit(args, report, format_report(report))
+    return EXIT_FAILED if any(f["severity"] == "error" for f in report["findings"]) else 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.planner import plan
 
-    with _maybe_simulate(args.simulate):
-        result = plan(args.model, **_plan_kwargs(args))
-    _emit(args, result.to_dict(), str(result))
+    model = args.model or default_model()  # built (first use) on this machine, not the simulated one
+    with simulated(args.simulate):
+        result = plan(model, **plan_kwargs(args))
+    emit(args, result.to_dict(), str(result))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..runtime.loading import load
-    from ..tiny import default_model_path
+    from ..runtime.loading import plan_for_load
 
-    model = args.model or str(default_model_path())
-    loaded = load(model, **_plan_kwargs(args))
-    text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
-    if args.json:
-        _emit(args, {"plan": loaded.plan.to_dict(), "prompt": args.prompt, "output": text}, "")
-    else:
-        print(loaded.plan)
-        print(f"\nprompt: {args.prompt}\noutput: {text}")
+    model = args.model or default_model()
+    announce_download(model)
+    planned = plan_for_load(model, **plan_kwargs(args))
+    require_generation(planned, "run")
+    check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
+    loaded = load_planned(planned)
+    compiles = loaded.plan.compile_choice is not None and loaded.plan.compile_choice.enabled
+    with step(f"generating up to {args.max_new_tokens} tokens" + (" (the first call compiles)" if compiles else "")):
+        text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
+    report = loaded.last_generation.to_dict() if loaded.last_generation else None
+    emit(args, {"plan": loaded.plan.to_dict(), "prompt": args.prompt, "output": text, "generation": report},
+         f"{loaded.plan}\n\nprompt: {args.prompt}\noutput: {text}")
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .training import run_train
 
-    return run_train(args, _plan_kwargs(args), _emit)
+    return run_train(args, plan_kwargs(args))
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from .training import run_launch
 
-    return run_launch(args, _maybe_simulate, _emit)
+    return run_launch(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Plain transformers against intelrt, side by side (benchmarks/bench_generate.py)."""
     from .bench import main as bench_main
 
     return bench_main(args)
@@ -122,78 +136,230 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .serve import run_serve
 
-    return run_serve(args, _plan_kwargs(args), _maybe_simulate, _emit)
+    return run_serve(args, plan_kwargs(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="intelrt", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what intelrt does")
-    sub = parser.add_subparsers(dest="command", required=True)
+# -- the parser ----------------------------------------------------------------------------------
 
-    p = sub.add_parser("plugins", help="list plugins: name, distribution, version, hooks, status")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_plugins)
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per request option (``--name-with-dashes``), from their one declaration."""
+    group = parser.add_argument_group("plan options (each overrides one decision; default: intelrt decides)")
+    for option in REQUEST_OPTIONS:
+        if option.flag:
+            group.add_argument(option.cli_flag, action="store_true", help=option.help)
+        else:
+            group.add_argument(option.cli_flag, default=option.default, help=option.help, choices=option.choices,
+                               metavar=option.metavar)
 
-    p = sub.add_parser("doctor", help="versions, backends with reasons, environment, findings with fixes")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]")
-    p.add_argument("--probe", action="store_true", help="also run vendor tools (hl-smi) to ask the machine")
-    p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("plan", help="show what intelrt would do for MODEL, without loading it")
-    p.add_argument("model")
-    p.add_argument("--json", action="store_true")
-    _plan_options(p)
-    p.set_defaults(func=cmd_plan)
+def examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
-    p = sub.add_parser("run", help="load MODEL (default: the embedded tiny model) and generate")
-    p.add_argument("model", nargs="?", default=None)
-    p.add_argument("--prompt", default="Intel GPUs are")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--json", action="store_true")
-    _plan_options(p)
-    p.set_defaults(func=cmd_run)
 
-    from .training import LAUNCH_HELP, TRAIN_HELP, add_launch_arguments, add_train_arguments
-
-    p = sub.add_parser("train", help=TRAIN_HELP)
-    add_train_arguments(p)
-    _plan_options(p)
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("launch", help=LAUNCH_HELP)
-    add_launch_arguments(p)
-    p.set_defaults(func=cmd_launch)
-
-    p = sub.add_parser("bench", help="tok/s of plain transformers and intelrt side by side (--chart: PNG)")
-    from .bench import add_arguments as bench_arguments
-
-    bench_arguments(p)
-    p.set_defaults(func=cmd_bench)
-
-    from .serve import SERVE_HELP
-    from .serve import add_arguments as serve_arguments
-
-    p = sub.add_parser("serve", help=SERVE_HELP)
-    serve_arguments(p)
-    _plan_options(p)
-    p.set_defaults(func=cmd_serve)
+def add_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], *, summary: str,
+                description: str, epilog: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=description, epilog=epilog,
+                                                     parents=[common_options()])
+    parser.set_defaults(func=func)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="intelrt: %(levelname)s: %(message)s")
-    from ..support.redaction import redact_log_output, redact_text
+def build_parser() -> Parser:
+    from .bench import BENCH_DESCRIPTION, BENCH_EXAMPLES
+    from .bench import add_arguments as add_bench_arguments
+    from .serve import SERVE_DESCRIPTION, SERVE_EXAMPLES
+    from .serve import add_arguments as add_serve_arguments
+    from .training import (
+        LAUNCH_DESCRIPTION,
+        LAUNCH_EXAMPLES,
+        TRAIN_DESCRIPTION,
+        TRAIN_EXAMPLES,
+        add_launch_arguments,
+        add_train_arguments,
+    )
 
-    for handler in logging.getLogger().handlers:
+    parser = Parser(prog="intelrt", description=DESCRIPTION)
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what intelrt does (-vv: more detail, and other libraries' messages); errors "
+                             "come with their traceback")
+    parser.add_argument("--version", action="version", version=f"intelrt {__version__}",
+                        help="print intelrt's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+
+    add_command(sub, "plugins", cmd_plugins, summary="list plugins: name, distribution, version, status, hooks",
+                description="List every plugin intelrt found: its built-in backends, the Intel plugins and "
+                            "third-party plugins of the `intelrt` entry-point group, with distribution, version, "
+                            "status (enabled, blocked, not allowed, failed) and the hooks each implements. "
+                            "Imports neither torch nor transformers.",
+                epilog=examples("intelrt plugins", "intelrt plugins --json",
+                                "INTELRT_DISABLE_PLUGINS=acme intelrt plugins"))
+
+    p = add_command(sub, "doctor", cmd_doctor, summary="check this machine: versions, backends, environment, fixes",
+                    description="Check this machine: package versions, every backend with the reason it is or is "
+                                "not available, the intelrt-relevant environment variables in effect, and findings "
+                                "with fixes. Secrets are redacted. Exit status 1 when a finding is an error.",
+                    epilog=examples("intelrt doctor", "intelrt doctor --simulate hpu:8", "intelrt doctor --probe --json"))
+    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=SIMULATE_HELP)
+    p.add_argument("--probe", action="store_true",
+                   help="also run the vendors' tools (hl-smi) to ask the machine (slower; off by default)")
+
+    p = add_command(sub, "plan", cmd_plan, summary="show what intelrt would do for a model, loading nothing",
+                    description="Show what `intelrt run` / intelrt.load() would do for MODEL: backend, dtype, "
+                                "attention, kernels, compile, decode … each decision with its reason, the plugin "
+                                "that made it and whether you forced it. Loads and downloads nothing: a hub model "
+                                "must be in the local cache (`intelrt run ID` downloads it).",
+                    epilog=examples("intelrt plan                          # the embedded tiny model",
+                                    "intelrt plan ./my-model --dtype bfloat16 --compile on",
+                                    "intelrt plan --simulate xpu:2         # as on two Intel GPUs you do not have",
+                                    "intelrt plan Qwen/Qwen3-0.6B --json   # a cached hub model"))
+    p.add_argument("model", nargs="?", default=None, help=MODEL_HELP.replace("a hub id (org/name)",
+                                                                              "a hub id (org/name) in the local cache"))
+    add_plan_options(p)
+    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=SIMULATE_HELP)
+
+    p = add_command(sub, "run", cmd_run, summary="load a model and generate from a prompt",
+                    description="Load MODEL as planned (the plan is printed first) and generate a continuation of "
+                                "--prompt. A hub id that is not cached is downloaded once (unless HF_HUB_OFFLINE).",
+                    epilog=examples("intelrt run                           # the embedded tiny model",
+                                    "intelrt run Qwen/Qwen3-0.6B --prompt 'Intel GPUs are' --max-new-tokens 40",
+                                    "intelrt run ./my-model --dtype bfloat16 --json"))
+    p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
+    p.add_argument("--prompt", default="Intel GPUs are", type=non_empty(),
+                   help="the text to continue (default: %(default)r)")
+    p.add_argument("--max-new-tokens", type=count(), default=32, metavar="N",
+                   help="how many tokens to generate at most (default: %(default)s; below the model's context)")
+    add_plan_options(p)
+    refuse(p, "--simulate", REFUSE_SIMULATE)
+
+    p = add_command(sub, "train", cmd_train, summary="fine-tune a model on a text file (--demo: the whole lifecycle)",
+                    description=TRAIN_DESCRIPTION, epilog=TRAIN_EXAMPLES)
+    add_train_arguments(p)
+    add_plan_options(p)
+    refuse(p, "--simulate", REFUSE_SIMULATE)
+
+    p = add_command(sub, "launch", cmd_launch, summary="run a script with one process per device",
+                    description=LAUNCH_DESCRIPTION, epilog=LAUNCH_EXAMPLES)
+    add_launch_arguments(p)
+
+    p = add_command(sub, "bench", cmd_bench, summary="tokens/s of plain transformers and intelrt side by side",
+                    description=BENCH_DESCRIPTION, epilog=BENCH_EXAMPLES)
+    add_bench_arguments(p)
+
+    p = add_command(sub, "serve", cmd_serve, summary="serve a model with the OpenAI API (in-flight batching)",
+                    description=SERVE_DESCRIPTION, epilog=SERVE_EXAMPLES)
+    add_serve_arguments(p)
+    add_plan_options(p)
+    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]",
+                   help=SIMULATE_HELP + "; serve then only shows the plan and the limits it would serve with")
+    return parser
+
+
+# -- logging -------------------------------------------------------------------------------------
+
+class _Once(logging.Filter):
+    """Lets each message through once (libraries repeat warnings per call or per import)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+class _NotIntelrt(logging.Filter):
+    """The root handler shows other libraries' records; intelrt's have their own handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != "intelrt" and not record.name.startswith("intelrt.")
+
+
+def configure_logging(verbosity: int) -> Callable[[], None]:
+    """The one place the command line sets up logging; returns what puts it back.
+
+    intelrt's records: ``intelrt: LEVEL: message`` (warnings by default, ``-v`` info, ``-vv`` debug).
+    Other libraries' records and Python warnings: under their own name (``bitsandbytes: WARNING: …``),
+    each message once, and only with ``-v`` (errors always). transformers prints through its own
+    handler (``[transformers] …``).
+    """
+    from ..support.redaction import redact_log_output
+
+    intelrt_log, root = logging.getLogger("intelrt"), logging.getLogger()
+    before = (intelrt_log.level, root.level)
+    ours = logging.StreamHandler(sys.stderr)
+    ours.setFormatter(logging.Formatter("intelrt: %(levelname)s: %(message)s"))
+    theirs = logging.StreamHandler(sys.stderr)
+    theirs.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    theirs.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
+    theirs.addFilter(_NotIntelrt())
+    theirs.addFilter(_Once())
+    for handler in (ours, theirs):
         redact_log_output(handler)
-    try:
-        return int(args.func(args))
-    except IntelrtError as exc:
-        notes = "".join(f"\n  ({n})" for n in getattr(exc, "__notes__", []))
-        print(redact_text(f"intelrt: error: {exc}{notes}"), file=sys.stderr)
-        return 2
+    intelrt_log.addHandler(ours)
+    intelrt_log.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
+    root.addHandler(theirs)
+    root.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
+    logging.captureWarnings(True)
 
+    def restore() -> None:
+        intelrt_log.removeHandler(ours)
+        root.removeHandler(theirs)
+        intelrt_log.setLevel(before[0])
+        root.setLevel(before[1])
+        logging.captureWarnings(False)
+
+    return restore
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def _report(exc: BaseException, command: str, as_json: bool, verbosity: int) -> int:
+    """``exc`` as the error contract says (a library's message may quote a token: redacted)."""
+    from ..support.redaction import redact, redact_text
+
+    failure = describe(exc, command)
+    if verbosity:
+        print_traceback(exc)
+    if as_json:
+        print(json.dumps(redact(failure.to_dict()), indent=2))
+    else:
+        print(redact_text(failure.text()), file=sys.stderr)
+    return failure.exit_code
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``intelrt plugins | head``): stop quietly. Python's
+    advice: point stdout at devnull so the final flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``intelrt ARGS``: the exit status of the command (see :data:`DESCRIPTION`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    as_json = json_requested(parser, argv)
+    command, verbosity = "", 0
+    restore: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        args = parser.parse_args(argv)
+        command, verbosity = args.command, args.verbose
+        restore = configure_logging(verbosity)
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the error contract: every failure reported
+        try:
+            return _report(exc, command, as_json, verbosity)
+        except BrokenPipeError:
+            return _stdout_closed()
+    finally:
+        restore()

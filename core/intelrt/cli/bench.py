@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import statistics
 import tempfile
 import time
@@ -24,14 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-
-log = logging.getLogger(__name__)
+from .arguments import count
+from .output import emit, say
 
 QWEN3_0_6B: dict[str, Any] = {
     "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
     "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
 }
+DEFAULT_REPEATS = 3
 TARGETS = {"batch1_tok_s": 1000.0, "batch1_vs_static": 3.0, "many_tok_s": 5000.0, "many_vs_padded": 3.0,
            "load_ratio": 1.03}
 
@@ -58,10 +58,11 @@ class Results:
     versions: dict[str, str] = field(default_factory=dict)
 
     def add(self, row: Row) -> None:
+        """Record ``row`` and report it as progress (a full run takes minutes)."""
         self.rows.append(row)
-        log.info("bench %s / %s: %s tok/s in %.3f s %s%s", row.group, row.name,
-                 f"{row.tok_s:,.0f}" if row.tok_s else "-", row.seconds or 0.0, row.match,
-                 f" (median of calls: {', '.join(f'{c:.3f}' for c in row.calls)} s)" if row.calls else "")
+        say(f"bench {row.group} / {row.name}: {f'{row.tok_s:,.0f}' if row.tok_s else '-'} tok/s in "
+            f"{row.seconds or 0.0:.3f} s {row.match}"
+            + (f" (median of calls: {', '.join(f'{c:.3f}' for c in row.calls)} s)" if row.calls else ""))
 
     def get(self, group: str, name: str) -> Row:
         return next(r for r in self.rows if r.group == group and r.name == name)
@@ -378,27 +379,56 @@ def write_chart(results: Results, path: str) -> None:
     plt.close(fig)
 
 
+BENCH_DESCRIPTION = """\
+Measure tokens per second of plain transformers and of intelrt side by side, in one process: batch 1
+(eager generate, static cache + compile, intelrt), many requests (padded generate, generate_batch,
+intelrt) and load time (from_pretrained against intelrt.load), with every output compared token for
+token. The model is Qwen3-0.6B-shaped with random bf16 weights built from its config (no download),
+or tiny with --tiny (for the CPU). See docs/performance.md."""
+BENCH_EXAMPLES = """\
+examples:
+  intelrt bench --tiny --skip-continuous
+  intelrt bench --device cuda --verify
+  intelrt bench --tiny --json > bench.json
+  intelrt bench --output bench.json --chart bench.png"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny model (for the CPU) instead of Qwen3-0.6B-shaped")
-    parser.add_argument("--device", default=None, help="cuda, xpu, hpu or cpu (default: cuda when present)")
-    parser.add_argument("--requests", type=int, default=None, help="prompts in the batch run (default 64; tiny 8)")
-    parser.add_argument("--new-tokens", type=int, default=None, help="new tokens per prompt (default 256; tiny 32)")
-    parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--load-repeats", type=int, default=3,
-                        help="alternating from_pretrained / intelrt.load pairs (median of each side)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed calls per fast run (static cache, intelrt), median shown; the slow eager "
-                             "and padded generate runs are timed once")
+    parser.add_argument("--device", default=None, choices=("cuda", "xpu", "hpu", "cpu"),
+                        help="where to run (default: cuda when present, else cpu)")
+    parser.add_argument("--requests", type=count(), default=None, metavar="N",
+                        help="prompts in the batch run (default 64; tiny 8)")
+    parser.add_argument("--new-tokens", type=count(), default=None, metavar="N",
+                        help="new tokens per prompt (default 256; tiny 32)")
+    parser.add_argument("--prompt-tokens", type=count(), default=32, metavar="N",
+                        help="tokens per prompt (default: %(default)s)")
+    parser.add_argument("--load-repeats", type=count(), default=None, metavar="N",
+                        help=f"alternating from_pretrained / intelrt.load pairs, median of each side "
+                             f"(default {DEFAULT_REPEATS})")
+    parser.add_argument("--repeats", type=count(), default=None, metavar="N",
+                        help=f"timed calls per fast run (static cache, intelrt), median shown (default "
+                             f"{DEFAULT_REPEATS}); the slow eager and padded generate runs are timed once")
     parser.add_argument("--skip-continuous", action="store_true", help="leave out generate_batch (slow on CPU)")
-    parser.add_argument("--workdir", default=None, help="where the random model is saved (default: a temp dir)")
-    parser.add_argument("--json", dest="json_path", default=None, help="also write the results as JSON here")
-    parser.add_argument("--chart", default=None, help="also write a PNG bar chart here (needs matplotlib)")
+    parser.add_argument("--workdir", default=None, metavar="DIR",
+                        help="where the random model is saved (default: a temp dir)")
+    parser.add_argument("--output", default=None, metavar="FILE",
+                        help="also write the results as JSON to FILE (--json prints them on stdout instead "
+                             "of the table)")
+    parser.add_argument("--chart", default=None, metavar="FILE",
+                        help="also write a PNG bar chart to FILE (needs matplotlib)")
     parser.add_argument("--verify", action="store_true",
                         help="also compare intelrt's fast path with plain generate in float32 (no bf16 argmax "
                              "ties), at batch 1 and for the whole batch: the tokens must be identical")
     parser.add_argument("--only-verify", action="store_true", help="run only the float32 comparison")
     parser.add_argument("--variants", action="store_true",
                         help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
+
+
+def _writable(flag: str, path: str | None) -> None:
+    """An output file whose directory is missing fails after minutes of benchmarking: check first."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise ConfigurationError(f"{flag} {path}: the directory {Path(path).resolve().parent} does not exist")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -408,18 +438,28 @@ def main(args: argparse.Namespace) -> int:
         except ImportError:
             raise ConfigurationError("--chart needs matplotlib, which is not installed: pip install matplotlib "
                                      "(or leave --chart out)") from None
+    _writable("--output", args.output)
+    _writable("--chart", args.chart)
+    if args.only_verify:  # the float32 comparison alone: the speed runs' options would be ignored
+        unused = [flag for flag, given in (("--variants", args.variants), ("--skip-continuous", args.skip_continuous),
+                                           ("--repeats", args.repeats is not None),
+                                           ("--load-repeats", args.load_repeats is not None)) if given]
+        if unused:
+            raise ConfigurationError(f"--only-verify runs only the float32 comparison, so {', '.join(unused)} would "
+                                     "do nothing: leave them out, or drop --only-verify")
+    args.repeats = args.repeats or DEFAULT_REPEATS
+    args.load_repeats = args.load_repeats or DEFAULT_REPEATS
     if args.requests is None:
         args.requests = 8 if args.tiny else 64
     if args.new_tokens is None:
         args.new_tokens = 32 if args.tiny else 256
-    for name in ("requests", "new_tokens", "prompt_tokens", "load_repeats", "repeats"):
-        if getattr(args, name) < 1:
-            raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1")
     results = run(args)
-    print(format_table(results))
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps(asdict(results), indent=2))
+    data = asdict(results)
+    emit(args, data, format_table(results))
+    if args.output:
+        Path(args.output).write_text(json.dumps(data, indent=2), encoding="utf-8")
+        say(f"results written to {args.output}")
     if args.chart:
         write_chart(results, args.chart)
-        print(f"chart written to {args.chart}")
+        say(f"chart written to {args.chart}")
     return 0

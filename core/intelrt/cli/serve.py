@@ -3,49 +3,64 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Callable
 from typing import Any
 
-SERVE_HELP = "serve MODEL (default: the embedded tiny model) with the OpenAI API: in-flight batching, SSE, /metrics"
+from .arguments import count, positive_number
+from .models import announce_download, default_model, load_planned, require_generation, simulated
+from .output import emit
+
+SERVE_DESCRIPTION = """\
+Load MODEL as planned (the plan is printed first) and serve it with the OpenAI API on HOST:PORT:
+/v1/completions, /v1/chat/completions (streamed with SSE when asked), /v1/models, /health and
+/metrics. Completions join and leave one running batch between decode steps (in-flight batching)
+when the plan decodes on the fast loop; otherwise they run one at a time. SIGTERM or Ctrl-C drains
+the requests in flight, then exits with status 0. With --simulate, only the plan and the limits it
+would serve with are shown (see docs/serving.md)."""
+
+SERVE_EXAMPLES = """\
+examples:
+  intelrt serve                                  # the embedded tiny model on 127.0.0.1:8000
+  intelrt serve Qwen/Qwen3-0.6B --port 8080 --max-batch 32
+  intelrt serve ./my-model --simulate xpu:1      # the limits it would get on an Intel GPU"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..serving.server import DRAIN_TIMEOUT_S
 
-    parser.add_argument("model", nargs="?", default=None, help="a hub id or a local directory")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    parser.add_argument("model", nargs="?", default=None,
+                        help="a directory saved with save_pretrained(), or a hub id (org/name); default: the "
+                             "embedded tiny model")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=count(0, 65535), default=8000, help="port to listen on (default %(default)s)")
     parser.add_argument("--served-model-name", default=None, metavar="NAME",
                         help="the id clients send as `model` (default: MODEL as given)")
-    parser.add_argument("--max-batch", type=int, default=None, metavar="N",
+    parser.add_argument("--max-batch", type=count(), default=None, metavar="N",
                         help="completions decoding at once (default: the plan's batch size, cut to free memory)")
-    parser.add_argument("--context-length", type=int, default=None, metavar="N",
+    parser.add_argument("--context-length", type=count(), default=None, metavar="N",
                         help="prompt + max_tokens per request (default: min(4096, max_position_embeddings))")
-    parser.add_argument("--max-queue", type=int, default=None, metavar="N",
+    parser.add_argument("--max-queue", type=count(0), default=None, metavar="N",
                         help="completions waiting for a row before requests get 429 (default: 4 per row)")
-    parser.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--drain-timeout", type=positive_number(), default=DRAIN_TIMEOUT_S, metavar="SECONDS",
                         help=f"after SIGTERM, seconds in-flight requests get to finish (default {DRAIN_TIMEOUT_S:g})")
-    parser.add_argument("--json", action="store_true", help="with --simulate: the dry plan as JSON")
 
 
-def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any],
-              simulate: Callable[[str | None], contextlib.AbstractContextManager[None]],
-              emit: Callable[[argparse.Namespace, Any, str], None]) -> int:
+def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     """Serve until SIGTERM/SIGINT (exit 0 after draining); with ``--simulate``, show what would be
     served and exit."""
-    from ..serving import require_serve_extra
-    from ..tiny import default_model_path
-
-    model = args.model or str(default_model_path())
+    model = args.model or default_model()
     limits = {"max_batch": args.max_batch, "context_length": args.context_length, "max_queue": args.max_queue}
     if args.simulate:
-        return _dry_run(args, model, plan_kwargs, limits, simulate, emit)
+        return _dry_run(args, model, plan_kwargs, limits)
+    from ..runtime.loading import plan_for_load
+    from ..serving import require_serve_extra
+
     require_serve_extra()
-    from ..runtime.loading import load
+    announce_download(model)
+    planned = plan_for_load(model, **plan_kwargs)
+    require_generation(planned, "serve")
+    loaded = load_planned(planned)
     from ..serving.server import serve
 
-    loaded = load(model, **plan_kwargs)
     print(loaded.plan, flush=True)
     serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or "tiny", **limits,
           drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning",
@@ -53,9 +68,7 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any],
     return 0
 
 
-def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any],
-             simulate: Callable[[str | None], contextlib.AbstractContextManager[None]],
-             emit: Callable[[argparse.Namespace, Any, str], None]) -> int:
+def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:
     """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
     from transformers import PretrainedConfig
 
@@ -64,7 +77,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     from ..planning.planner import plan
     from ..serving.limits import serving_limits
 
-    with simulate(args.simulate):
+    with simulated(args.simulate):
         result = plan(model, **plan_kwargs)
     decode = result.decode_choice
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"

@@ -1,23 +1,73 @@
-"""``intelrt train`` and ``intelrt launch`` (kept apart from cli.py's inference commands)."""
+"""``intelrt train`` and ``intelrt launch`` (kept apart from app.py's inference commands)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import shutil
+import signal
+import subprocess
 import sys
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from ..support.tables import plural
+from .arguments import SIMULATE_HELP, count, non_empty, positive_number
+from .failures import RunFailed, UsageError
+from .models import (
+    announce_download,
+    check_tokens,
+    default_model,
+    load_planned,
+    require_generation,
+    simulated,
+)
+from .output import emit, say
+
+if TYPE_CHECKING:
+    from ..training.launching import LaunchCommand
 
 log = logging.getLogger("intelrt")
 
 #: ``intelrt train --demo`` (``make run``): the whole lifecycle on the embedded tiny model.
 DEMO = {"epochs": 20.0, "learning_rate": 1e-2, "block_size": 64, "batch_size": 4, "prompt": "Intel GPUs are"}
 _DEMO_MARKER = ".intelrt-demo"
+MAX_SEED = 2**32 - 1
+"""numpy's seeds (which transformers' set_seed also sets) stop here."""
+RDZV_ID = "intelrt"
+"""torchrun's rendezvous id of a multi-node job when --rdzv-id is not given."""
+MAX_NPROC = 1024
+"""More processes per node than any machine runs ranks; a typo such as --nproc 80000 is refused."""
 
+TRAIN_DESCRIPTION = """\
+Fine-tune MODEL (default: the embedded tiny model) on a UTF-8 text file, one example per line:
+the whole model, LoRA adapters (--lora) or QLoRA (--4bit), with TrainingArguments from the plan.
+The plan is printed first; Trainer shows a progress bar; a summary (loss, steps, time) ends the run.
+--demo runs the whole lifecycle on the tiny model: generate, LoRA fine-tune on the bundled text,
+save, reload, generate again."""
+TRAIN_EXAMPLES = """\
+examples:
+  intelrt train --demo
+  intelrt train ./my-model --data train.txt --lora --output out --epochs 3
+  intelrt train ./my-model --data train.txt --4bit --output out --max-steps 100 --save-steps 50
+  intelrt train ./my-model --data train.txt --lora --output out --resume"""
+LAUNCH_DESCRIPTION = """\
+Run SCRIPT with one process per device through torchrun (or accelerate launch), every rank with the
+environment the backend needs (visibility masks, collective settings). Ends with a summary: ranks,
+their exit codes, time. --dry-run prints the exact command and environment and runs nothing."""
+LAUNCH_EXAMPLES = """\
+examples:
+  intelrt launch --nproc 2 train.py --epochs 1
+  intelrt launch --devices 0,2 -m my_package.train
+  intelrt launch --dry-run --simulate xpu:4 train.py
+  intelrt launch --via accelerate --nproc 8 train.py"""
+
+
+# -- train ---------------------------------------------------------------------------------------
 
 def _demo_output() -> Path:
     from ..tiny import cache_root
@@ -43,20 +93,24 @@ def _one_thread_for_the_tiny_model() -> None:
     log.info("demo: one CPU thread (the tiny model trains fastest that way; set OMP_NUM_THREADS to choose)")
 
 
-def _train_request(args: argparse.Namespace) -> tuple[str, object, str, dict[str, Any]]:
-    """(model, data, output_dir, train kwargs) from the command line, ``--demo`` filling the gaps."""
-    from ..tiny import corpus_text, default_model_path
+def _check_paths(data: object, output: str | None) -> None:
+    """The files a run needs, checked before minutes of loading."""
+    if isinstance(data, str) and not Path(data).is_file():
+        raise ConfigurationError(f"--data {data}: no such file (a UTF-8 text file, one example per line)")
+    if output is not None and Path(output).exists() and not Path(output).is_dir():
+        raise ConfigurationError(f"--output {output} is a file; pass a directory (it is created when missing)")
 
-    if args.simulate:
-        raise ConfigurationError("--simulate only plans; training runs on a real device. Use "
-                                 "`intelrt plan MODEL --simulate ...` to see the plan for a machine you lack.")
-    model = args.model or str(default_model_path())
+
+def _train_request(args: argparse.Namespace) -> tuple[object, str, dict[str, Any]]:
+    """(data, output_dir, train kwargs) from the command line, ``--demo`` filling the gaps."""
+    from ..tiny import corpus_text
+
     data: object = args.data
     output = args.output
     epochs = args.epochs
     extra: dict[str, Any] = {}
+    _check_paths(data, output)
     if args.demo:
-        _one_thread_for_the_tiny_model()
         data = data or corpus_text().splitlines()
         output = output or str(_demo_output())
         epochs = epochs if epochs is not None else DEMO["epochs"]
@@ -77,32 +131,44 @@ def _train_request(args: argparse.Namespace) -> tuple[str, object, str, dict[str
         value = getattr(args, flag)
         if value is not None:
             kwargs[key] = value
-    return model, data, output, kwargs
+    return data, output, kwargs
 
 
-def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any], emit: Callable[..., None]) -> int:
-    from ..runtime.loading import load
+def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
+    from ..runtime.loading import plan_for_load
 
     if args.four_bit:
         if plan_kwargs.get("quantization") not in (None, "4bit"):
-            raise ConfigurationError(f"--4bit and --quantization {plan_kwargs['quantization']} disagree; pass one")
+            raise UsageError(f"--4bit and --quantization {plan_kwargs['quantization']} disagree; pass one",
+                             command="train")
         plan_kwargs["quantization"] = "4bit"
-    model, data, output, kwargs = _train_request(args)
-    loaded = load(model, **plan_kwargs)
+    data, output, kwargs = _train_request(args)
+    model = args.model or default_model()
+    announce_download(model)
+    planned = plan_for_load(model, **plan_kwargs)
+    require_generation(planned, "train")
+    if kwargs.get("block_size") is not None:
+        check_tokens(planned, kwargs["block_size"], "--block-size")
+    if args.prompt:
+        check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
+    if args.demo:
+        _one_thread_for_the_tiny_model()
     if not args.json:
-        print(loaded.plan)
+        print(planned, flush=True)
+    loaded = load_planned(planned)
+    if not args.json:
         print(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
-              f"{data if isinstance(data, str) else 'the bundled text'}; output {output}")
+              f"{data if isinstance(data, str) else 'the bundled text'}; output {output}", flush=True)
     before = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens) if args.prompt else None
     if before is not None and not args.json:
-        print(f"before training: {args.prompt!r} -> {before!r}")
+        print(f"before training: {args.prompt!r} -> {before!r}", flush=True)
     result = loaded.train(data, **kwargs)
     report: dict[str, Any] = {"plan": loaded.plan.to_dict(), "train": result.to_dict()}
     if not args.json:
-        print(result)
+        print(result, flush=True)
     if args.prompt:
         trained = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
-        reloaded = load(output, **{k: v for k, v in plan_kwargs.items() if k != "task"})
+        reloaded = load_planned(plan_for_load(output, **{k: v for k, v in plan_kwargs.items() if k != "task"}))
         again = reloaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
         report["generation"] = {"prompt": args.prompt, "before": before, "trained": trained, "reloaded": again,
                                 "reloaded_matches": again == trained}
@@ -115,65 +181,154 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any], emit: Calla
     return 0
 
 
-def run_launch(args: argparse.Namespace, simulate: Callable[[str | None], Any], emit: Callable[..., None]) -> int:
-    from ..training.launching import launch
-
-    if args.simulate and not args.dry_run:
-        raise ConfigurationError("--simulate describes a machine you do not have, so it only works with --dry-run")
-    options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
-               "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id, "via": args.via,
-               "module": args.module, "backend": args.backend, "strict": args.strict}
-    with simulate(args.simulate):
-        command = launch(args.script, args.script_args, dry_run=args.dry_run, **options)
-    if args.dry_run:
-        emit(args, command.to_dict(), str(command))
-        return 0
-    if command.returncode:
-        print(f"intelrt: {command.via} exited with status {command.returncode}", file=sys.stderr)
-    return int(command.returncode or 0)
-
-
-TRAIN_HELP = "fine-tune MODEL (default: the embedded tiny model) on a text file; --demo runs the whole lifecycle"
-LAUNCH_HELP = "run SCRIPT with one process per device via torchrun (or accelerate launch)"
-
-
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=None)
-    p.add_argument("--data", default=None, help="UTF-8 text file, one example per line")
-    p.add_argument("--output", default=None, help="directory for checkpoints and the trained model")
+    p.add_argument("model", nargs="?", default=None,
+                   help="a directory saved with save_pretrained(), or a hub id (org/name); default: the embedded "
+                        "tiny model")
+    p.add_argument("--data", default=None, metavar="FILE", help="UTF-8 text file, one example per line")
+    p.add_argument("--output", default=None, metavar="DIR", help="directory for checkpoints and the trained model")
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (PEFT) instead of the whole model")
     p.add_argument("--4bit", dest="four_bit", action="store_true", help="load in 4-bit and train LoRA on it (QLoRA)")
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
                    help="continue from the last checkpoint in --output (or from the CHECKPOINT directory given)")
     p.add_argument("--overwrite", action="store_true",
                    help="train into an --output that already holds a model or checkpoints, replacing them")
-    p.add_argument("--epochs", type=float, default=None)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--learning-rate", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None, help="per device")
-    p.add_argument("--block-size", type=int, default=None, help="tokens per training example (default 128)")
-    p.add_argument("--save-steps", type=int, default=None, help="write a checkpoint every N steps")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--prompt", default=None, help="generate from this before and after training, and after reloading")
-    p.add_argument("--max-new-tokens", type=int, default=20)
+    p.add_argument("--epochs", type=positive_number(), default=None, metavar="N",
+                   help="passes over the data (default 1; fractions allowed)")
+    p.add_argument("--max-steps", type=count(), default=None, metavar="N",
+                   help="stop after N optimizer steps (overrides --epochs)")
+    p.add_argument("--learning-rate", type=positive_number(), default=None, metavar="LR",
+                   help="peak learning rate (default: transformers' 5e-5; LoRA often wants 1e-4 to 1e-3)")
+    p.add_argument("--batch-size", type=count(), default=None, metavar="N",
+                   help="examples per device per step (default 8)")
+    p.add_argument("--block-size", type=count(minimum=2), default=None, metavar="N",
+                   help="tokens per training example (default 128; below the model's context)")
+    p.add_argument("--save-steps", type=count(), default=None, metavar="N",
+                   help="write a checkpoint every N steps (default: at the end only)")
+    p.add_argument("--seed", type=count(minimum=0, maximum=MAX_SEED), default=None, metavar="N",
+                   help="random seed of data order and initialisation (default: transformers' 42)")
+    p.add_argument("--prompt", default=None, type=non_empty(),
+                   help="generate from this before and after training, and after reloading")
+    p.add_argument("--max-new-tokens", type=count(), default=20, metavar="N",
+                   help="tokens generated from --prompt (default: %(default)s)")
     p.add_argument("--demo", action="store_true",
                    help="load -> LoRA fine-tune on the bundled text -> save -> reload -> generate")
-    p.add_argument("--json", action="store_true")
+
+
+# -- launch --------------------------------------------------------------------------------------
+
+_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXITCODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+@dataclass
+class RankReport:
+    """Which ranks ended how, read from the launcher's failure report (torch elastic's
+    ``rank : N`` / ``exitcode : M`` lines, which torchrun and accelerate launch both print)."""
+
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    _rank: int | None = None
+
+    def read(self, line: str) -> None:
+        rank, code = _RANK.match(line), _EXITCODE.match(line)
+        if rank:
+            self._rank = int(rank.group(1))
+        elif code and self._rank is not None:
+            self.exit_codes.setdefault(self._rank, int(code.group(1)))
+            self._rank = None
+
+
+def _exit_code(code: int) -> str:
+    """``3``, or ``SIGTERM`` for a rank the launcher stopped (negative codes are signals)."""
+    if code >= 0:
+        return str(code)
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankReport]:
+    """Run the launcher, its output passed through (all of it to stderr with ``--json``, where
+    stdout is the result), reading its failure report on the way."""
+    ranks = RankReport()
+    process = subprocess.Popen(list(command.argv), env=command.environment(),  # noqa: S603
+                               stdout=subprocess.PIPE if as_json else None,
+                               stderr=subprocess.STDOUT if as_json else subprocess.PIPE,
+                               text=True, errors="replace", bufsize=1)
+    output = process.stdout if as_json else process.stderr
+    assert output is not None
+    try:
+        for line in output:
+            sys.stderr.write(line)
+            ranks.read(line)
+        return process.wait(), ranks
+    except KeyboardInterrupt:  # the launcher got the same Ctrl-C: let it stop its ranks first
+        process.wait(timeout=60)
+        raise
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from ..training.launching import launch_command
+
+    if args.simulate and not args.dry_run:
+        raise UsageError("--simulate describes a machine you do not have, so it only works with --dry-run",
+                         command="launch")
+    if args.rdzv_id is not None and (args.rdzv_endpoint is None or args.via != "torchrun"):
+        raise UsageError("--rdzv-id names torchrun's rendezvous of a multi-node job: pass it with --rdzv-endpoint "
+                         "(and --via torchrun, the default), or leave it out", command="launch")
+    options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
+               "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
+               "module": args.module, "backend": args.backend, "strict": args.strict}
+    with simulated(args.simulate):
+        command = launch_command(args.script, args.script_args, **options)
+    if args.dry_run:
+        emit(args, command.to_dict(), str(command))
+        return 0
+    for finding in command.findings:
+        if finding.severity == "warning":
+            log.warning("%s — %s Fix: %s", finding.title, finding.detail, finding.fix)
+    where = f"{command.plan.backend.name}" + (f", collective {command.collective}" if command.collective else "")
+    ranks_here = plural(command.nproc, "rank") + (f" on this node of {command.nnodes}" if command.nnodes > 1 else "")
+    say(f"launching {ranks_here} via {command.via} on {where}: {command.shell()}")
+    start = time.perf_counter()
+    returncode, ranks = _run_launcher(command, args.json)
+    seconds = time.perf_counter() - start
+    codes = {r: 0 for r in range(command.nproc)} if returncode == 0 else ranks.exit_codes
+    listed = ", ".join(f"rank {r}: {_exit_code(c)}" for r, c in sorted(codes.items())) or "not reported"
+    summary = {"via": command.via, "ranks": command.nproc, "nnodes": command.nnodes, "returncode": returncode,
+               "exit_codes": {str(r): c for r, c in sorted(codes.items())}, "seconds": round(seconds, 3),
+               "command": command.to_dict()}
+    if returncode != 0:
+        raise RunFailed(f"the launched job failed after {seconds:.1f} s: {command.via} exited with status "
+                        f"{returncode}; exit codes {listed}",
+                        fix="the failed rank's output above says why (a rank's traceback, or the launcher's "
+                            "report); `intelrt launch --dry-run ...` shows the command and environment",
+                        kind="LaunchFailed")
+    emit(args, summary, f"intelrt launch: {ranks_here} via {command.via} finished in {seconds:.1f} s; "
+                        f"exit codes {listed}")
+    return 0
 
 
 def add_launch_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc", type=int, default=None, help="processes per node (default: the visible devices)")
-    p.add_argument("--devices", default=None, help="device ids for every rank, e.g. 0,2")
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--node-rank", type=int, default=None)
+    p.add_argument("--nproc", type=count(maximum=MAX_NPROC), default=None, metavar="N",
+                   help="processes per node (default: one per visible device; 1 on the CPU)")
+    p.add_argument("--devices", default=None, metavar="IDS", help="device ids every rank sees, e.g. 0,2")
+    p.add_argument("--nnodes", type=count(), default=1, metavar="N",
+                   help="machines in the job (default 1; more need --rdzv-endpoint)")
+    p.add_argument("--node-rank", type=count(minimum=0), default=None, metavar="N",
+                   help="this machine's index in a multi-node job (0 on the first)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="rendezvous of a multi-node job")
-    p.add_argument("--rdzv-id", default="intelrt")
-    p.add_argument("--via", choices=("torchrun", "accelerate"), default="torchrun")
+    p.add_argument("--rdzv-id", default=None, type=non_empty(), metavar="ID",
+                   help=f"with --rdzv-endpoint: the job id every node passes (default: {RDZV_ID})")
+    p.add_argument("--via", choices=("torchrun", "accelerate"), default="torchrun",
+                   help="the launcher (default: %(default)s)")
     p.add_argument("-m", "--module", action="store_true", help="SCRIPT is a module name (python -m)")
-    p.add_argument("--backend", default="auto")
+    p.add_argument("--backend", default="auto", metavar="NAME",
+                   help="auto (the best available accelerator, else the CPU) or a backend name")
     p.add_argument("--strict", action="store_true", help="turn risky-configuration warnings into errors")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and environment; run nothing")
-    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help="with --dry-run: as on xpu:4, hpu:8 ...")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("script")
-    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=f"with --dry-run: {SIMULATE_HELP}")
+    p.add_argument("script", help="the Python script each rank runs (a module name with -m)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="arguments for the script (everything after SCRIPT)")

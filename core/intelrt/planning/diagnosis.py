@@ -14,6 +14,7 @@ from ..hooks.types import Finding
 from ..host.manager import PluginHost
 from ..host.settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR
 from ..support.redaction import MASK, is_secret_name, redact
+from ..support.tables import table, terminal_width, wrap
 from ..support.versions import FLOORS, at_least, installed_version, package_version
 from .detection import BACKEND_VAR, detect_backends
 
@@ -76,17 +77,30 @@ def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = Non
     return dict(redact(report))
 
 
-def format_report(report: Mapping[str, Any]) -> str:
+def format_report(report: Mapping[str, Any], width: int | None = None) -> str:
+    """The doctor report as text that fits ``width`` columns (default: the terminal's)."""
+    width = width or terminal_width()
     lines = [f"intelrt doctor — python {report['python']} on {report['platform']}", "packages:"]
-    lines += [f"  {k:<16} {v or 'not installed'}" for k, v in report["packages"].items()]
+    lines += table(None, [(k, v or "not installed") for k, v in report["packages"].items()], width=width)
     lines.append("plugins:")
-    lines += [f"  {p['name']:<10} {p['distribution']} {p['version']}  [{p['status']}]" for p in report["plugins"]]
+    lines += table(("name", "distribution", "version", "status"),
+                   [(p["name"], p["distribution"], p["version"], p["status"]) for p in report["plugins"]], width=width)
     lines.append("backends:")
-    lines += [f"  {b['name']:<6} {'available' if b['available'] else 'unavailable':<11} {b['reason']}"
-              + "".join(f"\n         note: {n}" for n in b["notes"]) for b in report["backends"]]
+    rows: list[tuple[str, str, str]] = []
+    for b in report["backends"]:
+        rows.append((b["name"], "available" if b["available"] else "unavailable", b["reason"]))
+        rows.extend(("", "", f"note: {n}") for n in b["notes"])
+    lines += table(("name", "status", "why"), rows, width=width)
     lines.append("environment in effect:")
-    lines += [f"  {k}={v}" for k, v in report["environment"].items()] or ["  (no intelrt-relevant variables set)"]
+    for k, v in report["environment"].items():
+        lines += wrap(f"{k}={v}", width, "  ", "    ")
+    if not report["environment"]:
+        lines.append("  (no intelrt-relevant variables set)")
     lines.append("findings:")
-    lines += [f"  [{f['severity']}] {f['title']}: {f['detail']}" + (f"\n      fix: {f['fix']}" if f["fix"] else "")
-              for f in report["findings"]] or ["  none"]
+    for f in report["findings"]:
+        lines += wrap(f"{f['severity']}: {f['title']}: {f['detail']}", width, "  ", "    ")
+        if f["fix"]:
+            lines += wrap(f"fix: {f['fix']}", width, "    ", "      ")
+    if not report["findings"]:
+        lines.append("  none")
     return "\n".join(lines)

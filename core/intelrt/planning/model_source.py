@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,9 +185,13 @@ def _from_directory(source: str, directory: Path, download: bool = False, chain:
                      weight_files=_weights_in(directory), has_tokenizer=has_tokenizer)
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
+"""What the hub accepts as a model id: ``name`` or ``org/name`` of letters, digits, ``-``, ``_``, ``.``
+(a mistyped path with a space or a backslash is a path, not an id)."""
+
+
 def _looks_like_hub_id(source: str) -> bool:
-    parts = source.split("/")
-    return 1 <= len(parts) <= 2 and all(parts) and not source.startswith((".", "~")) and "\\" not in source
+    return _HUB_ID.fullmatch(source) is not None and ".." not in source
 
 
 def resolve_model(source: str, *, download: bool = False, token: str | None = None,

@@ -18,6 +18,7 @@ from ..hooks.payloads import (
 )
 from ..hooks.types import BackendStatus, Finding
 from ..support.redaction import redact, redact_text
+from ..support.tables import plural, table, terminal_width, wrap
 from .concerns import CONCERN_NAMES
 from .environment import EnvSetting
 from .model_source import ModelInfo
@@ -129,31 +130,38 @@ class Plan:
         return json.dumps(redact(self.to_dict()), indent=indent)
 
     def __str__(self) -> str:
-        lines = [f"intelrt plan for {self.model.source}",
-                 f"  backend   {self.backend.name} ({self.backend.device_count} device(s)) — {self.backend_reason}"]
-        rows = [("decision", "value", "by", "why")]
+        return self.render()
+
+    def render(self, width: int | None = None) -> str:
+        """The plan as a table that fits ``width`` columns (default: the terminal's); reasons wrap."""
+        width = width or terminal_width()
+        backend = (f"backend: {self.backend.name} ({plural(self.backend.device_count, 'device')})"
+                   + (", forced" if self.backend_forced else "") + f" — {self.backend_reason}")
+        lines = [f"intelrt plan for {self.model.source}", *wrap(backend, width, "  ", "    ")]
+        rows: list[tuple[str, str, str, str]] = []
         for name in CONCERN_NAMES:
             d = self.decisions.get(name)
             if d is None:
                 continue
-            value = _short(d.value)
-            by = d.plugin + (" (forced)" if d.forced else "")
-            why = d.reason + (f" [{d.claim}]" if d.claim else "")
-            rows.append((name, value, by, why))
+            by = "you (forced)" if d.forced else d.plugin
+            rows.append((name, _short(d.value), by, d.reason + (f" [{d.claim}]" if d.claim else "")))
             rows.extend(("", "", "", f"note: {n}") for n in d.notes)
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        for r in rows:
-            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        lines += table(("decision", "value", "by", "why"), rows, width=width, wrappable=(1, 3))
         if self.env:
             lines.append("  environment of the run:")
+            env_rows = []
             for s in self.env:
                 extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
                 extra += "" if s.in_process else "; for started processes only"
-                lines.append(f"    {s.name}={s.value}  [{s.action} by {s.plugin}{extra}] {s.reason}")
+                env_rows.append((f"{s.name}={s.value}", f"{s.action} by {s.plugin}{extra}", s.reason))
+            lines += table(None, env_rows, width=width, indent="    ", wrappable=(0, 2))
         for f in self.findings:
-            lines.append(f"  {f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))
+            lines += wrap(f"{f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""),
+                          width, "  ", "    ")
         for n in self.notes:
-            lines.append(f"  note: {n}")
+            lines += wrap(f"note: {n}", width, "  ", "    ")
+        if any(d.claim for d in self.decisions.values()):
+            lines += wrap("[X…], [H…], [C…]: claims of the behaviour contract (docs/contract.md)", width, "  ")
         return redact_text("\n".join(lines))
 
 

@@ -8,6 +8,7 @@ same hooks, for the concerns that need no model.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -26,6 +27,8 @@ from .model_source import ModelInfo, check_safety, resolve_model
 from .options import AUTO
 from .plan import Plan, PlannedDecision
 from .request import NO_MODEL, Request
+
+log = logging.getLogger(__name__)
 
 #: Stands in for the model in a backend-only plan: no config, no weights, no tokenizer.
 NO_MODEL_INFO = ModelInfo(source=NO_MODEL, local_dir=None, config={}, weight_files=(), has_tokenizer=False)
@@ -139,9 +142,22 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
     backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
     settings, findings = plan_env(host, backend, request, env)
     decisions, model = decide_all(host, backend=backend, request=request, model=model, env=env)
+    _log_plan(model, detected, backend, backend_reason, decisions)
     return Plan(request=request, model=model, backend=backend, backend_reason=backend_reason,
                 backend_forced=backend_forced, decisions=decisions, env=tuple(settings),
                 findings=tuple(findings), detected=detected, notes=tuple(notes))
+
+
+def _log_plan(model: ModelInfo, detected: tuple[BackendStatus, ...], backend: BackendStatus, reason: str,
+              decisions: Mapping[str, PlannedDecision]) -> None:
+    """What was decided, at INFO (``intelrt -v``): one line per backend seen and per decision."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for status in detected:
+        log.info("backend %s: %s (%s)", status.name, "available" if status.available else "unavailable", status.reason)
+    log.info("plan for %s: backend %s — %s", model.source, backend.name, reason)
+    for d in decisions.values():
+        log.info("  %s = %s by %s%s — %s", d.name, d.value, d.plugin, " (forced)" if d.forced else "", d.reason)
 
 
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_NEW_TOKENS = 32
+PIPELINE_TASKS = {"text-generation": "text-generation", "feature-extraction": "feature-extraction",
+                  "text-classification": "sequence-classification", "sentiment-analysis": "sequence-classification"}
+"""transformers' pipeline task → the task ``load`` plans for it."""
 
 
 @dataclass
@@ -207,6 +210,30 @@ class Loaded:
             logits = self.model(**inputs).logits
         labels = self.model.config.id2label
         return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
+
+    def pipeline(self, task: str | None = None, **pipeline_kwargs: Any) -> Any:
+        """transformers' own ``Pipeline`` for ``task`` (default: the plan's task) on this model,
+        tokenizer and device — the device the plan chose (SPEC X6, H6), with no ``device=`` to pass.
+        Keyword arguments go to ``transformers.pipeline`` (``device``, ``model``, ``tokenizer`` are the plan's)."""
+        wanted = task or next(name for name, planned in PIPELINE_TASKS.items() if planned == self.plan.task)
+        if PIPELINE_TASKS.get(wanted) != self.plan.task:
+            fitting = [name for name, planned in PIPELINE_TASKS.items() if planned == self.plan.task]
+            raise ConfigurationError(f"pipeline task {wanted!r} needs a model loaded for "
+                                     f"{PIPELINE_TASKS.get(wanted, 'a task intelrt does not load')!r}, and this one "
+                                     f"was loaded for {self.plan.task!r}: use task {' or '.join(map(repr, fitting))}, "
+                                     f"or intelrt.pipeline({wanted!r}, model) to load it for that task")
+        taken = sorted({"model", "tokenizer", "device", "device_map"} & set(pipeline_kwargs))
+        if taken:
+            raise ConfigurationError(f"pipeline(): {', '.join(taken)} come from the plan; pass options to "
+                                     "intelrt.load (backend=, devices=) instead")
+        self._require_tokenizer("pipeline()")
+        import transformers
+
+        build: Any = transformers.pipeline  # typed per literal task name; ours is a runtime string
+        # A model placed by accelerate (device_map) is where the plan put it; the pipeline reads its
+        # device from the model, and refuses a second device= for it.
+        device = None if getattr(self.model, "hf_device_map", None) else self.model.device
+        return build(wanted, model=self.model, tokenizer=self.tokenizer, device=device, **pipeline_kwargs)
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
               resume: Any = False, overwrite: bool = False, **training_overrides: Any) -> TrainResult:

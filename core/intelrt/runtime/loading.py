@@ -57,6 +57,16 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host)
 
 
+def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
+    """The plan :func:`load` applies (``options``: as for ``load``). Unlike ``plan``, a hub id
+    that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
+    _, credentials = split_credentials(options)
+    request = Request.build(model, **options)
+    info = resolve_model(request.model, download=True, token=credentials.get("token"))
+    require_weights(info)
+    return make_plan(request, host=get_host(), model=info)
+
+
 def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
@@ -68,14 +78,10 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     Credentials (``token=`` …) are handed to the download and to ``from_pretrained`` only: the
     plan records their names, never their values.
     """
+    plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
+                         kernels=kernels, quantization=quantization, compile=compile, task=task,
+                         batching=batching, graphs=graphs, attention_kernel=attention_kernel,
+                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                         **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)
-    request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
-                            kernels=kernels, quantization=quantization, compile=compile, task=task,
-                            batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
-                            **from_pretrained_kwargs)
-    host = get_host()
-    info = resolve_model(request.model, download=True, token=credentials.get("token"))
-    require_weights(info)
-    plan = make_plan(request, host=host, model=info)
-    return apply_plan(plan, host, credentials)
+    return apply_plan(plan, get_host(), credentials)

@@ -70,3 +70,39 @@ def installed_version(distribution: str) -> str | None:
     module = sys.modules.get(distribution) if distribution == "torch" else None
     version = getattr(module, "__version__", None) if module is not None else None
     return str(version) if version else package_version(distribution)
+
+
+def _transformers_kernels_spec() -> str | None:
+    """The ``kernels`` range of transformers' ``kernels`` extra (``"<0.19,>=0.18.2"``)."""
+    try:
+        requires = metadata.requires("transformers") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for line in requires:
+        name, _, marker = line.partition(";")
+        if name.strip().startswith("kernels") and "kernels" in marker and "extra" in marker:
+            return name.strip()[len("kernels"):].strip() or None
+    return None
+
+
+def kernels_problem() -> str | None:
+    """Why transformers cannot use hub kernels here (``None`` when it can): ``kernels`` missing, or
+    outside the range of transformers' own ``kernels`` extra (then ``is_kernels_available()`` is
+    False and every hub-kernel path fails at load time)."""
+    installed = package_version("kernels")
+    if installed is None:
+        return "the kernels package is not installed: pip install 'intelrt[kernels]' (transformers[kernels])"
+    spec = _transformers_kernels_spec()
+    if spec:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            accepted = SpecifierSet(spec)
+        except InvalidSpecifier:
+            return None
+        version = parse(installed)
+        if version is not None and version not in accepted:
+            return (f"transformers {package_version('transformers')} uses kernels{spec} only and kernels "
+                    f"{installed} is installed, so it ignores hub kernels (is_kernels_available() is False): "
+                    f"pip install 'kernels{spec}'")
+    return None

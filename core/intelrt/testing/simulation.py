@@ -41,6 +41,8 @@ from .level_zero import DEFAULT_PRODUCT, PRODUCTS, Product
 
 KINDS = ("xpu", "hpu")
 GAUDI_GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
+MAX_SIMULATED_DEVICES = 64
+"""More devices than one node holds (8 Gaudis; up to 8 cards x 2 tiles of Intel GPUs): ``--simulate`` refuses more."""
 XPU_PRODUCTS = tuple(PRODUCTS)
 GAUDI_STACK = "1.22.0.740"
 """The simulated ``habana-torch-plugin`` version (``RELEASE.BUILD``, as the real wheels name it)."""
@@ -477,17 +479,20 @@ def inherited() -> Iterator[Simulation]:
 def parse_spec(spec: str) -> dict[str, Any]:
     """``"xpu:4"``, ``"xpu:2:max1100"``, ``"hpu:8:gaudi1"`` → keyword arguments for :func:`simulate`
     (CLI ``--simulate``); anything else → :class:`~intelrt.errors.ConfigurationError` (a ``ValueError``)."""
+    usage = ("use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2, xpu:2:max1100 or hpu:8:gaudi3 "
+             f"(GENERATION: a Gaudi generation or an Intel GPU product: {', '.join(XPU_PRODUCTS)})")
     parts = spec.split(":")
     kind = parts[0]
     if kind not in KINDS or len(parts) > 3:
-        raise ConfigurationError(f"--simulate {spec!r}: use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. "
-                                 "xpu:2, xpu:2:max1100 or hpu:8:gaudi3 (GENERATION: a Gaudi generation or an Intel "
-                                 f"GPU product: {', '.join(XPU_PRODUCTS)})")
+        raise ConfigurationError(f"--simulate {spec!r}: {usage}")
     kwargs: dict[str, Any] = {"kind": kind, "count": 1}
     if len(parts) > 1:
         if not (parts[1].isascii() and parts[1].isdigit()):
-            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be a whole number")
+            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be a whole number; {usage}")
         kwargs["count"] = int(parts[1])
+        if kwargs["count"] > MAX_SIMULATED_DEVICES:
+            raise ConfigurationError(f"--simulate {spec!r}: COUNT must be <= {MAX_SIMULATED_DEVICES} (more devices "
+                                     "than any one machine has)")
     if len(parts) > 2:
         models = GAUDI_GENERATIONS if kind == "hpu" else XPU_PRODUCTS
         if parts[2] not in models:

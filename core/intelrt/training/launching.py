@@ -27,6 +27,7 @@ from ..planning.environment import EnvSetting, child_env, resolve_env
 from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import plan_backend
+from ..support.tables import plural
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ class LaunchCommand:
         collective = (f"collective {decision.value} ({decision.reason})" if decision is not None
                       else "collective chosen by torch.distributed (no plugin decided one)")
         nodes = f" on each of {self.nnodes} nodes" if self.nnodes > 1 else ""
-        lines = [f"intelrt launch: {self.nproc} process(es){nodes} on {where} via {self.via}; {collective}",
+        lines = [f"intelrt launch: {plural(self.nproc, 'process', 'processes')}{nodes} on {where} via {self.via}; "
+                 f"{collective}",
                  f"  every rank gets the environment below; {self.via} adds {PER_RANK} per rank, "
                  "and each rank picks its device by LOCAL_RANK"]
         if self.env:
