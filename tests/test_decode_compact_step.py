@@ -49,10 +49,14 @@ MODELS = "transformers.models"
      {"model_type": "llama", "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic rotary embeddings"),
     ("Qwen3ForCausalLM", f"{MODELS}.qwen3.modeling_qwen3",
      {"model_type": "qwen3", "rope_parameters": {"rope_type": "longrope"}}, "longrope rotary embeddings"),
-    ("MistralForCausalLM", f"{MODELS}.mistral.modeling_mistral",
-     {"model_type": "mistral", "sliding_window": 4096}, "sliding-window attention"),
     ("Qwen2ForCausalLM", f"{MODELS}.qwen2.modeling_qwen2",
-     {"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "sliding-window attention"),
+     {"model_type": "qwen2", "layer_types": ["full_attention", "chunked_attention"]}, "chunked_attention layers"),
+    ("Gemma3ForCausalLM", f"{MODELS}.gemma3.modeling_gemma3",
+     {"model_type": "gemma3_text", "use_bidirectional_attention": True}, "bidirectional attention"),
+    ("Gemma3ForCausalLM", f"{MODELS}.gemma3.modeling_gemma3",
+     {"model_type": "gemma3_text", "rope_parameters": {"full_attention": {"rope_type": "dynamic"},
+                                                       "sliding_attention": {"rope_type": "default"}}},
+     "dynamic rotary embeddings"),
     # remote code that calls itself Llama may compute something else (scaled embeddings, say)
     ("LlamaForCausalLM", "transformers_modules.someone.modeling_llama", {"model_type": "llama"}, "not by transformers"),
 ])
@@ -66,9 +70,13 @@ def test_compact_step_is_refused_for_layers_it_does_not_reproduce(name: str, mod
     ("Qwen3ForCausalLM", {"model_type": "qwen3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
     ("LlamaForCausalLM", {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
     ("MistralForCausalLM", {"model_type": "mistral", "sliding_window": None}),
-    ("Qwen2ForCausalLM", {"model_type": "qwen2", "layer_types": ["full_attention"] * 4}),
+    ("MistralForCausalLM", {"model_type": "mistral", "sliding_window": 4096}),
+    ("Qwen2ForCausalLM", {"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}),
+    ("Gemma2ForCausalLM", {"model_type": "gemma2", "attn_logit_softcapping": 50.0}),
+    ("Phi3ForCausalLM", {"model_type": "phi3", "sliding_window": 2047}),
+    ("Qwen3MoeForCausalLM", {"model_type": "qwen3_moe"}),
 ])
-def test_compact_step_serves_llama_family_layers(name: str, config: dict[str, Any]) -> None:
+def test_compact_step_serves_the_families_it_reproduces(name: str, config: dict[str, Any]) -> None:
     assert compact_blocker(name, f"{MODELS}.{config['model_type']}.modeling_{config['model_type']}", config) is None
 
 
