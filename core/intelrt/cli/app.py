@@ -113,7 +113,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Plain transformers against intelrt, side by side (benchmarks/bench_generate.py)."""
+    """Plain transformers against intelrt, side by side (benchmarks/bench_generate.py); with
+    ``--shape``, on real model shapes (bench_shapes.py)."""
+    if args.shape:
+        from .bench_shapes import main as shapes_main
+
+        return shapes_main(args)
     from .bench import main as bench_main
 
     return bench_main(args)
@@ -145,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--json", action="store_true")
     _plan_options(p)
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, workload="one-shot")  # one generate, then the process ends: no compile
 
     from .training import LAUNCH_HELP, TRAIN_HELP, add_launch_arguments, add_train_arguments
 
@@ -162,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_arguments as bench_arguments
 
     bench_arguments(p)
+    from .bench_shapes import add_arguments as shape_arguments
+
+    shape_arguments(p)
     p.set_defaults(func=cmd_bench)
     return parser
 
@@ -171,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="intelrt: %(levelname)s: %(message)s")
+    logging.getLogger("intelrt.progress").setLevel(logging.INFO)  # a long compile is never silent
     from ..support.redaction import redact_log_output, redact_text
 
     for handler in logging.getLogger().handlers:

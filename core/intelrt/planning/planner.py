@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue
+from ..hooks.payloads import DecisionValue, DecodeChoice
 from ..hooks.types import BackendStatus, EnvVar, Finding
 from ..host.manager import PluginHost, get_host
 from .architecture import resolve, task_of
@@ -86,6 +86,7 @@ def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, mo
             decided = decide_concern(host, concern, request, kwargs)
         if decided is not None:
             check_class_support(host, decided, model)
+            check_warmup(host, decided, request)
             decisions[concern.name] = decided
             values[concern.name] = decided.value
     return decisions, model
@@ -101,6 +102,18 @@ def check_class_support(host: PluginHost, decision: PlannedDecision, model: Mode
         who = "you asked for" if decision.forced else f"{host.describe(decision.plugin)} chose"
         raise PlanError(f"{arch.name} does not support attention={decision.value!r}, which {who}; it supports "
                         f"{', '.join(arch.attention)}. Pass attention= one of those (or leave it to intelrt).")
+
+
+def check_warmup(host: PluginHost, decision: PlannedDecision, request: Request) -> None:
+    """A forced ``warmup`` the decode decision does not give is a plan error naming who decided
+    (a plugin that leaves ``DecodeChoice.warmup`` unset gives what its compile and graphs amount to)."""
+    value = decision.value
+    if decision.name != "decode" or request.warmup == AUTO or not isinstance(value, DecodeChoice) or not value.fast:
+        return
+    if value.prepared != request.warmup:
+        raise PlanError(f"you asked for warmup={request.warmup!r}, and {host.describe(decision.plugin)} prepares the "
+                        f"decode step as {value.prepared!r} ({decision.reason}); leave warmup to intelrt, or report "
+                        "it to the plugin's authors")
 
 
 def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
@@ -147,7 +160,8 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, trust_remote_code: bool = False, allow_pickle: bool = False,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
 
@@ -158,7 +172,8 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                            workload=workload, warmup=warmup, trust_remote_code=trust_remote_code,
+                            allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)
     return make_plan(request)
 
