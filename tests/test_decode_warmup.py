@@ -101,7 +101,8 @@ def test_intelrt_run_is_one_shot_work(tiny_model: Path, capsys: pytest.CaptureFi
 
 def test_a_plugins_decision_must_honour_a_forced_warmup(tiny_model: Path) -> None:
     """A backend plugin that leaves ``warmup`` unset decides it through compile and graphs: a
-    forced warm-up it does not give is a plan error naming the plugin, not a silent change."""
+    forced warm-up it does not give is a plan error naming the plugin, not a silent change; a
+    workload it does not weigh is said in a note."""
     from intelrt.testing.simulation import simulate
 
     with simulate("xpu", 1):
@@ -109,6 +110,9 @@ def test_a_plugins_decision_must_honour_a_forced_warmup(tiny_model: Path) -> Non
         assert plan.decode_choice is not None and plan.decode_choice.prepared == "compiled"
         with pytest.raises(PlanError, match="warmup='static'"):
             intelrt.plan(tiny_model, warmup="static")
+        assert intelrt.plan(tiny_model, warmup="compiled").decode_choice == plan.decode_choice
+        notes = intelrt.plan(tiny_model, workload="one-shot").decisions["decode"].notes
+    assert any("workload='one-shot' is not weighed" in n and "'compiled'" in n for n in notes)
 
 
 # -- the engine ----------------------------------------------------------------------------------

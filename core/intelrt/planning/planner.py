@@ -86,7 +86,7 @@ def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, mo
             decided = decide_concern(host, concern, request, kwargs)
         if decided is not None:
             check_class_support(host, decided, model)
-            check_warmup(host, decided, request)
+            decided = check_warmup(host, decided, request)
             decisions[concern.name] = decided
             values[concern.name] = decided.value
     return decisions, model
@@ -104,16 +104,22 @@ def check_class_support(host: PluginHost, decision: PlannedDecision, model: Mode
                         f"{', '.join(arch.attention)}. Pass attention= one of those (or leave it to intelrt).")
 
 
-def check_warmup(host: PluginHost, decision: PlannedDecision, request: Request) -> None:
+def check_warmup(host: PluginHost, decision: PlannedDecision, request: Request) -> PlannedDecision:
     """A forced ``warmup`` the decode decision does not give is a plan error naming who decided
-    (a plugin that leaves ``DecodeChoice.warmup`` unset gives what its compile and graphs amount to)."""
+    (a plugin that leaves ``DecodeChoice.warmup`` unset gives what its compile and graphs amount
+    to); a ``workload`` such a plugin did not weigh is said in a note, not dropped in silence."""
     value = decision.value
-    if decision.name != "decode" or request.warmup == AUTO or not isinstance(value, DecodeChoice) or not value.fast:
-        return
-    if value.prepared != request.warmup:
+    if decision.name != "decode" or not isinstance(value, DecodeChoice) or not value.fast:
+        return decision
+    if request.warmup != AUTO and value.prepared != request.warmup:
         raise PlanError(f"you asked for warmup={request.warmup!r}, and {host.describe(decision.plugin)} prepares the "
                         f"decode step as {value.prepared!r} ({decision.reason}); leave warmup to intelrt, or report "
                         "it to the plugin's authors")
+    if request.workload != AUTO and value.warmup is None:
+        note = (f"workload={request.workload!r} is not weighed by {host.describe(decision.plugin)}, which prepares "
+                f"the step as {value.prepared!r} whatever the work; warmup= chooses it")
+        return replace(decision, notes=(*decision.notes, note))
+    return decision
 
 
 def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
