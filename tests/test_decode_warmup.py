@@ -64,6 +64,8 @@ def test_the_users_compile_and_graphs_settings_cap_the_warmup(tiny_model: Path) 
     assert (value.warmup, value.compile) == ("static", None) and "compile='none'" in reason
     value, _ = cuda_decode(tiny_model, workload="server", compile="none", graphs="off")
     assert (value.warmup, value.graphs, value.compile) == ("eager", None, None)
+    value, reason = cuda_decode(tiny_model, compile="on")  # asked to compile: at once, whatever the work
+    assert (value.warmup, value.compile) == ("compiled", "inductor") and "compile='on'" in reason
 
 
 @pytest.mark.parametrize("options, named", [

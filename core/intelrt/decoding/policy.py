@@ -194,6 +194,9 @@ def decode_warmup(request: Request, graphs: str | None, compiler: str | None, wh
         if graphs is None:
             return Warmup("eager", None, None, f"the step runs eagerly ({why}; {why_no_graphs})")
         return Warmup("static", graphs, None, f"the step captured in {_graph(graphs)}, not compiled ({why})")
+    if request.compile not in ("auto", "none"):
+        return Warmup("compiled", graphs, compiler, f"step compiled with {compiler} at its first call (compile="
+                                                    f"{request.compile!r})" + _captured(graphs))
     if work == "one-shot":
         if graphs is None:
             return Warmup("eager", None, None, "one-shot work: compiling (about a minute cold) costs more than it "
