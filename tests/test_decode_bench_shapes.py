@@ -94,6 +94,7 @@ def test_targets_are_judged_per_family() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_first_answer_rows_time_fresh_processes(tmp_path: Path) -> None:
     """Fresh processes, cold then warm caches: plain eager generate and ``intelrt run``."""
     import torch

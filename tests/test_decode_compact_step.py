@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from greedy import ours, plain_generate
 from varied_weights import varied_copy
 
 import intelrt
@@ -19,25 +20,6 @@ PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then"]
 @pytest.fixture()
 def varied_model(tiny_model: Path, tmp_path: Path) -> Path:
     return varied_copy(tiny_model, tmp_path, seed=2)
-
-
-def plain_generate(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
-    import torch
-
-    tokenizer = loaded.tokenizer
-    tokenizer.padding_side = "left"
-    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        out = loaded.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
-    return out[:, inputs["input_ids"].shape[1]:].tolist()
-
-
-def ours(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
-    ids = [loaded.tokenizer(p)["input_ids"] for p in prompts]
-    result = loaded.generate_ids(ids, max_new_tokens=max_new_tokens, eos_token_id=None)
-    assert isinstance(result[0], list)
-    return result  # type: ignore[return-value]
 
 
 MODELS = "transformers.models"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import greedy
 import pytest
 from varied_weights import vary
 
@@ -64,21 +65,11 @@ def family_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 def plain_generate(loaded: intelrt.Loaded, prompts: list[str]) -> list[list[int]]:
-    import torch
-
-    tokenizer = loaded.tokenizer
-    tokenizer.padding_side = "left"
-    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        out = loaded.model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
-    return out[:, inputs["input_ids"].shape[1]:].tolist()
+    return greedy.plain_generate(loaded, prompts, NEW_TOKENS)
 
 
 def ours(loaded: intelrt.Loaded, prompts: list[str]) -> list[list[int]]:
-    ids = [loaded.tokenizer(p)["input_ids"] for p in prompts]
-    result = loaded.generate_ids(ids, max_new_tokens=NEW_TOKENS, eos_token_id=None)
-    return result  # type: ignore[return-value]
+    return greedy.ours(loaded, prompts, NEW_TOKENS)
 
 
 def test_prompts_are_longer_than_the_sliding_window_and_outputs_vary(family_model: Path) -> None:
@@ -155,6 +146,7 @@ def test_a_long_prompt_runs_the_models_own_experts(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # inductor on a busy 2-core CPU
 @pytest.mark.parametrize("family", ["gemma2", "qwen3-moe", "phi3-partial-rotary"])
 def test_compiled_compact_step_equals_generate(tmp_path: Path, family: str, one_torch_thread: None) -> None:
     """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
