@@ -352,6 +352,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --shape: add bitsandbytes 4-bit rows (plain 4-bit generate against intelrt)")
     parser.add_argument("--first-answer", action="store_true",
                         help="with --shape: add time-to-first-answer rows (fresh processes, cold and warm caches)")
+    parser.add_argument("--first-answer-only", action="store_true",
+                        help="with --shape: only the time-to-first-answer rows (no speed rows, no float32 check)")
     parser.add_argument("--first-answer-tokens", type=int, default=64)
 
 
@@ -380,8 +382,9 @@ def main(args: argparse.Namespace) -> int:
     measure = Measure(device, args.repeats, args.bandwidth)
     rows: list[ShapeRow] = []
     for name in names(args.shape):
-        rows += bench_shape(name, args, measure)
-        if args.first_answer:
+        if not args.first_answer_only:
+            rows += bench_shape(name, args, measure)
+        if args.first_answer or args.first_answer_only:
             rows += first_answer(name, args, device)
     gpu = torch.cuda.get_device_name() if device == "cuda" else device
     header = (f"intelrt bench --shape — random {'float32' if device == 'cpu' else 'bf16'} weights on {gpu} (torch "
