@@ -278,6 +278,9 @@ def first_answer(name: str, args: argparse.Namespace, device: str) -> list[Shape
                   f"{detail['generate_s']:.1f} s" if "load_s" in detail else "the intelrt command, end to end")
         path = detail.get("report") or {}
         warm = f"; warmup={path.get('warmup')}, compiled={path.get('compiled')}" if path else ""
+        if detail.get("fxgraph_cache_hit") or detail.get("fxgraph_cache_miss"):
+            warm += (f"; inductor FX-graph cache {detail['fxgraph_cache_hit']} hits, "
+                     f"{detail['fxgraph_cache_miss']} misses")
         rows.append(ShapeRow(shape_label(name, args), f"first answer: {answer.name} ({answer.cache})", seconds=answer.seconds,
                              outputs=phases + warm))
     return rows

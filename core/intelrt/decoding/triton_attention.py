@@ -132,8 +132,10 @@ def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str,
     return [c for c in configs if c.kwargs["BLOCK"] >= min(MIN_TUNED_BLOCK, share)]
 
 
+# cache_results: the tuning's choice is kept in Triton's cache directory, so a later process on the
+# same GPU reuses it instead of compiling and timing every configuration again.
 @triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS", "stride_ch"],
-                 prune_configs_by={"early_config_prune": _blocks_for_a_full_cache})
+                 prune_configs_by={"early_config_prune": _blocks_for_a_full_cache}, cache_results=True)
 @triton.jit
 def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
                             slot_ptr, mask_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling,
