@@ -102,10 +102,12 @@ class Measure:
         return tok_s * read / self.bandwidth
 
 
-def _release(*objects: Any) -> None:
+def _release() -> None:
+    """Free what the caller dropped (its ``del`` first): compiled code, which holds graphs and
+    their memory pools, then the collector and the allocator's cache."""
     import torch
 
-    del objects
+    torch._dynamo.reset()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -123,9 +125,54 @@ def shape_label(name: str, args: argparse.Namespace) -> str:
     return name + (" (tiny)" if args.tiny else "") + (f" ({args.layers} layers)" if args.layers else "")
 
 
-def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[ShapeRow]:
-    """Plain static cache + compile and intelrt on shape ``name``; the float32 check; 4-bit rows."""
+@dataclass(frozen=True)
+class Workload:
+    """One shape's model directory (config and tokenizer), prompt and generation settings."""
+
+    label: str
+    config: dict[str, Any]
+    workdir: Path
+    prompt: list[list[int]]
+    settings: dict[str, Any]
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.settings["max_new_tokens"])
+
+
+def greedy(model: Any, work: Workload, **extra: Any) -> list[list[int]]:
+    """Plain transformers' ``generate`` of ``work``'s prompt: its new tokens."""
     import torch
+
+    ids = torch.tensor(work.prompt, device=model.device)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **work.settings, **extra)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[ShapeRow]:
+    """Plain static cache + compile and intelrt on shape ``name``; the float32 check; 4-bit rows.
+    Each part builds its model and frees it before the next starts (peak memory is per run)."""
+    import torch
+
+    config = shape_config(name, args)
+    work = Workload(shape_label(name, args), config,
+                    save_shape(Path(tempfile.mkdtemp(prefix="intelrt-shape-")), config, weights=False),
+                    torch.randint(2, 384, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist(),
+                    {"max_new_tokens": args.new_tokens, "do_sample": False, "pad_token_id": 1, "eos_token_id": None})
+    rows = speed_rows(work, measure)
+    _release()
+    if not args.skip_verify:
+        rows.append(verify_float32(work, args, measure.device))
+        _release()
+    if args.quantized:
+        rows += quantized_rows(work, measure)
+        _release()
+    return rows
+
+
+def speed_rows(work: Workload, measure: Measure) -> list[ShapeRow]:
+    """Plain static cache + compile, then intelrt, on one model with random weights."""
     from transformers import AutoTokenizer
 
     import intelrt
@@ -134,58 +181,37 @@ def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[S
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
     from .shapes import random_model
 
-    device = measure.device
-    config = shape_config(name, args)
-    label = shape_label(name, args)
-    workdir = save_shape(Path(tempfile.mkdtemp(prefix="intelrt-shape-")), config, weights=False)
-    tokenizer = AutoTokenizer.from_pretrained(workdir)
-    prompt = torch.randint(2, 384, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist()
-    new = args.new_tokens
-    settings = {"max_new_tokens": new, "do_sample": False, "pad_token_id": 1, "eos_token_id": None}
-
-    plan = intelrt.plan(workdir, backend=device, workload="batch")
+    plan = intelrt.plan(work.workdir, backend=measure.device, workload="batch")
     prepare(plan)
     kwargs = from_pretrained_kwargs(plan)
-    model = random_model(config, dtype=kwargs.get("dtype"), device=device,
+    model = random_model(work.config, dtype=kwargs.get("dtype"), device=measure.device,
                          attn_implementation=kwargs.get("attn_implementation"))
     read = decode_bytes(model)
-
-    def plain() -> list[list[int]]:
-        ids = torch.tensor(prompt, device=model.device)
-        with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), cache_implementation="static",
-                                 **settings)
-        return out[:, ids.shape[1]:].tolist()
-
     rows: list[ShapeRow] = []
     base: list[list[int]] | None = None
     try:
-        base, tok_s, seconds, calls, peak = measure.run(plain, new)
-        rows.append(ShapeRow(label, "static cache + compile", tok_s, seconds, 1.0, measure.share(tok_s, read), peak,
-                             calls=calls))
+        base, tok_s, seconds, calls, peak = measure.run(lambda: greedy(model, work, cache_implementation="static"),
+                                                        work.new_tokens)
+        rows.append(ShapeRow(work.label, "static cache + compile", tok_s, seconds, 1.0, measure.share(tok_s, read),
+                             peak, calls=calls))
     except Exception as exc:  # noqa: BLE001 - reported in the table; intelrt's run still happens
-        rows.append(ShapeRow(label, "static cache + compile", outputs=f"FAILED: {type(exc).__name__}: "
+        rows.append(ShapeRow(work.label, "static cache + compile", outputs=f"FAILED: {type(exc).__name__}: "
                              f"{str(exc)[:160]}"))
-    loaded = adopt(model, tokenizer, plan)
-    ours, tok_s, seconds, calls, peak = measure.run(lambda: [loaded.generate_ids(prompt[0], **settings)], new)
+    loaded = adopt(model, AutoTokenizer.from_pretrained(work.workdir), plan)
+    ours, tok_s, seconds, calls, peak = measure.run(
+        lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
     report = loaded.last_generation
     path = (f"path {report.path}, step={report.step}, compiled={report.compiled}, graphs={report.graphs}, "
             f"attention kernel={report.attention_kernel}" + (f", notes: {report.notes}" if report.notes else "")
             if report else "")
     baseline = rows[0].tok_s
-    rows.append(ShapeRow(label, "intelrt", tok_s, seconds, tok_s / baseline if baseline else None,
+    rows.append(ShapeRow(work.label, "intelrt", tok_s, seconds, tok_s / baseline if baseline else None,
                          measure.share(tok_s, read), peak,
                          (f"{compare(ours, base)} vs static; " if base is not None else "") + path, calls))
-    _release(loaded, model)
-    if not args.skip_verify:
-        rows.append(verify_float32(label, config, args, workdir, prompt, settings, device))
-    if args.quantized:
-        rows += quantized_rows(label, config, args, workdir, prompt, settings, measure)
     return rows
 
 
-def verify_float32(label: str, config: dict[str, Any], args: argparse.Namespace, workdir: Path,
-                   prompt: list[list[int]], settings: dict[str, Any], device: str) -> ShapeRow:
+def verify_float32(work: Workload, args: argparse.Namespace, device: str) -> ShapeRow:
     """intelrt's fast path (as planned for the device) against plain ``generate`` in float32."""
     import torch
 
@@ -195,67 +221,68 @@ def verify_float32(label: str, config: dict[str, Any], args: argparse.Namespace,
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
     from .shapes import random_model
 
-    layers = min(args.verify_layers or config["num_hidden_layers"], config["num_hidden_layers"])
-    small = {**config, "num_hidden_layers": layers}
-    if layers != config["num_hidden_layers"]:
+    total = work.config["num_hidden_layers"]
+    layers = min(args.verify_layers or total, total)
+    small = {**work.config, "num_hidden_layers": layers}
+    if layers != total:
         small.pop("layer_types", None)
-    plan = intelrt.plan(workdir, backend=device, dtype="float32", workload="batch")
+    plan = intelrt.plan(work.workdir, backend=device, dtype="float32", workload="batch")
     model = random_model(small, dtype=torch.float32, device=device,
                          attn_implementation=from_pretrained_kwargs(plan).get("attn_implementation"))
-    ids = torch.tensor(prompt, device=model.device)
-    with torch.inference_mode():
-        reference = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
-    expected = reference[:, ids.shape[1]:].tolist()
+    expected = greedy(model, work)
     loaded = adopt(model, None, plan)
-    loaded.generate_ids(prompt[0], **settings)  # compile and capture, as the timed run did
-    got: list[Any] = [loaded.generate_ids(prompt[0], **settings)]
+    loaded.generate_ids(work.prompt[0], **work.settings)  # compile and capture, as the timed run did
+    got: list[Any] = [loaded.generate_ids(work.prompt[0], **work.settings)]
     report = loaded.last_generation
-    _release(loaded, model)
-    where = f"{layers} of {config['num_hidden_layers']} layers" if layers != config["num_hidden_layers"] else "all layers"
-    return ShapeRow(label, "verify fp32", outputs=f"{compare(got, expected)} vs plain generate ({where}; path "
+    where = f"{layers} of {total} layers" if layers != total else "all layers"
+    return ShapeRow(work.label, "verify fp32", outputs=f"{compare(got, expected)} vs plain generate ({where}; path "
                     f"{report.path if report else '?'}, step={report.step if report else '?'}, "
                     f"compiled={report.compiled if report else '?'}, graphs={report.graphs if report else '?'})")
 
 
-def quantized_rows(label: str, config: dict[str, Any], args: argparse.Namespace, workdir: Path,
-                   prompt: list[list[int]], settings: dict[str, Any], measure: Measure) -> list[ShapeRow]:
+def quantized_rows(work: Workload, measure: Measure) -> list[ShapeRow]:
     """bitsandbytes 4-bit: plain transformers' 4-bit ``generate`` against intelrt's 4-bit fast loop
-    (the weights are saved once in the plan's dtype, then loaded quantized by both)."""
+    (the weights are saved once in the plan's dtype, then loaded quantized by each in turn)."""
     import torch
+
+    from .shapes import random_model
+
+    dtype = torch.float32 if measure.device == "cpu" else torch.bfloat16
+    random_model(work.config, dtype=dtype, device=measure.device).save_pretrained(work.workdir)
+    _release()
+    plain, base = plain_4bit(work, measure)
+    _release()
+    return [plain, intelrt_4bit(work, measure, base, plain.tok_s)]
+
+
+def plain_4bit(work: Workload, measure: Measure) -> tuple[ShapeRow, list[list[int]]]:
     from transformers import AutoModelForCausalLM
 
     import intelrt
 
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
-    from .shapes import random_model
 
-    device = measure.device
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    random_model(config, dtype=dtype, device=device).save_pretrained(workdir)
-    _release()
-    ours = intelrt.load(workdir, backend=device, quantization="4bit", workload="batch")
-    plain = AutoModelForCausalLM.from_pretrained(workdir, **from_pretrained_kwargs(ours.plan)).eval()
-    read = decode_bytes(plain)
+    plan = intelrt.plan(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
+    model = AutoModelForCausalLM.from_pretrained(work.workdir, **from_pretrained_kwargs(plan)).eval()
+    read = decode_bytes(model)
+    base, tok_s, seconds, calls, peak = measure.run(lambda: greedy(model, work), work.new_tokens)
+    return ShapeRow(work.label, "4-bit generate", tok_s, seconds, 1.0, measure.share(tok_s, read), peak,
+                    calls=calls), base
 
-    def plain_generate() -> list[list[int]]:
-        ids = torch.tensor(prompt, device=plain.device)
-        with torch.inference_mode():
-            out = plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
-        return out[:, ids.shape[1]:].tolist()
 
-    new = settings["max_new_tokens"]
-    base, tok_s, seconds, calls, peak = measure.run(plain_generate, new)
-    rows = [ShapeRow(label, "4-bit generate", tok_s, seconds, 1.0, measure.share(tok_s, read), peak, calls=calls)]
-    _release(plain)
-    got, tok_s, seconds, calls, peak = measure.run(lambda: [ours.generate_ids(prompt[0], **settings)], new)
-    report = ours.last_generation
-    rows.append(ShapeRow(label, "intelrt 4-bit", tok_s, seconds, tok_s / (rows[0].tok_s or 1.0),
-                         measure.share(tok_s, read), peak,
-                         f"{compare(got, base)} vs 4-bit generate; path {report.path if report else '?'}, "
-                         f"warmup={report.warmup if report else '?'}" + (f"; notes: {report.notes}" if report and
-                                                                           report.notes else ""), calls))
-    _release(ours)
-    return rows
+def intelrt_4bit(work: Workload, measure: Measure, base: list[list[int]], baseline: float | None) -> ShapeRow:
+    import intelrt
+
+    loaded = intelrt.load(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
+    read = decode_bytes(loaded.model)
+    got, tok_s, seconds, calls, peak = measure.run(
+        lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
+    report = loaded.last_generation
+    return ShapeRow(work.label, "intelrt 4-bit", tok_s, seconds, tok_s / baseline if baseline else None,
+                    measure.share(tok_s, read), peak,
+                    f"{compare(got, base)} vs 4-bit generate; path {report.path if report else '?'}, "
+                    f"warmup={report.warmup if report else '?'}"
+                    + (f"; notes: {report.notes}" if report and report.notes else ""), calls)
 
 
 def first_answer(name: str, args: argparse.Namespace, device: str) -> list[ShapeRow]:
