@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from greedy import ours, plain_generate
 from varied_weights import varied_copy
 
 import intelrt
@@ -21,25 +22,6 @@ def varied_model(tiny_model: Path, tmp_path: Path) -> Path:
     return varied_copy(tiny_model, tmp_path, seed=2)
 
 
-def plain_generate(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
-    import torch
-
-    tokenizer = loaded.tokenizer
-    tokenizer.padding_side = "left"
-    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        out = loaded.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
-    return out[:, inputs["input_ids"].shape[1]:].tolist()
-
-
-def ours(loaded: intelrt.Loaded, prompts: list[str], max_new_tokens: int = 16) -> list[list[int]]:
-    ids = [loaded.tokenizer(p)["input_ids"] for p in prompts]
-    result = loaded.generate_ids(ids, max_new_tokens=max_new_tokens, eos_token_id=None)
-    assert isinstance(result[0], list)
-    return result  # type: ignore[return-value]
-
-
 MODELS = "transformers.models"
 
 
@@ -49,10 +31,14 @@ MODELS = "transformers.models"
      {"model_type": "llama", "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic rotary embeddings"),
     ("Qwen3ForCausalLM", f"{MODELS}.qwen3.modeling_qwen3",
      {"model_type": "qwen3", "rope_parameters": {"rope_type": "longrope"}}, "longrope rotary embeddings"),
-    ("MistralForCausalLM", f"{MODELS}.mistral.modeling_mistral",
-     {"model_type": "mistral", "sliding_window": 4096}, "sliding-window attention"),
     ("Qwen2ForCausalLM", f"{MODELS}.qwen2.modeling_qwen2",
-     {"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "sliding-window attention"),
+     {"model_type": "qwen2", "layer_types": ["full_attention", "chunked_attention"]}, "chunked_attention layers"),
+    ("Gemma3ForCausalLM", f"{MODELS}.gemma3.modeling_gemma3",
+     {"model_type": "gemma3_text", "use_bidirectional_attention": True}, "bidirectional attention"),
+    ("Gemma3ForCausalLM", f"{MODELS}.gemma3.modeling_gemma3",
+     {"model_type": "gemma3_text", "rope_parameters": {"full_attention": {"rope_type": "dynamic"},
+                                                       "sliding_attention": {"rope_type": "default"}}},
+     "dynamic rotary embeddings"),
     # remote code that calls itself Llama may compute something else (scaled embeddings, say)
     ("LlamaForCausalLM", "transformers_modules.someone.modeling_llama", {"model_type": "llama"}, "not by transformers"),
 ])
@@ -66,9 +52,13 @@ def test_compact_step_is_refused_for_layers_it_does_not_reproduce(name: str, mod
     ("Qwen3ForCausalLM", {"model_type": "qwen3", "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
     ("LlamaForCausalLM", {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
     ("MistralForCausalLM", {"model_type": "mistral", "sliding_window": None}),
-    ("Qwen2ForCausalLM", {"model_type": "qwen2", "layer_types": ["full_attention"] * 4}),
+    ("MistralForCausalLM", {"model_type": "mistral", "sliding_window": 4096}),
+    ("Qwen2ForCausalLM", {"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}),
+    ("Gemma2ForCausalLM", {"model_type": "gemma2", "attn_logit_softcapping": 50.0}),
+    ("Phi3ForCausalLM", {"model_type": "phi3", "sliding_window": 2047}),
+    ("Qwen3MoeForCausalLM", {"model_type": "qwen3_moe"}),
 ])
-def test_compact_step_serves_llama_family_layers(name: str, config: dict[str, Any]) -> None:
+def test_compact_step_serves_the_families_it_reproduces(name: str, config: dict[str, Any]) -> None:
     assert compact_blocker(name, f"{MODELS}.{config['model_type']}.modeling_{config['model_type']}", config) is None
 
 

@@ -42,15 +42,15 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     assert decision is not None
     assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
                                           compile_options={"coordinate_descent_tuning": True},
-                                          attention_kernel=triton_installed())
+                                          attention_kernel=triton_installed(), warmup="adaptive")
     assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
-    other = dataclasses.replace(model, config={**model.config, "model_type": "phi3"},
-                                architecture=dataclasses.replace(model.architecture, name="Phi3ForCausalLM",
-                                                                 module="transformers.models.phi3.modeling_phi3"))
+    other = dataclasses.replace(model, config={**model.config, "model_type": "olmo"},
+                                architecture=dataclasses.replace(model.architecture, name="OlmoForCausalLM",
+                                                                 module="transformers.models.olmo.modeling_olmo"))
     fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {}, {"task": "text-generation"})
     assert fallback is not None and fallback.value.step == "model"
     assert fallback.value.compile_options == {"coordinate_descent_tuning": True}
-    assert "Phi3ForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
+    assert "OlmoForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
     off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {}, {})
     assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason

@@ -39,8 +39,10 @@ from .decoding.policy import (
     decode_blockers,
     decode_compile,
     decode_graphs,
+    decode_warmup,
     fast_decode,
     fast_decode_planned,
+    kernel_blocker,
     plain_generate,
     triton_installed,
 )
@@ -88,7 +90,8 @@ __all__ = [
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
-    "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "triton_installed",
+    "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",
+    "decode_warmup", "triton_installed",
     "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
     "stream_capturer", "begin_end",
 ]

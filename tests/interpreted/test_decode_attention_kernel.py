@@ -27,7 +27,8 @@ def kernel() -> ModuleType:
 
 
 def reference(qkv: Any, q_norm: Any, k_norm: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slot: int,
-              key_mask: Any, q_heads: int, eps: float, scaling: float) -> Any:
+              key_mask: Any, q_heads: int, eps: float, scaling: float, window: int = 0, softcap: float = 0.0,
+              norm_offset: float = 0.0) -> Any:
     """The same attention block in torch operations: what the kernel must compute."""
     import torch
 
@@ -38,14 +39,66 @@ def reference(qkv: Any, q_norm: Any, k_norm: Any, cos: Any, sin: Any, k_cache: A
     q, k, v = qkv.split([q_heads * dim, kv_heads * dim, kv_heads * dim], -1)
     q, k, v = q.view(rows, q_heads, dim), k.view(rows, kv_heads, dim), v.view(rows, kv_heads, dim)
     if q_norm is not None:
-        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * q_norm
-        k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * k_norm
+        q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * (q_norm + norm_offset)
+        k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * (k_norm + norm_offset)
     q = q * cos[:, None] + _rotate_half(q) * sin[:, None]
     k = k * cos[:, None] + _rotate_half(k) * sin[:, None]
     k_cache[:, :, slot], v_cache[:, :, slot] = k, v
     positions = torch.arange(slots)
     allowed = ((positions <= slot)[None] & key_mask.bool()) | (positions == slot)[None]
-    return _attend(q[:, :, None], k_cache, v_cache, allowed[:, None], scaling).reshape(rows, q_heads * dim)
+    if window:
+        allowed = allowed & (positions > slot - window)[None]
+    return _attend(q[:, :, None], k_cache, v_cache, allowed[:, None], scaling,
+                   softcap or None).reshape(rows, q_heads * dim)
+
+
+def random_case(slots: int, slot: int, qk_norm: bool, seed: int) -> dict[str, Any]:
+    """Inputs of one kernel call: 3 rows, 6 query heads over 2 key/value heads of 16 features;
+    rows 1 and 2 left-padded by 4 and 18 slots."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    rows, q_heads, kv_heads, dim = 3, 6, 2, 16
+    positions = torch.tensor([slot, max(0, slot - 3), 3], dtype=torch.float32)
+    freqs = positions[:, None] / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+    angles = torch.cat([freqs, freqs], -1)
+    key_mask = torch.ones(rows, slots, dtype=torch.long)
+    key_mask[1, :4] = 0
+    key_mask[2, :18] = 0
+    return {"qkv": torch.randn(rows, (q_heads + 2 * kv_heads) * dim, generator=generator),
+            "q_norm": torch.rand(dim, generator=generator) + 0.5 if qk_norm else None,
+            "k_norm": torch.rand(dim, generator=generator) + 0.5 if qk_norm else None,
+            "cos": angles.cos(), "sin": angles.sin(),
+            "k_cache": torch.randn(rows, kv_heads, slots, dim, generator=generator),
+            "v_cache": torch.randn(rows, kv_heads, slots, dim, generator=generator),
+            "key_mask": key_mask, "q_heads": q_heads, "dim": dim}
+
+
+@pytest.mark.parametrize("window, softcap, norm_offset, slot", [
+    (6, 0.0, 0.0, 250), (6, 0.0, 0.0, 3), (40, 0.0, 0.0, 250), (0, 2.0, 0.0, 250), (6, 2.0, 1.0, 120)])
+def test_kernel_with_a_sliding_window_soft_cap_and_offset_norms(kernel: ModuleType, window: int, softcap: float,
+                                                                 norm_offset: float, slot: int) -> None:
+    """Sliding-window layers (Mistral, Gemma, Phi-3): only the last ``window`` slots up to the new
+    one, split across programs or not; Gemma-2's soft-capped scores; Gemma-3's q/k norms, whose
+    weights are offsets from 1. Windows shorter and longer than a split's share of the cache."""
+    import torch
+
+    case = random_case(300, slot, True, seed=window + slot)
+    dim, q_heads = case.pop("dim"), case.pop("q_heads")
+    k_expected, v_expected = case["k_cache"].clone(), case["v_cache"].clone()
+    expected = reference(case["qkv"], case["q_norm"], case["k_norm"], case["cos"], case["sin"], k_expected,
+                         v_expected, slot, case["key_mask"], q_heads, 1e-6, dim ** -0.5, window, softcap, norm_offset)
+    arrivals = torch.zeros(3 * 2, dtype=torch.int32)
+    out = kernel.decode_attention(case["qkv"], case["q_norm"], case["k_norm"], case["cos"], case["sin"],
+                                  case["k_cache"], case["v_cache"], torch.tensor([slot]), case["key_mask"], arrivals,
+                                  [], q_heads, 1e-6, dim ** -0.5, 64, True, "early", window, softcap, norm_offset)
+    assert not arrivals.any()
+    torch.testing.assert_close(case["k_cache"], k_expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    if window or softcap:  # the setting mattered: the plain attention of the same inputs differs
+        plain = reference(case["qkv"], case["q_norm"], case["k_norm"], case["cos"], case["sin"], k_expected.clone(),
+                          v_expected.clone(), slot, case["key_mask"], q_heads, 1e-6, dim ** -0.5, 0, 0.0, norm_offset)
+        assert not torch.allclose(plain, expected, rtol=1e-3, atol=1e-3) or (window and slot < window)
 
 
 @pytest.mark.parametrize("slots, slot, split_target, merge_in_kernel", [
@@ -128,3 +181,23 @@ def test_autotuning_keeps_blocks_for_the_full_cache(kernel: ModuleType, slots: i
     blocks = {c.kwargs["BLOCK"] for c in kept}
     assert min(blocks) >= smallest and max(blocks) == 256
     assert min(blocks) == min(b for b in (16, 32, 64, 128, 256) if b >= smallest)
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mixtral"])
+def test_decode_loop_with_the_kernel_equals_generate_for_new_families(kernel: ModuleType, family: str,
+                                                                      tmp_path: Any) -> None:
+    """The kernel inside the loop for Gemma-2 (soft-capped scores, sliding layers), Gemma-3 (q/k
+    norms with offset weights, a rotary embedding per layer type) and Mixtral (a sliding window
+    over experts): a left-padded batch, prompts longer than the window."""
+    from test_decode_families import PROMPTS, build, ours, plain_generate
+
+    import intelrt
+    from intelrt.decoding.tuning import DecodeTuning
+
+    loaded = intelrt.load(build(tmp_path, family))
+    loaded.decode_tuning = DecodeTuning(attention_splits=4)
+    assert loaded.plan.decode_choice.attention_kernel
+    got = ours(loaded, PROMPTS)
+    report = loaded.last_generation
+    assert report is not None and (report.step, report.attention_kernel) == ("compact", True)
+    assert got == plain_generate(loaded, PROMPTS)

@@ -3,7 +3,8 @@
 CUDA: intelrt's fast decode loop with the step compiled by inductor and captured in a CUDA
 graph, so a token costs one graph launch and no host synchronisation; a list of prompts goes
 through that loop as one padded batch (measured against transformers in docs/performance.md).
-CPU: the same loop, eager (no device graphs exist; compile warm-up outweighs its gain).
+CPU: the same loop, eager (no device graphs exist; compile warm-up outweighs its gain). How much
+warm-up a step gets on CUDA follows the work (``decoding/policy.py``: ``decode_warmup``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..decoding.capture import stream_capturer
 from ..decoding.policy import (
+    QUANTIZED_STEP,
     compact_step,
     decode_attention_kernel,
     decode_blockers,
     decode_compile,
     decode_graphs,
+    decode_warmup,
     fast_decode,
     fast_decode_planned,
+    kernel_blocker,
+    quantized,
     triton_installed,
 )
 from ..errors import PlanError
@@ -42,6 +47,9 @@ the weights into the step, which training would leave stale; the compact step fu
 itself (docs/performance.md)."""
 
 
+QUANTIZED_COMPILE = ("bitsandbytes 4-bit weights: torch.compile over its dequantizing kernels is not measured; a "
+                     "failing graph capture falls back to an uncaptured step, with a note")
+
 TRITON_INTERPRET = "TRITON_INTERPRET"
 """``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
@@ -53,32 +61,40 @@ def _mine(backend: BackendStatus) -> bool:
 @hookimpl
 def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
                           decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    if not _mine(backend) or decode_blockers(model, decisions) is not None:
+    if not _mine(backend) or decode_blockers(model, decisions, four_bit=True) is not None:
         return None  # the generic default explains the fallback
-    step, step_reason = compact_step(model)
+    four_bit = quantized(decisions)
+    step, step_reason = ("model", QUANTIZED_STEP) if four_bit else compact_step(model)
+    misfit = kernel_blocker(model) if step == "compact" else None
     if backend.name == "cuda":
-        kernel = decode_attention_kernel(request, triton_installed(), "Triton is not installed", step)
         graphs = decode_graphs(request, backend, "cuda", "")
-        compiled = decode_compile(request, "inductor")
-        parts = ["static KV cache", step_reason]
-        tuned = " (coordinate-descent-tuned kernels)"
-        parts.append(f"step compiled with {compiled}" + (tuned if compiled == "inductor" else "")
-                     if compiled else "step runs eagerly (compile='none')")
-        parts.append("captured in a CUDA graph: one launch per token, no host sync per token" if graphs
-                     else "no CUDA graph (graphs='off'): one kernel launch per op")
-        options = CUDA_INDUCTOR_OPTIONS
-        return fast_decode(graphs, compiled, "; ".join(parts), compile_options=options, step=step,
-                           attention_kernel=kernel)
-    graphs = decode_graphs(request, backend, None, "the CPU has no device graphs")
-    compiled = decode_compile(request, None)
+        compiler = None if four_bit else decode_compile(request, "inductor")
+        warm = decode_warmup(request, graphs, compiler, "graphs='off'", QUANTIZED_COMPILE)
+        parts = ["static KV cache", step_reason, warm.reason]
+        if warm.compile == "inductor":
+            parts.append("compiled kernels coordinate-descent-tuned")
+        if warm.kind == "static" and request.attention_kernel == "auto":
+            kernel = False  # its first use compiles and tunes a Triton kernel: seconds a short call would not win back
+            parts.append("decode attention in torch operations (the Triton kernel's first-use compile and tuning "
+                         "would not pay for one short call)")
+        else:
+            kernel = decode_attention_kernel(request, triton_installed(), "Triton is not installed", step, misfit)
+            if misfit and step == "compact":
+                parts.append(f"decode attention in torch operations (the one-kernel attention does not serve it: "
+                             f"{misfit})")
+        if warm.graphs is None and graphs is None:
+            parts.append("no CUDA graph (graphs='off'): one kernel launch per op")
+        return fast_decode(warm.graphs, warm.compile, "; ".join(parts), compile_options=CUDA_INDUCTOR_OPTIONS,
+                           step=step, attention_kernel=kernel, warmup=warm.kind)
+    decode_graphs(request, backend, None, "the CPU has no device graphs")
+    warm = decode_warmup(request, None, decode_compile(request, None), "the CPU has no device graphs",
+                         "compile warm-up outweighs its gain on the CPU")
     # On the CPU the kernel runs only under Triton's interpreter, as the test suite runs it.
     interpreted = env.get(TRITON_INTERPRET) == "1" and triton_installed()
     kernel = decode_attention_kernel(request, interpreted, f"the CPU runs it only under Triton's interpreter "
-                                     f"({TRITON_INTERPRET}=1, with Triton installed)", step)
-    reason = ("static-KV-cache decode loop without generate's per-token bookkeeping; the CPU has no device "
-              "graphs" + (f"; step compiled with {compiled}" if compiled else
-                          ", and compile warm-up outweighs its gain"))
-    return fast_decode(graphs, compiled, f"{reason}; {step_reason}", step=step, attention_kernel=kernel)
+                                     f"({TRITON_INTERPRET}=1, with Triton installed)", step, misfit)
+    reason = f"static-KV-cache decode loop without generate's per-token bookkeeping; {warm.reason}; {step_reason}"
+    return fast_decode(None, warm.compile, reason, step=step, attention_kernel=kernel, warmup=warm.kind)
 
 
 @hookimpl

@@ -128,7 +128,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """Plain transformers against intelrt, side by side (benchmarks/bench_generate.py); with
+    ``--shape``, on real model shapes (bench_shapes.py)."""
+    if args.shape:
+        from .bench_shapes import main as shapes_main
+
+        return shapes_main(args)
     from .bench import main as bench_main
+    from .bench_shapes import refuse_without_shape
+
+    refuse_without_shape(args)
 
     return bench_main(args)
 
@@ -167,6 +176,7 @@ def add_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], 
 def build_parser() -> Parser:
     from .bench import BENCH_DESCRIPTION, BENCH_EXAMPLES
     from .bench import add_arguments as add_bench_arguments
+    from .bench_shapes import add_arguments as add_shape_arguments
     from .serve import SERVE_DESCRIPTION, SERVE_EXAMPLES
     from .serve import add_arguments as add_serve_arguments
     from .training import (
@@ -229,6 +239,7 @@ def build_parser() -> Parser:
     p.add_argument("--max-new-tokens", type=count(), default=32, metavar="N",
                    help="how many tokens to generate at most (default: %(default)s; below the model's context)")
     add_plan_options(p)
+    p.set_defaults(workload="one-shot")  # one generate, then the process ends: warm-up that pays for itself
     refuse(p, "--simulate", REFUSE_SIMULATE)
 
     p = add_command(sub, "train", cmd_train, summary="fine-tune a model on a text file (--demo: the whole lifecycle)",
@@ -244,6 +255,7 @@ def build_parser() -> Parser:
     p = add_command(sub, "bench", cmd_bench, summary="tokens/s of plain transformers and intelrt side by side",
                     description=BENCH_DESCRIPTION, epilog=BENCH_EXAMPLES)
     add_bench_arguments(p)
+    add_shape_arguments(p)
 
     p = add_command(sub, "serve", cmd_serve, summary="serve a model with the OpenAI API (in-flight batching)",
                     description=SERVE_DESCRIPTION, epilog=SERVE_EXAMPLES)
@@ -281,7 +293,8 @@ class _NotIntelrt(logging.Filter):
 def configure_logging(verbosity: int) -> Callable[[], None]:
     """The one place the command line sets up logging; returns what puts it back.
 
-    intelrt's records: ``intelrt: LEVEL: message`` (warnings by default, ``-v`` info, ``-vv`` debug).
+    intelrt's records: ``intelrt: LEVEL: message`` (warnings by default, ``-v`` info, ``-vv`` debug;
+    ``intelrt.progress``, what a long step such as a compile is doing, always).
     Other libraries' records and Python warnings: under their own name (``bitsandbytes: WARNING: …``),
     each message once, and only with ``-v`` (errors always). transformers prints through its own
     handler (``[transformers] …``).
@@ -289,7 +302,8 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     from ..support.redaction import redact_log_output
 
     intelrt_log, root = logging.getLogger("intelrt"), logging.getLogger()
-    before = (intelrt_log.level, root.level)
+    progress = logging.getLogger("intelrt.progress")
+    before = (intelrt_log.level, root.level, progress.level)
     ours = logging.StreamHandler(sys.stderr)
     ours.setFormatter(logging.Formatter("intelrt: %(levelname)s: %(message)s"))
     theirs = logging.StreamHandler(sys.stderr)
@@ -303,6 +317,7 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     intelrt_log.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
     root.addHandler(theirs)
     root.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
+    progress.setLevel(logging.INFO)  # a long compile is never silent
     logging.captureWarnings(True)
 
     def restore() -> None:
@@ -310,6 +325,7 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
         root.removeHandler(theirs)
         intelrt_log.setLevel(before[0])
         root.setLevel(before[1])
+        progress.setLevel(before[2])
         logging.captureWarnings(False)
 
     return restore

@@ -1,69 +1,61 @@
-"""The compact decode step: Llama-family decoder layers as few, fusable operations.
+"""The compact decode step: decoder layers as few, fusable operations.
 
 transformers' modeling code is written for every use (training, any cache, any attention
-backend); a decode step needs less. For decoder layers shaped like Llama's (Llama, Mistral,
-Qwen2, Qwen3) this module runs the same computation with:
+backend); a decode step needs less. For the families of ``families.py`` — Llama, Mistral, Qwen2,
+Qwen3, Phi-3, Gemma-2, Gemma-3 (text), Qwen3-MoE and Mixtral — this module runs the same
+computation with:
 
-* the q/k/v and the gate/up projections concatenated into one weight each — not a copy: the
-  model's own parameters become views into that one tensor (``FusedProjections``), so whatever
-  changes them in place (an optimizer step, ``load_state_dict``, a LoRA merge) is what the next
-  step reads, and the weights take no more memory than before;
-* its own KV cache, one tensor per layer, written in place at the step's cache slot;
+* the q/k/v and the gate/up projections as one weight each — not a copy: the model's own
+  parameters become views into that one tensor (``FusedProjections``), so whatever changes them
+  in place (an optimizer step, ``load_state_dict``, a LoRA merge) is what the next step reads,
+  and the weights take no more memory than before; a model that stores them fused (Phi-3's
+  ``qkv_proj`` and ``gate_up_proj``) is read as it is;
+* its own KV cache, one tensor per layer, written in place at the step's cache slot; sliding-window
+  layers see only the slots inside their window (the cache keeps every slot: the mask, not the
+  cache, limits what a query sees, exactly as transformers' masks do);
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
-  query head;
+  query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped;
+* mixture-of-experts layers routed as the model routes them, reading only the chosen experts'
+  weights in a decode step (``experts.py``);
 * for a compiled step with few rows, projections written as multiply-and-sum, which the compiler
   fuses with the residual or activation after them; an RMSNorm before a projection is folded
   into it (``_normed_linear``: the projection also sums the squares of its input, so norm and
   projection are one kernel).
 
-The norms, rotary embedding, activation, embedding and LM head are the model's own modules, so
-their numerics are the model's. Greedy output equals ``model.generate``'s (tests prove it on the
-CPU; ``benchmarks/bench_generate.py --verify`` on a GPU).
+The norms (Gemma's sandwich norms included), rotary embeddings, activation, embedding (Gemma's
+scaled by sqrt(hidden)) and LM head are the model's own modules, so their numerics are the
+model's. Greedy output equals ``model.generate``'s (tests prove it on the CPU in float32 for every
+family; ``benchmarks/bench_generate.py --verify`` and ``intelrt bench --shape`` on a GPU).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from .experts import Experts
+from .families import (
+    COMPACT_CLASSES,
+    DYNAMIC_ROPE_TYPES,
+    FAMILIES,
+    Family,
+    Unsupported,
+    compact_blocker,
+    layer_windows,
+)
 from .tuning import DecodeTuning
 
-COMPACT_CLASSES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-"""transformers' classes whose decoder layers the compact step reproduces (a class of that name from
-another module — remote code — is not one of them: it may compute something else)."""
-TRANSFORMERS_MODELS = "transformers.models."
-DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
-"""Rotary embeddings whose frequencies change with the sequence length (not reproduced)."""
-RMS_NORM_TYPES = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
-"""Norm modules computing ``weight * (x * rsqrt(mean(x**2) + eps))``, which ``_normed_linear``
-folds into the projection after them (any other norm module runs as itself)."""
+__all__ = ["COMPACT_CLASSES", "CompactModel", "Unsupported", "compact_blocker"]
 
-
-def compact_blocker(class_name: str, module: str, config: Mapping[str, Any]) -> str | None:
-    """Why the compact step cannot run the model of class ``class_name`` from ``module`` with this
-    config, or ``None``."""
-    if class_name not in COMPACT_CLASSES:
-        return (f"{class_name or 'this model'} is not one of the classes the compact step reproduces "
-                f"({', '.join(COMPACT_CLASSES)}); the step runs the model's own forward")
-    if not module.startswith(TRANSFORMERS_MODELS):
-        return (f"{class_name} here is defined in {module}, not by transformers: it may compute something else; "
-                "the step runs the model's own forward")
-    model_type = str(config.get("model_type", ""))
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type") or rope.get("type") if isinstance(rope, Mapping) else None
-    if rope_type in DYNAMIC_ROPE_TYPES:
-        return (f"{rope_type} rotary embeddings change with the sequence length; the step runs the model's "
-                "own forward")
-    layer_types = set(config.get("layer_types") or ())
-    sliding = config.get("sliding_window") if model_type == "mistral" else None
-    if layer_types - {"full_attention"} or sliding:
-        return "sliding-window attention layers; the step runs the model's own forward"
-    return None
-
-
-class Unsupported(Exception):
-    """The loaded model's modules are not the plain Llama-family layout (e.g. adapters, quantized
-    or kernel-replaced projections): the decoder falls back to the model's own forward."""
+RMS_NORM_OFFSETS = {"LlamaRMSNorm": 0.0, "MistralRMSNorm": 0.0, "Qwen2RMSNorm": 0.0, "Qwen3RMSNorm": 0.0,
+                    "Phi3RMSNorm": 0.0, "Qwen3MoeRMSNorm": 0.0, "MixtralRMSNorm": 0.0,
+                    "Gemma2RMSNorm": 1.0, "Gemma3RMSNorm": 1.0}
+"""Norm modules computing ``(weight + offset) * (x * rsqrt(mean(x**2) + eps))`` (Gemma's weight is
+stored as an offset from 1), which ``_normed_linear`` folds into the projection after them and the
+attention kernel applies to queries and keys (any other norm module runs as itself)."""
+ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "q_norm", "k_norm")
+MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "gate", "experts")
+NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+              "post_feedforward_layernorm")
 
 
 def _plain_linear(module: Any, where: str) -> Any:
@@ -74,21 +66,23 @@ def _plain_linear(module: Any, where: str) -> Any:
     return module
 
 
-def _decoder_parts(model: Any) -> tuple[Any, Any]:
-    """(the inner decoder with embed/layers/norm/rotary, the LM head), or ``Unsupported``."""
+def _decoder_parts(model: Any) -> tuple[Any, Any, Family]:
+    """(the inner decoder with embed/layers/norm/rotary, the LM head, the family), or ``Unsupported``."""
     if getattr(model, "peft_config", None) or getattr(model, "_hf_peft_config_loaded", False):
         raise Unsupported("the model carries PEFT adapters")
-    blocker = compact_blocker(type(model).__name__, type(model).__module__, model.config.to_dict())
+    name = type(model).__name__
+    blocker = compact_blocker(name, type(model).__module__, model.config.to_dict())
     if blocker is not None:
         raise Unsupported(blocker)
     inner: Any = getattr(model, "model", None)
-    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
-        if not hasattr(inner, name):
-            raise Unsupported(f"the model has no model.{name}")
-    if getattr(inner.rotary_emb, "rope_type", "default") in DYNAMIC_ROPE_TYPES:
+    for part in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, part):
+            raise Unsupported(f"the model has no model.{part}")
+    rope = getattr(inner.rotary_emb, "rope_type", "default")
+    if any(t in DYNAMIC_ROPE_TYPES for t in (rope.values() if isinstance(rope, dict) else [rope])):
         raise Unsupported("the rotary embedding is dynamic")
     head = _plain_linear(getattr(model, "lm_head", None), "lm_head")
-    return inner, head
+    return inner, head, FAMILIES[name]
 
 
 def _layout(model: Any) -> tuple[Any, ...]:
@@ -98,44 +92,99 @@ def _layout(model: Any) -> tuple[Any, ...]:
     parts += [getattr(inner, name, None) for name in ("embed_tokens", "norm", "rotary_emb")]
     for layer in getattr(inner, "layers", ()):
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        parts += [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")]
-        parts += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
-        parts += [getattr(layer, n, None) for n in ("input_layernorm", "post_attention_layernorm")]
+        parts += [attn, mlp]
+        parts += [getattr(attn, n, None) for n in ATTENTION_NAMES]
+        parts += [getattr(mlp, n, None) for n in MLP_NAMES]
+        parts += [getattr(layer, n, None) for n in NORM_NAMES]
     return tuple(parts)
 
 
 class CompactLayer:
-    """One decoder layer's fused weights and references to its own norms and activation."""
+    """One decoder layer's fused weights and references to its own norms, activation or experts."""
 
-    def __init__(self, layer: Any, index: int) -> None:
+    def __init__(self, layer: Any, index: int, family: Family, config: Any, window: int | None,
+                 tuning: DecodeTuning) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         where = f"layer {index}"
-        self.sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
-                        for n in ("q_proj", "k_proj", "v_proj")]
-        self.up = [_plain_linear(getattr(mlp, n, None), f"{where} mlp.{n}") for n in ("gate_proj", "up_proj")]
+        self.head_dim = int(attn.head_dim)
+        self.q_heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
+        self.split = [self.q_heads * self.head_dim, kv_heads * self.head_dim, kv_heads * self.head_dim]
+        self.window = window
+        """The sliding window of this layer (``None``: the whole sequence)."""
+        softcap = getattr(config, "attn_logit_softcapping", None) if family.attention_softcap else None
+        self.softcap: float | None = float(softcap) if softcap else None
+        self.rotary_kind: str | None = (config.layer_types[index] if family.rotary_per_layer_type else None)
+        """Which of the model's rotary embeddings this layer uses (Gemma-3: one per layer type)."""
+        self.scaling = float(attn.scaling)
         self.o_proj = _plain_linear(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
-        self.down_proj = _plain_linear(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
-        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
-        self.input_rms, self.post_rms = _rms_parts(self.input_norm), _rms_parts(self.post_norm)
+        # q/k/v: the model's own fused projection (Phi-3), else the three fused here (views, no copy).
+        self.qkv: FusedProjections | None = None
+        self.qkv_proj: Any = None
+        if family.fused_weights:
+            self.qkv_proj = _plain_linear(getattr(attn, "qkv_proj", None), f"{where} self_attn.qkv_proj")
+            if int(self.qkv_proj.out_features) != sum(self.split):
+                raise Unsupported(f"{where} self_attn.qkv_proj has {self.qkv_proj.out_features} outputs, not "
+                                  f"{sum(self.split)}")
+        else:
+            sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
+                       for n in ("q_proj", "k_proj", "v_proj")]
+            if [int(m.out_features) for m in sources] != self.split:
+                raise Unsupported(f"{where} q/k/v projections do not match the config's heads")
+            self.qkv = FusedProjections(sources, f"{where} q/k/v")
+        # The MLP: experts, the model's own gate/up projection (Phi-3), or gate and up fused here.
+        self.experts: Experts | None = None
+        self.gate_up: FusedProjections | None = None
+        self.gate_up_proj: Any = None
+        self.down_proj: Any = None
+        self.act: Any = None
+        if family.experts and hasattr(mlp, "experts"):
+            self.experts = Experts(mlp, family.experts, where, tuning.experts_dense_max_tokens)
+        else:
+            self.down_proj = _plain_linear(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
+            self.act = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
+            if self.act is None:
+                raise Unsupported(f"{where} mlp has no activation function")
+            if family.fused_weights:
+                self.gate_up_proj = _plain_linear(getattr(mlp, "gate_up_proj", None), f"{where} mlp.gate_up_proj")
+            else:
+                self.gate_up = FusedProjections(
+                    [_plain_linear(getattr(mlp, n, None), f"{where} mlp.{n}") for n in ("gate_proj", "up_proj")],
+                    f"{where} gate/up")
+        # Norms: before attention and MLP; Gemma's sandwich also norms each block's output.
+        self.input_norm = layer.input_layernorm
+        sandwich = family.norms == "sandwich"
+        self.mlp_norm = layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm
+        self.attn_out_norm: Any = layer.post_attention_layernorm if sandwich else None
+        self.mlp_out_norm: Any = layer.post_feedforward_layernorm if sandwich else None
+        self.input_rms, self.mlp_rms = _rms_parts(self.input_norm), _rms_parts(self.mlp_norm)
         self.q_norm: Any = getattr(attn, "q_norm", None)
         self.k_norm: Any = getattr(attn, "k_norm", None)
         if (self.q_norm is None) != (self.k_norm is None):
             raise Unsupported(f"{where} normalises only one of its queries and keys")
-        self.qk_eps = float(getattr(self.q_norm, "variance_epsilon", 0.0) or 0.0)
-        self.q_heads = int(self.sources[0].out_features) // int(attn.head_dim)
-        self.act = mlp.act_fn
-        self.scaling = float(attn.scaling)
-        self.head_dim = int(attn.head_dim)
-        self.split = [int(m.out_features) for m in self.sources]
-        self.qkv = FusedProjections(self.sources, f"{where} q/k/v")
-        self.gate_up = FusedProjections(self.up, f"{where} gate/up")
-        self.qkv_weight, self.qkv_bias = self.qkv.weight, self.qkv.bias
-        self.gate_up_weight, self.gate_up_bias = self.gate_up.weight, self.gate_up.bias
+        self.qk_rms = _rms_parts(self.q_norm) if self.q_norm is not None else None
+
+    @property
+    def qkv_weight(self) -> Any:
+        return self.qkv.weight if self.qkv is not None else self.qkv_proj.weight
+
+    @property
+    def qkv_bias(self) -> Any:
+        return self.qkv.bias if self.qkv is not None else self.qkv_proj.bias
+
+    @property
+    def gate_up_weight(self) -> Any:
+        return self.gate_up.weight if self.gate_up is not None else self.gate_up_proj.weight
+
+    @property
+    def gate_up_bias(self) -> Any:
+        return self.gate_up.bias if self.gate_up is not None else self.gate_up_proj.bias
 
     def rejoin(self) -> bool:
         """Make the projections views of the fused tensors again where something replaced their
         storage; True when any had to be."""
-        return self.qkv.rejoin() | self.gate_up.rejoin()
+        joined = [f.rejoin() for f in (self.qkv, self.gate_up) if f is not None]
+        return any(joined)
 
 
 class FusedProjections:
@@ -207,21 +256,27 @@ def _linear(x: Any, weight: Any, bias: Any, gemv: bool) -> Any:
     return torch.nn.functional.linear(x, weight, bias)
 
 
-def _rms_parts(norm: Any) -> tuple[Any, float] | None:
-    """(weight, eps) of a Llama-style RMSNorm module, else ``None``."""
-    weight, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
-    if type(norm).__name__ not in RMS_NORM_TYPES or weight is None or not isinstance(eps, float):
+RmsParts = tuple[Any, float, float]
+"""(weight, eps, offset) of an RMSNorm module: it computes ``(weight + offset) * x * rsqrt(mean(x**2) + eps)``."""
+
+
+def _rms_parts(norm: Any) -> RmsParts | None:
+    """(weight, eps, offset) of an RMSNorm of ``RMS_NORM_OFFSETS``, else ``None``."""
+    offset = RMS_NORM_OFFSETS.get(type(norm).__name__)
+    weight = getattr(norm, "weight", None)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if offset is None or weight is None or not isinstance(eps, float):
         return None
-    return weight, eps
+    return weight, eps, offset
 
 
-def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any, bias: Any, gemv: bool,
+def _normed_linear(x: Any, norm: Any, rms: RmsParts | None, weight: Any, bias: Any, gemv: bool,
                    fold: bool = True) -> Any:
     """``norm(x) @ weight.T + bias``.
 
-    With ``gemv`` and an RMSNorm (``rms``: its weight and eps), as one multiply-and-sum of
-    ``x * norm.weight`` with ``weight`` beside a sum of ``x**2`` over the same elements, scaled by
-    ``rsqrt(mean(x**2) + eps)`` afterwards: both sums have the projection's shape, so the
+    With ``gemv`` and an RMSNorm (``rms``: its weight, eps and offset), as one multiply-and-sum of
+    ``x * (norm.weight + offset)`` with ``weight`` beside a sum of ``x**2`` over the same elements,
+    scaled by ``rsqrt(mean(x**2) + eps)`` afterwards: both sums have the projection's shape, so the
     compiler computes them, and the scaling, in the projection's kernel instead of running the
     norm's statistics as a kernel of their own. Accumulates in float32 (the model's norm rounds
     its output to the model's dtype before the projection: results differ by that rounding).
@@ -230,10 +285,10 @@ def _normed_linear(x: Any, norm: Any, rms: tuple[Any, float] | None, weight: Any
 
     if not (gemv and fold) or rms is None:
         return _linear(norm(x), weight, bias, gemv)
-    scale, eps = rms
+    scale, eps, offset = rms
     xf = x.float()
     wide = (*x.shape[:-1], weight.shape[0], x.shape[-1])
-    dot = ((xf * scale.float()).unsqueeze(-2) * weight.float()).sum(-1)
+    dot = ((xf * (scale.float() + offset)).unsqueeze(-2) * weight.float()).sum(-1)
     squares = (xf * xf).unsqueeze(-2).expand(wide).sum(-1)  # per output element: fuses with `dot`
     y = (dot * torch.rsqrt(squares / x.shape[-1] + eps)).to(x.dtype)
     return y if bias is None else y + bias
@@ -246,16 +301,36 @@ def _rotate_half(x: Any) -> Any:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float) -> Any:
+def _rotate(x: Any, cos: Any, sin: Any) -> Any:
+    """The rotary embedding of ``x``'s first ``cos.shape[-1]`` features (all of them, except for a
+    partial rotary embedding, whose other features pass unchanged)."""
+    import torch
+
+    turned = cos.shape[-1]
+    if turned == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    head, rest = x[..., :turned], x[..., turned:]
+    return torch.cat([head * cos + _rotate_half(head) * sin, rest], dim=-1)
+
+
+def _soft_cap(x: Any, cap: float | None) -> Any:
+    """``cap * tanh(x / cap)`` (Gemma's soft-capping of logits), or ``x`` without a cap."""
+    import torch
+
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
+def _attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap: float | None = None) -> Any:
     """Grouped-query attention of ``q`` (rows, q_heads, T, D) over the cache (rows, kv_heads, L, D):
-    each key/value head serves its group of query heads directly, with no expanded K or V."""
+    each key/value head serves its group of query heads directly, with no expanded K or V.
+    ``softcap``: the scores are soft-capped before the mask (Gemma-2)."""
     import torch
 
     rows, q_heads, steps, dim = q.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     groups = q_heads // kv_heads
     grouped = q.reshape(rows, kv_heads, groups * steps, dim)
-    scores = torch.matmul(grouped, keys.transpose(-1, -2)) * scaling
+    scores = _soft_cap(torch.matmul(grouped, keys.transpose(-1, -2)) * scaling, softcap)
     mask = allowed[:, None, None].expand(rows, 1, groups, steps, length).reshape(rows, 1, groups * steps, length)
     scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
@@ -268,14 +343,29 @@ class CompactModel:
 
     def __init__(self, model: Any, tuning: DecodeTuning | None = None) -> None:
         self.tuning = tuning or DecodeTuning()
-        inner, head = _decoder_parts(model)
+        inner, head, family = _decoder_parts(model)
+        self.family = family
         self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, head
         self.norm_rms = _rms_parts(self.norm)
-        self.layers = [CompactLayer(layer, i) for i, layer in enumerate(inner.layers)]
         config = model.config
+        windows = layer_windows(config.to_dict(), len(inner.layers))
+        self.layers = [CompactLayer(layer, i, family, config, windows[i], self.tuning)
+                       for i, layer in enumerate(inner.layers)]
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        cap = getattr(config, "final_logit_softcapping", None)
+        self.final_softcap: float | None = float(cap) if cap else None
+        self.rotary_kinds = sorted({layer.rotary_kind for layer in self.layers if layer.rotary_kind is not None})
         self.dtype = model.dtype
         self._layout = _layout(model)
+
+    @property
+    def captured_prompt_tokens(self) -> int:
+        """The most tokens (rows × length) a prompt pass may have and still be captured in a device
+        graph: a longer one through mixture-of-experts layers runs the model's own experts code,
+        which synchronises with the host."""
+        if any(layer.experts is not None for layer in self.layers):
+            return min(self.tuning.prompt_graph_max_tokens, self.tuning.experts_dense_max_tokens)
+        return self.tuning.prompt_graph_max_tokens
 
     def matches(self, model: Any) -> bool:
         """The model still has the modules this step was built from (adapters injected by training,
@@ -300,18 +390,25 @@ class CompactModel:
         values = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
         return keys, values
 
+    def _inverse_frequencies(self) -> list[Any]:
+        names = [f"{kind}_inv_freq" for kind in self.rotary_kinds] or ["inv_freq"]
+        return [getattr(self.rotary, name, None) for name in names]
+
     def attention_kernel_fits(self) -> bool:
         """The one-kernel decode attention (``triton_attention``) can serve this model: Triton is
-        installed, head_dim is a power of two >= 16 and the rotary embedding covers the whole head.
-        Whether the device runs the kernel is the plan's decode decision (``attention_kernel``)."""
+        installed, head_dim is a power of two >= 16, the rotary embedding covers the whole head and
+        any q/k norms are RMSNorms it knows. Whether the device runs the kernel is the plan's decode
+        decision (``attention_kernel``)."""
         from importlib.util import find_spec
 
         layer = self.layers[0]
         dim = layer.head_dim
         if find_spec("triton") is None or dim < 16 or dim & (dim - 1):
             return False
-        if int(self.rotary.inv_freq.numel()) * 2 != dim:
+        if any(f is None or int(f.numel()) * 2 != dim for f in self._inverse_frequencies()):
             return False  # a partial rotary embedding
+        if any(layer.q_norm is not None and layer.qk_rms is None for layer in self.layers):
+            return False
         from . import triton_attention  # noqa: F401 - registers torch.ops.intelrt.decode_attention
 
         return True
@@ -321,6 +418,12 @@ class CompactModel:
         """The prompt's pass, in torch operations: ``__call__`` under a name of its own, so that
         it compiles apart from the one-token step (with dynamic shapes, for any prompt length)."""
         return self(input_ids, positions, slots, key_mask, keys, values)
+
+    def _rotations(self, hidden: Any, positions: Any) -> dict[str | None, tuple[Any, Any]]:
+        """(cos, sin) per rotary kind, from the model's own rotary embedding."""
+        if not self.rotary_kinds:
+            return {None: self.rotary(hidden, positions)}
+        return {kind: self.rotary(hidden, positions, kind) for kind in self.rotary_kinds}
 
     def __call__(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
                  values: list[Any], gemv: bool = False, fused_attention: bool = False) -> Any:
@@ -335,48 +438,61 @@ class CompactModel:
         import torch
 
         hidden = self.embed(input_ids)
-        rotary_cos, rotary_sin = self.rotary(hidden, positions)
-        cos, sin = rotary_cos[:, None], rotary_sin[:, None]
+        rotations = self._rotations(hidden, positions)
         rows, steps, _ = hidden.shape
         one_kernel = fused_attention and steps == 1
         if one_kernel:  # registered when attention_kernel_fits() said yes
             decode_attention = torch.ops.intelrt.decode_attention
-            cos_1, sin_1 = rotary_cos[:, 0].contiguous(), rotary_sin[:, 0].contiguous()
             # The kernel's arrival counters (one per row and key/value head); each layer's kernel
             # leaves them at zero for the next.
             arrivals = torch.zeros(rows * self.kv_heads, dtype=torch.int32, device=hidden.device)
+            one_token = {kind: (cos[:, 0].contiguous(), sin[:, 0].contiguous()) for kind, (cos, sin) in rotations.items()}
         slot_ids = torch.arange(key_mask.shape[1], device=key_mask.device)
         # A slot is visible to a query when it is at or before the query's slot and holds a real
         # token; each query also sees its own slot, so padding queries never attend to nothing.
+        # A sliding layer sees only the slots within its window (transformers: kv > q - window).
         causal = slot_ids[None, None, :] <= slots[None, :, None]
         allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
+        visible: dict[int | None, Any] = {window: allowed & (slot_ids[None, None, :] > slots[None, :, None] - window)
+                   for window in {layer.window for layer in self.layers} if window is not None}
+        visible[None] = allowed
         residual = hidden
         fold, tuning = self.tuning.fold_norms, self.tuning
         for index, (layer, k_cache, v_cache) in enumerate(zip(self.layers, keys, values, strict=True)):
+            cos, sin = rotations[layer.rotary_kind]
             qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv,
                                  fold)
             if one_kernel:
+                qk_norm = layer.qk_rms or (None, 0.0, 0.0)
                 attended = decode_attention(
-                    qkv[:, 0], layer.q_norm.weight if layer.q_norm is not None else None,
-                    layer.k_norm.weight if layer.k_norm is not None else None, cos_1, sin_1, k_cache, v_cache,
-                    slots, key_mask, arrivals, self._read_next(index) if gemv else [], layer.q_heads,
-                    layer.qk_eps, layer.scaling, tuning.attention_splits, tuning.merge_in_kernel,
-                    tuning.prefetch)[:, None]
+                    qkv[:, 0], qk_norm[0], layer.k_norm.weight if layer.k_norm is not None else None,
+                    *one_token[layer.rotary_kind], k_cache, v_cache, slots, key_mask, arrivals,
+                    self._read_next(index) if gemv else [], layer.q_heads, qk_norm[1], layer.scaling,
+                    tuning.attention_splits, tuning.merge_in_kernel, tuning.prefetch, layer.window or 0,
+                    layer.softcap or 0.0, qk_norm[2])[:, None]
             else:
-                attended = self._attention(layer, qkv, cos, sin, k_cache, v_cache, slots, allowed)
-            residual = residual + _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
-            gate, up = _normed_linear(residual, layer.post_norm, layer.post_rms, layer.gate_up_weight,
-                                      layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
-            residual = residual + _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias,
-                                          gemv)
-        return _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
-                              gemv, fold)[:, -1]
+                attended = self._attention(layer, qkv, cos[:, None], sin[:, None], k_cache, v_cache, slots,
+                                           visible[layer.window])
+            out = _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
+            residual = residual + (out if layer.attn_out_norm is None else layer.attn_out_norm(out))
+            if layer.experts is not None:
+                out = layer.experts(layer.mlp_norm(residual))
+            else:
+                gate, up = _normed_linear(residual, layer.mlp_norm, layer.mlp_rms, layer.gate_up_weight,
+                                          layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
+                out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
+            residual = residual + (out if layer.mlp_out_norm is None else layer.mlp_out_norm(out))
+        logits = _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
+                                gemv, fold)[:, -1]
+        return _soft_cap(logits, self.final_softcap)
 
     def _read_next(self, index: int) -> list[Any]:
-        """The weights read after layer ``index``'s attention, in order (what its kernel prefetches)."""
+        """The weights read after layer ``index``'s attention, in order (what its kernel prefetches):
+        of a mixture-of-experts layer, not its experts (which ones is known only after routing)."""
         layer = self.layers[index]
-        following = {"o_proj": layer.o_proj.weight, "gate_up": layer.gate_up_weight,
-                     "down_proj": layer.down_proj.weight}
+        following = {"o_proj": layer.o_proj.weight}
+        if layer.experts is None:
+            following |= {"gate_up": layer.gate_up_weight, "down_proj": layer.down_proj.weight}
         if index + 1 < len(self.layers):
             following["next_qkv"] = self.layers[index + 1].qkv_weight
         return [following[name] for name in self.tuning.prefetch_weights if name in following]
@@ -393,8 +509,7 @@ class CompactModel:
             q, k = layer.q_norm(q), layer.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(rows, steps, -1, layer.head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         k_cache.index_copy_(2, slots, k)
         v_cache.index_copy_(2, slots, v)
-        return _attend(q, k_cache, v_cache, allowed, layer.scaling)
+        return _attend(q, k_cache, v_cache, allowed, layer.scaling, layer.softcap)

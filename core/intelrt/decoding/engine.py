@@ -18,6 +18,7 @@ import contextlib
 import gc
 import inspect
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,11 +26,15 @@ from typing import Any
 
 from ..hooks.payloads import DecodeChoice
 from .compact import CompactModel, Unsupported
+from .compile_cache import CompileCache
 from .forwards import CompactForward, ModelForward
 from .keywords import DecodeOptions
 from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
+progress = logging.getLogger("intelrt.progress")
+"""What takes long — compiling a step — said before it starts and timed after it ends (the CLI
+shows it; in a program, set this logger to INFO)."""
 
 StepForward = ModelForward | CompactForward
 
@@ -49,6 +54,9 @@ class DecodeReport:
     captured: bool = False
     """A graph was captured during this call: the step's (first call of this shape) or the prompt
     pass's (first prompt of this padded length in this shape)."""
+    warmup: str | None = None
+    """How the step that ran was prepared: ``eager``, ``static`` (captured, not compiled) or
+    ``compiled`` (for an ``adaptive`` plan, whichever it has reached)."""
     steps: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -151,8 +159,14 @@ class FastDecoder:
         self._compact: CompactModel | None = None
         self.compile_options = dict(compile_options or {})
         self.graphs = graphs if capturer is not None else None
-        self.compile_backend = choice.compile
-        self.attention_kernel = choice.attention_kernel
+        self._deferred = choice.compile if choice.prepared == "adaptive" else None
+        """The compile backend an ``adaptive`` plan compiles with once that pays (``None`` after)."""
+        self.compile_backend = None if self._deferred else choice.compile
+        self._planned_kernel = choice.attention_kernel
+        self.attention_kernel = choice.attention_kernel and not self._deferred  # comes with the compiled step
+        self.decoded = 0
+        """Tokens decoded so far (rows × steps, every call)."""
+        self._compile_cache: CompileCache | None = None
         self.capturer = capturer
         self.notes: list[str] = []
         if graphs and capturer is None:
@@ -171,6 +185,11 @@ class FastDecoder:
         """Build the compact step (or rejoin its fused projections) before a pass: what every
         ``decode`` call does first."""
         self._compact_model()
+
+    @property
+    def warmup(self) -> str:
+        """How the step is prepared: ``compiled``, ``static`` (graph-captured) or ``eager``."""
+        return "compiled" if self.compile_backend else "static" if self.graphs else "eager"
 
     @property
     def compact(self) -> CompactModel | None:
@@ -265,7 +284,7 @@ class FastDecoder:
         return inductor_config.patch(known)
 
     def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
-        key = (rows, length, options.sampling_key, len(options.eos_token_ids))
+        key = self._shape(rows, length, options)
         session = self._sessions.pop(key, None)
         if session is None:
             session = _Session(rows, length, options, device, self.new_forward(rows, length, device),
@@ -326,12 +345,64 @@ class FastDecoder:
             prompt_length = bucket
         need = prompt_length + options.max_new_tokens
         length = -(-need // tuning.cache_length_bucket) * tuning.cache_length_bucket
+        shape = self._shape(rows, length, options)
+        if self._deferred and shape not in self._sessions and self._cache(input_ids.device).holds(shape):
+            self._compile_from_now("the compile cache holds this step from an earlier process")
+        compiling = shape not in self._sessions and self.compile_backend is not None
+        if compiling:
+            self._before_compile(shape, input_ids.device)
+        started = time.perf_counter()
         s = self._session(rows, length, options, input_ids.device)
         # A captured shape's call allocates few Python objects: it runs without pauses of the
         # garbage collector (which, in a process holding compiled graphs, take milliseconds
         # while the device waits for its next launch). First calls, which compile, collect as usual.
         with _collector_paused(s.replay is not None):
-            return self._run(s, input_ids, attention_mask, options, captured_prompt)
+            tokens, report = self._run(s, input_ids, attention_mask, options, captured_prompt)
+        if compiling and self.compile_backend is not None:
+            self._after_compile(shape, input_ids.device, time.perf_counter() - started)
+        self.decoded += rows * report.steps
+        if self._deferred and self.decoded >= tuning.compile_after_tokens:
+            self._compile_from_now(f"{self.decoded:,} tokens decoded (DecodeTuning.compile_after_tokens="
+                                   f"{tuning.compile_after_tokens:,}): compiling now pays for itself")
+        return tokens, report
+
+    # -- warm-up ---------------------------------------------------------------------------
+    @staticmethod
+    def _shape(rows: int, length: int, options: DecodeOptions) -> tuple[Any, ...]:
+        """A session's key: what its captured step and compiled code are specialised to."""
+        return (rows, length, *options.sampling_key, len(options.eos_token_ids))
+
+    def _cache(self, device: Any) -> CompileCache:
+        if self._compile_cache is None:
+            step = {"step": self.step, "compile": self._deferred or self.compile_backend,
+                    "options": self.compile_options, "attention_kernel": self._planned_kernel,
+                    "graphs": self.graphs, "tuning": repr(self.tuning)}
+            self._compile_cache = CompileCache(self.model, step, device)
+        return self._compile_cache
+
+    def _compile_from_now(self, why: str) -> None:
+        """An ``adaptive`` plan's switch: later calls compile their step (and capture it anew)."""
+        backend, self._deferred = self._deferred, None
+        self.compile_backend, self.attention_kernel = backend, self._planned_kernel
+        self._sessions.clear()
+        progress.info("intelrt: the decode step will be compiled with %s from the next call: %s", backend, why)
+
+    def _persisted(self) -> bool:
+        """Compiled steps are kept across processes (inductor's artifacts, ``compile_cache.py``)."""
+        return self.compile_backend == "inductor" and self.tuning.persist_compiled
+
+    def _before_compile(self, shape: tuple[Any, ...], device: Any) -> None:
+        found = self._persisted() and self._cache(device).load(shape)
+        progress.info("intelrt: compiling the decode step for %d row(s) x %d cache slots with %s (%s) ...",
+                      shape[0], shape[1], self.compile_backend,
+                      "its artifacts from an earlier process are loaded: seconds" if found else
+                      "nothing cached for it yet: about a minute for a 0.6B model on an H200")
+
+    def _after_compile(self, shape: tuple[Any, ...], device: Any, seconds: float) -> None:
+        saved = self._cache(device).save(shape) if self._persisted() else None
+        progress.info("intelrt: decode step for %d row(s) x %d cache slots compiled%s in %.1f s%s", shape[0],
+                      shape[1], " and captured" if self.graphs else "", seconds,
+                      f"; kept for the next process in {saved}" if saved else "")
 
     def _run(self, s: _Session, input_ids: Any, attention_mask: Any, options: DecodeOptions,
              captured_prompt: bool) -> tuple[Any, DecodeReport]:
@@ -340,7 +411,7 @@ class FastDecoder:
 
         report = DecodeReport(self.graphs, self.compile_backend, self.step,
                               attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
-                              step_reason=self.step_reason, notes=list(self.notes))
+                              step_reason=self.step_reason, warmup=self.warmup, notes=list(self.notes))
 
         s.done.zero_()
         s.index.zero_()
@@ -396,8 +467,8 @@ class FastDecoder:
     def captures_prompt(self, rows: int, padded_length: int) -> bool:
         """Whether a prompt pass of ``rows`` × ``padded_length`` tokens is replayed from a device
         graph (prompts are then left-padded to a multiple of ``tuning.prompt_bucket``)."""
-        return (bool(self.graphs) and self.step == "compact"
-                and rows * padded_length <= self.tuning.prompt_graph_max_tokens)
+        compact = self.compact
+        return bool(self.graphs) and compact is not None and rows * padded_length <= compact.captured_prompt_tokens
 
     def capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
         """``fn`` recorded by the backend's capturer (after ``warmup`` real runs); a failure is

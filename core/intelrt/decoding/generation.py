@@ -102,6 +102,9 @@ class GenerationReport:
     """Why a planned compact step ran as the model's own forward (adapters, a replaced module …)."""
     captured: bool = False
     """A device graph was captured during this call (the first call of a shape)."""
+    warmup: str | None = None
+    """How the fast loop's step was prepared: ``eager``, ``static`` (captured in a device graph, not
+    compiled) or ``compiled``."""
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,6 +198,7 @@ class Generator:
             report.captured = report.captured or decoded.captured
             report.graphs, report.compiled, report.step = decoded.graphs, decoded.compiled, decoded.step
             report.attention_kernel, report.step_reason = decoded.attention_kernel, decoded.step_reason
+            report.warmup = decoded.warmup
             report.notes = sorted(set(report.notes) | set(decoded.notes))
         return outputs
 

@@ -133,7 +133,7 @@ class InflightBatch:
         self.greedy = torch.ones((rows,), dtype=torch.bool, device=device)
         self.seed = torch.zeros((rows, 1), **long)
         self.report = DecodeReport(decoder.graphs, decoder.compile_backend, decoder.step,
-                                   step_reason=decoder.step_reason)
+                                   step_reason=decoder.step_reason, warmup=decoder.warmup)
         self._build_forwards()
         self._rows: list[_Row] = []
         self._slot = 0

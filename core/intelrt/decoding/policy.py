@@ -6,13 +6,14 @@ Pure functions of the request, the model's config and earlier decisions: no torc
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..errors import PlanError
 from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice, placement_kwargs
 from ..hooks.types import BackendStatus, Decision
-from .compact import compact_blocker
+from .families import attention_kernel_blocker, compact_blocker
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
@@ -31,8 +32,11 @@ def layer_types(model: ModelInfo) -> tuple[str, ...]:
     return tuple(str(t) for t in (config.get("text_config") or config).get("layer_types") or ())
 
 
-def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> str | None:
-    """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can."""
+def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue], *,
+                    four_bit: bool = False) -> str | None:
+    """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can.
+    ``four_bit``: the backend runs bitsandbytes 4-bit models on the loop (the model's own forward,
+    not compiled; see ``quantized_step``)."""
     task = decisions.get("task")
     if task is not None and task != "text-generation":
         return f"the task is {task}: only text generation decodes tokens"
@@ -58,9 +62,11 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue]) ->
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which a static KV cache does not hold; "
                 "transformers' generate runs it")
-    if isinstance(decisions.get("quantization"), QuantizationChoice):
-        return ("bitsandbytes-quantized weights: the compiled, graph-captured step is not proven with them, "
-                "so transformers' generate runs them")
+    quantization = decisions.get("quantization")
+    if isinstance(quantization, QuantizationChoice) and (quantization.bits != 4 or not four_bit):
+        return (f"bitsandbytes {quantization.bits}-bit weights: the fast loop is not proven with them on this "
+                "backend" + (" (LLM.int8 splits outliers per call, data-dependent work a device graph cannot "
+                             "hold)" if quantization.bits == 8 else "") + ", so transformers' generate runs them")
     if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
     return None
@@ -124,28 +130,128 @@ def triton_installed() -> bool:
     return find_spec("triton") is not None
 
 
-def decode_attention_kernel(request: Request, runs_here: bool, why_not: str, step: str) -> bool:
+def decode_attention_kernel(request: Request, runs_here: bool, why_not: str, step: str,
+                            model_blocker: str | None = None) -> bool:
     """Whether the compact step's decode attention runs as intelrt's Triton kernel: the user's
-    ``attention_kernel`` (``on`` / ``off``), else ``runs_here`` (the backend's word for its device).
+    ``attention_kernel`` (``on`` / ``off``), else ``runs_here`` (the backend's word for its device)
+    where the model fits the kernel (``model_blocker``: why it does not, see ``kernel_blocker``).
 
-    ``attention_kernel='on'`` where the backend's device cannot run it, or where the step is the
-    model's own forward, is refused (``PlanError``) rather than ignored."""
+    ``attention_kernel='on'`` where the backend's device cannot run it, where the model does not
+    fit it, or where the step is the model's own forward, is refused (``PlanError``) rather than
+    ignored."""
     wanted = request.attention_kernel
     if wanted == "off":
         return False
     if wanted == "on" and step != "compact":
         raise PlanError("attention_kernel='on' needs intelrt's compact decode step, and this model's step is its "
                         "own forward; leave attention_kernel to intelrt (auto)")
+    if wanted == "on" and model_blocker is not None:
+        raise PlanError(f"attention_kernel='on', but the kernel cannot serve this model: {model_blocker}; leave "
+                        "attention_kernel to intelrt (auto) or turn it off")
     if wanted == "on" and not runs_here:
         raise PlanError(f"attention_kernel='on', but {why_not}; leave attention_kernel to intelrt (auto) or turn "
                         "it off")
-    return runs_here and step == "compact"
+    return runs_here and step == "compact" and model_blocker is None
+
+
+def kernel_blocker(model: ModelInfo) -> str | None:
+    """Why the one-kernel decode attention cannot serve this model's compact step (``None``: it can)."""
+    arch = model.architecture
+    return attention_kernel_blocker(arch.name if arch else "", model.config)
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """How the fast loop's step is prepared (``DecodeChoice.warmup``), with the graphs and compiler
+    that go with it, and why."""
+
+    kind: str
+    graphs: str | None
+    compile: str | None
+    reason: str
+
+
+def decode_warmup(request: Request, graphs: str | None, compiler: str | None, why_no_graphs: str,
+                  why_no_compiler: str = "compile warm-up outweighs its gain here",
+                  default_compiler: str = "inductor") -> Warmup:
+    """The warm-up for a backend that can capture the step in ``graphs`` (``None``: it cannot, for
+    ``why_no_graphs``) and compile it with ``compiler`` (``None``: not by default, for
+    ``why_no_compiler``), both after the
+    user's ``graphs=`` and ``compile=``. The user's ``warmup=`` wins; else the ``workload``:
+    one-shot work is not worth a compile (static, or eager without graphs); a server or batch job
+    is (compiled); unknown work starts static and compiles once that pays (``adaptive``: the
+    compile cache holds the step, or the work has been long). A backend without a compiler by
+    default (the CPU) runs eagerly unless compiling is asked for."""
+    wanted, work = request.warmup, request.workload
+    no_compile = request.compile == "none"
+    if wanted == "eager":
+        if request.graphs == "on" or request.compile not in ("auto", "none"):
+            raise PlanError("warmup='eager' runs the step as it is, without graphs or compile; drop graphs='on' / "
+                            "compile= or choose warmup='static' / 'compiled'")
+        return Warmup("eager", None, None, "the step runs eagerly (warmup='eager'), without graphs or compile")
+    if wanted == "static":
+        if graphs is None:
+            raise PlanError(f"warmup='static' captures the step in a device graph, but {why_no_graphs}; use "
+                            "warmup='eager' or 'compiled', or leave warmup to intelrt")
+        if request.compile not in ("auto", "none"):
+            raise PlanError(f"warmup='static' does not compile the step, but compile={request.compile!r} asks for it; "
+                            "use warmup='compiled' or leave compile to intelrt")
+        return Warmup("static", graphs, None, f"the step captured in {_graph(graphs)} and not compiled "
+                                              "(warmup='static')")
+    if wanted == "compiled":
+        if no_compile:
+            raise PlanError("warmup='compiled' compiles the step, but compile='none' forbids it; drop one of them")
+        backend = compiler or default_compiler
+        return Warmup("compiled", graphs, backend, f"step compiled with {backend} at its first call "
+                                                   "(warmup='compiled')" + _captured(graphs))
+    if no_compile or compiler is None:
+        why = "compile='none'" if no_compile else why_no_compiler
+        if graphs is None:
+            return Warmup("eager", None, None, f"the step runs eagerly ({why}; {why_no_graphs})")
+        return Warmup("static", graphs, None, f"the step captured in {_graph(graphs)}, not compiled ({why})")
+    if request.compile not in ("auto", "none"):
+        return Warmup("compiled", graphs, compiler, f"step compiled with {compiler} at its first call (compile="
+                                                    f"{request.compile!r})" + _captured(graphs))
+    if work == "one-shot":
+        if graphs is None:
+            return Warmup("eager", None, None, "one-shot work: compiling (about a minute cold) costs more than it "
+                                               f"saves on one short generate; the step runs eagerly ({why_no_graphs})")
+        return Warmup("static", graphs, None, f"one-shot work: the step captured in {_graph(graphs)} and not "
+                                              "compiled — compiling (about a minute cold) costs more than it saves "
+                                              "on one short generate")
+    if work in ("server", "batch"):
+        return Warmup("compiled", graphs, compiler, f"{work} work: the step compiled with {compiler} at its first "
+                                                    "call (the compile pays over many calls; its artifacts are kept "
+                                                    "for the next process)" + _captured(graphs))
+    return Warmup("adaptive", graphs, compiler, "work of unknown length: the step starts "
+                  + (f"captured in {_graph(graphs)}, " if graphs else "eager, ") + f"and is compiled with {compiler} "
+                  "once that pays — at once when the compile cache already holds it, else after "
+                  "DecodeTuning.compile_after_tokens tokens (workload='server' or 'batch' compiles at once, "
+                  "'one-shot' never)")
+
+
+def _graph(graphs: str) -> str:
+    return f"a {graphs.upper()} graph (one launch per token, no host sync per token)"
+
+
+def _captured(graphs: str | None) -> str:
+    return f", captured in {_graph(graphs)}" if graphs else ", no device graph"
+
+
+QUANTIZED_STEP = ("bitsandbytes 4-bit projections (Linear4bit) dequantize their weights in the model's own forward, "
+                  "which the step runs over the loop's static KV cache")
+
+
+def quantized(decisions: Mapping[str, DecisionValue]) -> bool:
+    """Whether the plan quantizes the weights (bitsandbytes)."""
+    return isinstance(decisions.get("quantization"), QuantizationChoice)
 
 
 def compact_step(model: ModelInfo) -> tuple[str, str]:
     """(``compact`` or ``model``, why): which forward the fast loop's step runs for this model.
 
-    ``compact`` is intelrt's compact step (``decoding/compact.py``) for Llama-family layers;
+    ``compact`` is intelrt's compact step (``decoding/compact.py``) for the families of
+    ``decoding/families.py``;
     ``model`` is the model's own forward. Decided from the config; the loaded modules are checked
     again at the first call (adapters or replaced projections fall back, with a note)."""
     arch = model.architecture
@@ -159,13 +265,14 @@ def compact_step(model: ModelInfo) -> tuple[str, str]:
 
 def fast_decode(graphs: str | None, compile_backend: str | None, reason: str, *, claim: str | None = None,
                 notes: tuple[str, ...] = (), compile_options: Mapping[str, object] | None = None,
-                step: str = "model", attention_kernel: bool = False) -> Decision:
+                step: str = "model", attention_kernel: bool = False, warmup: str | None = None) -> Decision:
     """The decision for intelrt's fast decode loop (``compile_options``: inductor settings;
     ``step``: ``compact`` or ``model``, see ``compact_step``; ``attention_kernel``: see
-    ``decode_attention_kernel``)."""
+    ``decode_attention_kernel``; ``warmup``: see ``decode_warmup``)."""
     options = dict(compile_options) if compile_options and compile_backend == "inductor" else None
     value = DecodeChoice("fast", cache="static", graphs=graphs, compile=compile_backend, step=step,
-                         compile_options=options, attention_kernel=attention_kernel)  # type: ignore[arg-type]
+                         compile_options=options, attention_kernel=attention_kernel,  # type: ignore[arg-type]
+                         warmup=warmup)
     if attention_kernel:
         reason += "; decode attention as intelrt's one Triton kernel per layer"
     return Decision(value, reason, claim=claim, notes=notes)

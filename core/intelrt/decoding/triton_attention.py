@@ -1,9 +1,10 @@
 """One Triton kernel for a decode step's attention block (one new token per row).
 
 Given the fused q/k/v projection output of one layer, a program per (row, key/value head, split
-of the cache): applies the per-head q/k RMSNorm (Qwen3) and the rotary embedding, writes the new
+of the cache): applies the per-head q/k RMSNorm (Qwen3, Gemma-3) and the rotary embedding, writes the new
 key and value into the layer's cache at the step's slot, and attends the head's group of query
-heads over its part of the cache with an online softmax. The last of a head's programs to finish
+heads over its part of the cache (a sliding-window layer: of its window) with an online softmax,
+soft-capping the scores where the model does (Gemma-2). The last of a head's programs to finish
 (an atomic arrival counter tells it) merges the splits' states into the output, so a layer's
 attention is one kernel launch. transformers' modeling code runs this as about six
 kernels per layer (norms, rotary, cache writes, two matmuls, softmax) plus an expansion of K/V
@@ -53,13 +54,24 @@ MAX_PREFETCH = 4
 
 
 @triton.jit
-def _normed(x, x_rot, w_ptr, rot, d, eps, D: tl.constexpr, HAS_NORM: tl.constexpr):  # type: ignore[no-untyped-def]
-    """RMSNorm of the rows of ``x`` (and the same rows rotated by half, ``x_rot``)."""
+def _normed(x, x_rot, w_ptr, rot, d, eps, offset, D: tl.constexpr, HAS_NORM: tl.constexpr):  # type: ignore[no-untyped-def]
+    """RMSNorm of the rows of ``x`` (and the same rows rotated by half, ``x_rot``), with weight
+    ``w + offset`` (Gemma stores its norm weights as an offset from 1)."""
     if HAS_NORM:
         scale = tl.rsqrt(tl.sum(x * x, axis=-1, keep_dims=True) / D + eps)
-        x = x * scale * tl.load(w_ptr + d).to(tl.float32)
-        x_rot = x_rot * scale * tl.load(w_ptr + rot).to(tl.float32)
+        x = x * scale * (tl.load(w_ptr + d).to(tl.float32) + offset)
+        x_rot = x_rot * scale * (tl.load(w_ptr + rot).to(tl.float32) + offset)
     return x, x_rot
+
+
+@triton.jit
+def _soft_capped(scores, softcap, SOFTCAP: tl.constexpr):  # type: ignore[no-untyped-def]
+    """``softcap * tanh(scores / softcap)`` (Gemma-2's attention logits), written with ``exp`` so the
+    interpreter runs it too; ``scores`` unchanged without ``SOFTCAP``."""
+    if SOFTCAP:
+        t = tl.exp(-2.0 * tl.abs(scores) / softcap)
+        scores = tl.where(scores < 0, -softcap, softcap) * (1.0 - t) / (1.0 + t)
+    return scores
 
 
 @triton.jit
@@ -95,14 +107,14 @@ def _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, worker, workers, NPF: tl.c
 
 @triton.jit
 def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache, mask_ptr,  # type: ignore[no-untyped-def]
-                  stride_cl, d, BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+                  stride_cl, d, softcap, BLOCK: tl.constexpr, PRECISION: tl.constexpr, SOFTCAP: tl.constexpr):
     """Online-softmax update with the cache slots ``start .. start + BLOCK`` inside ``lo .. hi``
     (``q``: the group's query heads, padded to 16 rows for the tensor-core dots)."""
     j = start + tl.arange(0, BLOCK)
     inside = (j >= lo) & (j < hi)
     visible = inside & (tl.load(mask_ptr + j, mask=inside, other=0) != 0)
     keys = tl.load(k_cache_ptr + cache + j[:, None] * stride_cl + d[None, :], mask=inside[:, None], other=0.0)
-    scores = tl.dot(q, tl.trans(keys), input_precision=PRECISION)
+    scores = _soft_capped(tl.dot(q, tl.trans(keys), input_precision=PRECISION), softcap, SOFTCAP)
     scores = tl.where(visible[None, :], scores, float("-inf"))
     new_best = tl.maximum(best, tl.max(scores, axis=1))
     alpha = tl.exp(best - new_best)
@@ -120,22 +132,27 @@ def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str,
     return [c for c in configs if c.kwargs["BLOCK"] >= min(MIN_TUNED_BLOCK, share)]
 
 
+# cache_results: the tuning's choice is kept in Triton's cache directory, so a later process on the
+# same GPU reuses it instead of compiling and timing every configuration again.
 @triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS", "stride_ch"],
-                 prune_configs_by={"early_config_prune": _blocks_for_a_full_cache})
+                 prune_configs_by={"early_config_prune": _blocks_for_a_full_cache}, cache_results=True)
 @triton.jit
 def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
                             slot_ptr, mask_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling,
+                            window, softcap, norm_offset,
                             stride_qkv, stride_cb, stride_ch, stride_cl, stride_mask, stride_out,
                             pf0, pf1, pf2, pf3, n0, n1, n2, n3, HQ: tl.constexpr,
                             HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
                             STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
-                            MERGE: tl.constexpr, NPF: tl.constexpr, PF_LATE: tl.constexpr, PF_CHUNK: tl.constexpr):
+                            MERGE: tl.constexpr, NPF: tl.constexpr, PF_LATE: tl.constexpr, PF_CHUNK: tl.constexpr,
+                            SOFTCAP: tl.constexpr):
     """One (row, key/value head, split of the cache): partial softmax state of the head's group
     (with one split, the group's attention output itself; with ``MERGE``, the last split to
     finish also merges them all). Programs past the last split (``split >= SPLITS``) only
     prefetch the ``NPF`` tensors ``pf0 ..`` (``n0 ..`` bytes) into L2; with ``PF_LATE``, the
-    attention programs do, after their loads."""
+    attention programs do, after their loads. ``window`` > 0: only the last ``window`` slots up to
+    the new one are attended (a sliding-window layer); ``SOFTCAP``: scores are soft-capped."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if NPF > 0 and not PF_LATE:
@@ -159,7 +176,7 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
     # The new key and value: norm, rotary (split 0 writes them into the cache at `slot`).
     k = tl.load(row + (HQ + h) * D + d).to(tl.float32)
     k_rot = tl.load(row + (HQ + h) * D + rot).to(tl.float32)
-    k, k_rot = _normed(k, k_rot, k_norm_ptr, rot, d, eps, D, HAS_NORM)
+    k, k_rot = _normed(k, k_rot, k_norm_ptr, rot, d, eps, norm_offset, D, HAS_NORM)
     k = (k * cos + sign * k_rot * sin).to(cache_dtype)
     v = tl.load(row + (HQ + HKV + h) * D + d).to(cache_dtype)
     first = split == 0
@@ -172,28 +189,32 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
     q_offsets = (h * G + g)[:, None] * D
     q = tl.load(row + q_offsets + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
     q_rot = tl.load(row + q_offsets + rot[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-    q, q_rot = _normed(q, q_rot, q_norm_ptr, rot[None, :], d[None, :], eps, D, HAS_NORM)
+    q, q_rot = _normed(q, q_rot, q_norm_ptr, rot[None, :], d[None, :], eps, norm_offset, D, HAS_NORM)
     q = ((q * cos[None, :] + sign[None, :] * q_rot * sin[None, :]) * scaling).to(cache_dtype)
 
     # Split 0 starts from the new slot (always visible); the others from nothing (a finite floor
     # keeps an empty split's state NaN-free).
-    own = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], axis=1)
+    own = _soft_capped(tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], axis=1), softcap, SOFTCAP)
     best = tl.where(first, own, -1.0e30)
     total = tl.where(first, 1.0, 0.0) + tl.zeros((GP,), tl.float32)
     acc = tl.where(first, 1.0, 0.0) * (tl.zeros((GP, D), tl.float32) + v.to(tl.float32)[None, :])
-    chunk = tl.cdiv(tl.cdiv(slot, SPLITS), BLOCK) * BLOCK
-    lo = split * chunk
+    # The slots before the new one that this layer sees: all of them, or a sliding window's.
+    start_slot = tl.where(window > 0, tl.maximum(slot - window + 1, 0), 0)
+    chunk = tl.cdiv(tl.cdiv(slot - start_slot, SPLITS), BLOCK) * BLOCK
+    lo = start_slot + split * chunk
     hi = tl.minimum(lo + chunk, slot)
     # Compiled kernels loop over their chunk. Triton's interpreter (TRITON_INTERPRET=1, the CPU
     # tests) cannot loop to a bound read from memory, so there the whole cache is walked, masked.
     if STOP_AT_SLOT:
         for start in range(lo, hi, BLOCK):
             best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
-                                             mask_ptr + b * stride_mask, stride_cl, d, BLOCK, PRECISION)
+                                             mask_ptr + b * stride_mask, stride_cl, d, softcap, BLOCK, PRECISION,
+                                             SOFTCAP)
     else:
         for start in tl.static_range(0, SLOTS, BLOCK):
             best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
-                                             mask_ptr + b * stride_mask, stride_cl, d, BLOCK, PRECISION)
+                                             mask_ptr + b * stride_mask, stride_cl, d, softcap, BLOCK, PRECISION,
+                                             SOFTCAP)
     if NPF > 0 and PF_LATE:
         _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, split * tl.num_programs(0) + pid,
                       SPLITS * tl.num_programs(0), NPF, PF_CHUNK)
@@ -253,7 +274,8 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, prefetch: list[torch.Tensor],
                      q_heads: int, eps: float, scaling: float, split_target: int = 64, merge_in_kernel: bool = True,
-                     prefetch_mode: str = "early") -> torch.Tensor:
+                     prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
+                     norm_offset: float = 0.0) -> torch.Tensor:
     """Attention output (rows, q_heads * head_dim) of one new token per row.
 
     ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
@@ -267,7 +289,10 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     older than Hopper, past ``MAX_PREFETCH`` tensors, and altogether when they would not fit
     ``PREFETCH_L2_SHARE`` of L2. ``split_target``: about this many programs share the cache
     (flash-decoding); ``merge_in_kernel``: the last split of a head merges the splits' states
-    (else a second kernel does).
+    (else a second kernel does). ``window`` > 0: a sliding-window layer, which attends to the
+    last ``window`` slots up to and including the new one; ``softcap`` > 0: scores become
+    ``softcap * tanh(score / softcap)`` before the mask; ``norm_offset``: the q/k norms' weights are
+    ``weight + norm_offset`` (1 for Gemma).
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
@@ -296,12 +321,12 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     sizes = [t.numel() * t.element_size() for t in fetched] + [0] * (MAX_PREFETCH - len(fetched))
     split_kernel[(heads, splits + extra)](
         qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, slot,
-        key_mask, arrivals, best, total, acc, out, eps, scaling, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
+        key_mask, arrivals, best, total, acc, out, eps, scaling, window, softcap, norm_offset, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), key_mask.stride(0), out.stride(0), *pointers, *sizes, HQ=q_heads, HKV=kv_heads,
         G=groups, GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
         STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
         PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, NPF=len(fetched),
-        PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, **tuned)
+        PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, SOFTCAP=softcap > 0, **tuned)
     if splits > 1 and not merge:
         _decode_attention_combine[(heads,)](best, total, acc, out, out.stride(0), HKV=kv_heads, G=groups,
                                             GS=kept, D=head_dim, SPLITS=splits)
@@ -322,5 +347,6 @@ def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_no
                             slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor,
                             prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float,
                             split_target: int = 64, merge_in_kernel: bool = True,
-                            prefetch_mode: str = "early") -> torch.Tensor:
+                            prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
+                            norm_offset: float = 0.0) -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))

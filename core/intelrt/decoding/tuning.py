@@ -64,14 +64,24 @@ class DecodeTuning:
     (flash-decoding): one row has too few key/value heads to keep a GPU busy."""
     merge_in_kernel: bool = True
     """The last split of each head merges the splits' states (else a second kernel merges them)."""
+    experts_dense_max_tokens: int = 256
+    """A mixture-of-experts layer runs every expert on up to this many tokens (static shapes, graph
+    capturable); a longer prompt pass runs the model's own experts code (``experts.py``)."""
+    compile_after_tokens: int = 32768
+    """With an ``adaptive`` warm-up, the step is compiled once this many tokens have been decoded:
+    a compile of about a minute (cold, on a GPU) saving about 2 ms per token has then paid for
+    itself (the compile cache makes a later process compile at once)."""
+    persist_compiled: bool = True
+    """Keep inductor's artifacts of each compiled step in intelrt's cache directory, and load them
+    before compiling the same step in a later process (``compile_cache.py``)."""
     prefetch: str = "early"
     """When the attention kernel prefetches ``prefetch_weights``: ``early`` (extra programs, as the
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
 
     def __post_init__(self) -> None:
         counts = ("warmup_steps", "eos_check_every", "stream_every", "inflight_steps", "inflight_admit_rows",
-                  "cache_length_bucket", "max_sessions", "prompt_bucket",
-                  "prompt_graphs_per_session", "gemv_max_rows", "attention_splits")
+                  "cache_length_bucket", "max_sessions", "prompt_bucket", "prompt_graphs_per_session",
+                  "gemv_max_rows", "attention_splits", "experts_dense_max_tokens", "compile_after_tokens")
         for name in counts:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "gemv_max_rows" else 1):

@@ -21,6 +21,10 @@ P = TypeVar("P", bound="Payload")
 DECODE_METHODS = ("fast", "generate")
 """``fast``: intelrt's decode loop; ``generate``: transformers' ``model.generate``."""
 DECODE_STEPS = ("compact", "model")
+DECODE_WARMUPS = ("eager", "static", "compiled", "adaptive")
+"""How the fast loop's step is prepared: ``eager`` (as it is), ``static`` (captured in a device graph,
+not compiled), ``compiled`` (compiled, and captured where the plan names graphs), ``adaptive``
+(``static`` until compiling pays: the compile cache holds the step, or the work has been long)."""
 """``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
 BATCHING_METHODS = ("continuous", "padded")
 BATCHING_ENGINES = ("fast", "generate", "continuous")
@@ -153,7 +157,9 @@ class DecodeChoice(Payload):
     eager), captured into device ``graphs`` of that kind (``cuda``, ``xpu``, ``hpu``) or not; the
     ``step`` is intelrt's ``compact`` step or the ``model``'s own forward; ``compile_options`` are
     inductor settings; ``attention_kernel`` runs the compact step's decode attention as one
-    Triton kernel per layer (the backend says whether its device runs that kernel).
+    Triton kernel per layer (the backend says whether its device runs that kernel); ``warmup``
+    says when the step is compiled (``DECODE_WARMUPS``; ``None``: as ``compile`` says, from the
+    first call).
     """
 
     method: str
@@ -163,9 +169,11 @@ class DecodeChoice(Payload):
     step: str | None = None
     compile_options: Mapping[str, JSONValue] | None = None
     attention_kernel: bool = False
+    warmup: str | None = None
 
     def __post_init__(self) -> None:
         _check(self, "method", (str,), choices=DECODE_METHODS)
+        _check(self, "warmup", (str,), optional=True, choices=DECODE_WARMUPS)
         for name in ("cache", "graphs", "compile"):
             _check(self, name, (str,), optional=True)
         _check(self, "step", (str,), optional=True, choices=DECODE_STEPS)
@@ -173,14 +181,30 @@ class DecodeChoice(Payload):
         _check(self, "attention_kernel", (bool,))
         if self.compile_options is not None:
             object.__setattr__(self, "compile_options", _plain(self.compile_options))
-        if self.method == "generate" and (self.graphs or self.compile or self.attention_kernel):
-            _fail(type(self), "method='generate' runs transformers' generate: graphs, compile and "
-                              "attention_kernel belong to the fast loop")
+        if self.method == "generate" and (self.graphs or self.compile or self.attention_kernel or self.warmup):
+            _fail(type(self), "method='generate' runs transformers' generate: graphs, compile, attention_kernel "
+                              "and warmup belong to the fast loop")
+        wants = {"eager": (False, False), "static": (True, False), "compiled": (None, True), "adaptive": (None, True)}
+        if self.warmup is not None:
+            graphs, compiled = wants[self.warmup]
+            if compiled != bool(self.compile) or (graphs is not None and graphs != bool(self.graphs)):
+                _fail(type(self), f"warmup={self.warmup!r} goes with "
+                                  + ("graphs and " if graphs else "no graphs and " if graphs is False else "")
+                                  + ("a compile backend" if compiled else "no compile backend")
+                                  + f", not graphs={self.graphs!r}, compile={self.compile!r}")
         self._validate()
 
     @property
     def fast(self) -> bool:
         return self.method == "fast"
+
+    @property
+    def prepared(self) -> str | None:
+        """The warm-up the fast loop runs with: ``warmup``, or (a plugin that leaves it unset) the
+        one its ``compile`` and ``graphs`` amount to; ``None`` for ``generate``."""
+        if not self.fast:
+            return None
+        return self.warmup or ("compiled" if self.compile else "static" if self.graphs else "eager")
 
     @classmethod
     def plain_generate(cls) -> DecodeChoice:

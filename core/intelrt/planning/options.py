@@ -22,6 +22,10 @@ QUANTIZATION_ALIASES = {"4": "4bit", "8": "8bit", "int4": "4bit", "int8": "8bit"
 SWITCH = ("auto", "on", "off")
 BATCHING = ("auto", "continuous", "padded")
 TASKS = ("auto", "text-generation", "feature-extraction", "sequence-classification")
+WORKLOADS = ("auto", "one-shot", "server", "batch")
+"""The kind of work a load serves (it decides how much warm-up pays for itself)."""
+WARMUPS = ("auto", "eager", "static", "compiled")
+"""How the fast decode step is prepared: as it is, captured in a device graph, or compiled and captured."""
 COMPILE_CHOICES = ("auto", "none", "on")
 """Named compile choices; any other string names a ``torch.compile`` backend."""
 
@@ -162,6 +166,13 @@ REQUEST_OPTIONS: tuple[RequestOption, ...] = (
                   _switch("graphs"), choices=SWITCH),
     RequestOption("attention_kernel", AUTO, "intelrt's one-kernel decode attention (Triton) in the fast decode "
                   "step: auto (where the backend runs it), on, off", _switch("attention_kernel"), choices=SWITCH),
+    RequestOption("workload", AUTO, "the work this load serves, so that warm-up pays for itself: one-shot (one "
+                  "short generate, as `intelrt run`), server (many calls over a long life), batch (many prompts); "
+                  "auto: intelrt decides (compiles once the work has shown it is long, or at once when the compile "
+                  "cache already holds the step)", _choice("workload", WORKLOADS), choices=WORKLOADS),
+    RequestOption("warmup", AUTO, "how the fast decode step is prepared: eager (runs as it is), static (static KV "
+                  "cache, step captured in a device graph), compiled (compiled, captured, artifacts kept across "
+                  "processes); auto: from the workload", _choice("warmup", WARMUPS), choices=WARMUPS),
     RequestOption("trust_remote_code", False, "run Python code that ships with the model (config.json auto_map); "
                   "off by default (SPEC C5)", _flag("trust_remote_code"), flag=True),
     RequestOption("allow_pickle", False, "allow pickle weights (*.bin, *.pt), which can run arbitrary code; "

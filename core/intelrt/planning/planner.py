@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue
+from ..hooks.payloads import DecisionValue, DecodeChoice
 from ..hooks.types import BackendStatus, EnvVar, Finding
 from ..host.manager import PluginHost, get_host
 from .architecture import resolve, task_of
@@ -89,6 +89,7 @@ def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, mo
             decided = decide_concern(host, concern, request, kwargs)
         if decided is not None:
             check_class_support(host, decided, model)
+            decided = check_warmup(host, decided, request)
             decisions[concern.name] = decided
             values[concern.name] = decided.value
     return decisions, model
@@ -104,6 +105,24 @@ def check_class_support(host: PluginHost, decision: PlannedDecision, model: Mode
         who = "you asked for" if decision.forced else f"{host.describe(decision.plugin)} chose"
         raise PlanError(f"{arch.name} does not support attention={decision.value!r}, which {who}; it supports "
                         f"{', '.join(arch.attention)}. Pass attention= one of those (or leave it to intelrt).")
+
+
+def check_warmup(host: PluginHost, decision: PlannedDecision, request: Request) -> PlannedDecision:
+    """A forced ``warmup`` the decode decision does not give is a plan error naming who decided
+    (a plugin that leaves ``DecodeChoice.warmup`` unset gives what its compile and graphs amount
+    to); a ``workload`` such a plugin did not weigh is said in a note, not dropped in silence."""
+    value = decision.value
+    if decision.name != "decode" or not isinstance(value, DecodeChoice) or not value.fast:
+        return decision
+    if request.warmup != AUTO and value.prepared != request.warmup:
+        raise PlanError(f"you asked for warmup={request.warmup!r}, and {host.describe(decision.plugin)} prepares the "
+                        f"decode step as {value.prepared!r} ({decision.reason}); leave warmup to intelrt, or report "
+                        "it to the plugin's authors")
+    if request.workload != AUTO and value.warmup is None:
+        note = (f"workload={request.workload!r} is not weighed by {host.describe(decision.plugin)}, which prepares "
+                f"the step as {value.prepared!r} whatever the work; warmup= chooses it")
+        return replace(decision, notes=(*decision.notes, note))
+    return decision
 
 
 def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
@@ -163,7 +182,8 @@ def _log_plan(model: ModelInfo, detected: tuple[BackendStatus, ...], backend: Ba
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, trust_remote_code: bool = False, allow_pickle: bool = False,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
 
@@ -174,7 +194,8 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                            workload=workload, warmup=warmup, trust_remote_code=trust_remote_code,
+                            allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)
     return make_plan(request)
 

@@ -58,6 +58,10 @@ class Request:
     """Device graphs (CUDA / XPU / HPU graphs) for decoding: ``on``, ``off`` or auto."""
     attention_kernel: str = AUTO
     """intelrt's one-kernel decode attention in the fast step: ``on``, ``off`` or auto (the backend's word)."""
+    workload: str = AUTO
+    """The kind of work: ``one-shot``, ``server``, ``batch`` or auto (decides the warm-up)."""
+    warmup: str = AUTO
+    """How the fast decode step is prepared: ``eager``, ``static``, ``compiled`` or auto (from the workload)."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict: bool = False

@@ -32,11 +32,16 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
     return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
 
 
+def prepare(plan: Plan, host: PluginHost | None = None) -> None:
+    """What a plan needs before a model is built: its environment and the backend's compile wrapper."""
+    apply_in_process(plan)
+    install_compile_wrapper(plan.backend, host)
+
+
 def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
     ``from_pretrained`` here and nowhere else: a plan never holds them."""
-    apply_in_process(plan)
-    install_compile_wrapper(plan.backend, host)
+    prepare(plan, host)
     import transformers
 
     credentials = dict(credentials or {})
@@ -51,8 +56,14 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
+    return adopt(model, _load_tokenizer(plan, source, credentials), plan, host)
+
+
+def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None) -> Loaded:
+    """A model built under ``plan`` after ``prepare(plan)`` (the benchmarks build random weights in
+    memory from a config), finished as ``apply_plan`` finishes a loaded one: eval mode and the
+    plan's compile."""
     model.eval()
-    tokenizer = _load_tokenizer(plan, source, credentials)
     model = compile_with_plan(model, plan)
     return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host)
 
@@ -70,7 +81,8 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
 def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, trust_remote_code: bool = False, allow_pickle: bool = False,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Loaded:
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
 
@@ -81,7 +93,8 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                         workload=workload, warmup=warmup, trust_remote_code=trust_remote_code,
+                         allow_pickle=allow_pickle, strict=strict,
                          **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)
     return apply_plan(plan, get_host(), credentials)

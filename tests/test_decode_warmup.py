@@ -1,0 +1,192 @@
+"""Warm-up that pays for itself (issue 18): the plan chooses eager, static (captured, not compiled),
+compiled, or adaptive (static until compiling pays) from the kind of work, and says why; the
+engine switches an adaptive step to compiled after enough tokens or at once when the compile
+cache holds it; a compiled step is kept across processes in intelrt's cache directory, and a
+second process (its own inductor cache empty) finds every compiled graph there.
+
+CUDA plans are decided on the CPU with a stand-in ``BackendStatus`` (plans touch no device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from varied_weights import varied_copy
+
+import intelrt
+from intelrt.errors import PlanError
+from intelrt.planning.request import Request
+from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
+
+CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
+                     devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),))
+
+
+def cuda_decode(tiny_model: Path, **options: object) -> tuple[DecodeChoice, str]:
+    from intelrt.backends import graphs
+
+    model = intelrt.plan(tiny_model).model
+    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, **options), model, {},
+                                            {"task": "text-generation"})
+    assert decision is not None
+    return decision.value, decision.reason
+
+
+@pytest.mark.parametrize("workload, warmup, graphs, compiled, kernel, said", [
+    ("one-shot", "static", "cuda", None, False, "one-shot work"),
+    ("server", "compiled", "cuda", "inductor", True, "server work"),
+    ("batch", "compiled", "cuda", "inductor", True, "batch work"),
+    ("auto", "adaptive", "cuda", "inductor", True, "work of unknown length"),
+])
+def test_cuda_warmup_follows_the_kind_of_work(tiny_model: Path, workload: str, warmup: str, graphs: str,
+                                              compiled: str | None, kernel: bool, said: str) -> None:
+    value, reason = cuda_decode(tiny_model, workload=workload)
+    assert (value.warmup, value.graphs, value.compile) == (warmup, graphs, compiled)
+    assert value.attention_kernel == (kernel and triton_installed())
+    assert said in reason
+
+
+@pytest.mark.parametrize("warmup, graphs, compiled", [
+    ("eager", None, None), ("static", "cuda", None), ("compiled", "cuda", "inductor")])
+def test_an_explicit_warmup_wins_over_the_workload(tiny_model: Path, warmup: str, graphs: str | None,
+                                                   compiled: str | None) -> None:
+    value, reason = cuda_decode(tiny_model, workload="server" if warmup != "compiled" else "one-shot", warmup=warmup)
+    assert (value.warmup, value.graphs, value.compile) == (warmup, graphs, compiled)
+    assert f"warmup='{warmup}'" in reason
+
+
+def test_the_users_compile_and_graphs_settings_cap_the_warmup(tiny_model: Path) -> None:
+    value, reason = cuda_decode(tiny_model, workload="server", compile="none")
+    assert (value.warmup, value.compile) == ("static", None) and "compile='none'" in reason
+    value, _ = cuda_decode(tiny_model, workload="server", compile="none", graphs="off")
+    assert (value.warmup, value.graphs, value.compile) == ("eager", None, None)
+    value, reason = cuda_decode(tiny_model, compile="on")  # asked to compile: at once, whatever the work
+    assert (value.warmup, value.compile) == ("compiled", "inductor") and "compile='on'" in reason
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"warmup": "static", "compile": "inductor"}, "warmup='static' does not compile"),
+    ({"warmup": "compiled", "compile": "none"}, "compile='none' forbids it"),
+    ({"warmup": "eager", "graphs": "on"}, "warmup='eager' runs the step as it is"),
+    ({"warmup": "static", "graphs": "off"}, "warmup='static' captures the step in a device graph"),
+])
+def test_contradictory_settings_are_refused(tiny_model: Path, options: dict[str, str], named: str) -> None:
+    with pytest.raises(PlanError, match=named):
+        cuda_decode(tiny_model, **options)
+
+
+@pytest.mark.parametrize("workload", ["auto", "one-shot", "server", "batch"])
+def test_the_cpu_runs_the_step_eagerly_for_every_kind_of_work(tiny_model: Path, workload: str) -> None:
+    decode = intelrt.plan(tiny_model, workload=workload).decisions["decode"]
+    assert (decode.value.warmup, decode.value.graphs, decode.value.compile) == ("eager", None, None)
+    assert "compile warm-up outweighs its gain on the CPU" in decode.reason
+
+
+def test_the_cpu_compiles_when_asked_and_has_no_graphs_to_capture(tiny_model: Path) -> None:
+    decode = intelrt.plan(tiny_model, warmup="compiled").value("decode")
+    assert isinstance(decode, DecodeChoice) and (decode.warmup, decode.compile) == ("compiled", "inductor")
+    with pytest.raises(PlanError, match="the CPU has no device graphs"):
+        intelrt.plan(tiny_model, warmup="static")
+
+
+def test_intelrt_run_is_one_shot_work(tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from intelrt.cli import main
+
+    assert main(["run", str(tiny_model), "--max-new-tokens", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["request"]["workload"] == "one-shot"
+
+
+def test_a_plugins_decision_must_honour_a_forced_warmup(tiny_model: Path) -> None:
+    """A backend plugin that leaves ``warmup`` unset decides it through compile and graphs: a
+    forced warm-up it does not give is a plan error naming the plugin, not a silent change; a
+    workload it does not weigh is said in a note."""
+    from intelrt.testing.simulation import simulate
+
+    with simulate("xpu", 1):
+        plan = intelrt.plan(tiny_model)
+        assert plan.decode_choice is not None and plan.decode_choice.prepared == "compiled"
+        with pytest.raises(PlanError, match="warmup='static'"):
+            intelrt.plan(tiny_model, warmup="static")
+        assert intelrt.plan(tiny_model, warmup="compiled").decode_choice == plan.decode_choice
+        notes = intelrt.plan(tiny_model, workload="one-shot").decisions["decode"].notes
+    assert any("workload='one-shot' is not weighed" in n and "'compiled'" in n for n in notes)
+
+
+# -- the engine ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def varied(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> intelrt.Loaded:
+    return intelrt.load(varied_copy(tiny_model, tmp_path_factory.mktemp("varied"), seed=6))
+
+
+def test_an_adaptive_step_compiles_once_the_work_has_been_long(varied: intelrt.Loaded, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile's ``eager`` backend stands in for inductor (the switch is the engine's; what
+    inductor makes of the step is tested elsewhere): the first calls run uncompiled, the call after
+    ``compile_after_tokens`` compiles, and the tokens never change."""
+    from intelrt.decoding.engine import FastDecoder
+    from intelrt.decoding.keywords import DecodeOptions
+    from intelrt.decoding.tuning import DecodeTuning
+
+    monkeypatch.setenv("INTELRT_COMPILE_CACHE", str(tmp_path))
+    choice = DecodeChoice("fast", cache="static", compile="eager", step="compact", warmup="adaptive")
+    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(compile_after_tokens=20))
+    ids = varied.tokenizer(["Intel GPUs are"], return_tensors="pt")
+    options = DecodeOptions(12, False, 1.0, 0, 1.0, (), 1)
+    seen = []
+    for _ in range(3):
+        tokens, report = decoder.decode(ids["input_ids"], ids["attention_mask"], options)
+        seen.append((tokens.tolist(), report.compiled, report.warmup))
+    assert [s[1:] for s in seen] == [(None, "eager"), (None, "eager"), ("eager", "compiled")]
+    assert seen[0][0] == seen[1][0] == seen[2][0]
+
+
+def test_an_adaptive_step_compiles_at_once_when_the_cache_holds_it(varied: intelrt.Loaded, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from intelrt.decoding.engine import FastDecoder
+    from intelrt.decoding.keywords import DecodeOptions
+
+    monkeypatch.setenv("INTELRT_COMPILE_CACHE", str(tmp_path))
+    choice = DecodeChoice("fast", cache="static", compile="eager", step="compact", warmup="adaptive")
+    ids = varied.tokenizer(["Intel GPUs are"], return_tensors="pt")
+    options = DecodeOptions(12, False, 1.0, 0, 1.0, (), 1)
+    first = FastDecoder(varied.model, choice, None)
+    cache = first._cache(varied.model.device)
+    shape = first._shape(1, 128, options)
+    assert not cache.holds(shape)
+    _, report = first.decode(ids["input_ids"], ids["attention_mask"], options)
+    assert report.compiled is None
+    cache.path(shape).parent.mkdir(parents=True)
+    cache.path(shape).write_bytes(b"")  # an entry (empty: loading it fails softly, the compile runs)
+    second = FastDecoder(varied.model, choice, None)
+    _, report = second.decode(ids["input_ids"], ids["attention_mask"], options)
+    assert (report.compiled, report.warmup) == ("eager", "compiled")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_second_process_finds_the_compiled_step_in_intelrts_cache(tiny_model: Path, tmp_path: Path) -> None:
+    """Two fresh processes compile the same step with inductor on the CPU, each with an empty
+    inductor cache of its own: the first compiles (misses) and keeps the artifacts in intelrt's
+    cache; the second loads them and finds every graph (hits, no miss), and is faster."""
+    env = {**os.environ, "INTELRT_COMPILE_CACHE": str(tmp_path / "intelrt"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "intelrt.cli.first_answer", "intelrt", str(tiny_model), "--device", "cpu",
+               "--new-tokens", "8", "--prompt-tokens", "8", "--warmup", "compiled"]
+    runs = []
+    for name in ("first", "second"):
+        done = subprocess.run(command, env={**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name)},
+                              capture_output=True, text=True, timeout=1100, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["report"]["compiled"] == second["report"]["compiled"] == "inductor"
+    assert first["fxgraph_cache_miss"] > 0
+    assert second["fxgraph_cache_hit"] >= first["fxgraph_cache_miss"] and second["fxgraph_cache_miss"] == 0
+    assert second["tokens"] == first["tokens"]
+    assert second["generate_s"] < first["generate_s"]  # the first generate included the whole compile
+    assert list((tmp_path / "intelrt").rglob("*.bin")), "the compiled step is kept in intelrt's cache"
