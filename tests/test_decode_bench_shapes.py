@@ -52,7 +52,7 @@ def test_the_bytes_a_decode_step_reads() -> None:
 def test_bench_shape_tiny_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "shapes.json"
     code = main(["bench", "--tiny", "--shape", "Llama-3.2-1B,Gemma-2-2B", "--repeats", "1", "--new-tokens", "6",
-                 "--json", str(out)])
+                 "--output", str(out)])
     text = capsys.readouterr().out
     assert code == 0
     assert "no GPU target is judged" in text and "PASS" not in text and "MISS" not in text

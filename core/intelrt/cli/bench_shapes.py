@@ -34,7 +34,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .arguments import count, positive_number
-from .bench import compare, timed_median
+from .bench import DEFAULT_REPEATS, compare, timed_median
+from .output import emit, say
 from .shapes import SHAPES, save_shape, shape, tiny_config
 
 H200_BANDWIDTH_TB_S = 4.24
@@ -418,6 +419,7 @@ def main(args: argparse.Namespace) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     args.new_tokens = args.new_tokens or (16 if args.tiny else 256)
+    args.repeats = args.repeats or DEFAULT_REPEATS
     measure = Measure(device, args.repeats, args.bandwidth)
     rows: list[ShapeRow] = []
     for name in names(args.shape):
@@ -430,13 +432,11 @@ def main(args: argparse.Namespace) -> int:
               f"{torch.__version__}, transformers {transformers.__version__}); batch 1, {args.prompt_tokens}-token "
               f"prompt, {args.new_tokens} new tokens, median of {args.repeats}; roofline: "
               f"{args.bandwidth:g} TB/s over the weights a step reads")
-    print(format_rows(rows, header))
-    if device == "cuda" and not args.tiny:
-        print("\n".join(check_targets(rows)))
-    else:
-        print("(--tiny / CPU: no GPU target is judged)")
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"device": gpu, "rows": [asdict(r) for r in rows],
-                                                    "checks": check_targets(rows) if device == "cuda" else []},
-                                                   indent=2))
+    judged = device == "cuda" and not args.tiny
+    checks = check_targets(rows) if judged else ["(--tiny / CPU: no GPU target is judged)"]
+    data = {"device": gpu, "rows": [asdict(r) for r in rows], "checks": checks if judged else []}
+    emit(args, data, "\n".join([format_rows(rows, header), *checks]))
+    if args.output:
+        Path(args.output).write_text(json.dumps(data, indent=2), encoding="utf-8")
+        say(f"results written to {args.output}")
     return 0
