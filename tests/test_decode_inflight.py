@@ -199,7 +199,7 @@ def _rerun_capturer(log: list[str]) -> Callable[..., Callable[[], object]]:
 def test_inflight_captures_each_row_bucket_greedy_and_sampling_once_at_warm_up(loaded: intelrt.Loaded,
                                                                              expected: list[list[int]]) -> None:
     captured: list[str] = []
-    choice = replace(loaded.plan.decode_choice, graphs="test")  # type: ignore[type-var]
+    choice = replace(loaded.plan.decode_choice, graphs="test", warmup="static")  # type: ignore[type-var]
     batch = InflightBatch(FastDecoder(loaded.model, choice, _rerun_capturer(captured)), 4, 64, loaded.model.device)
     assert batch.buckets == [1, 2, 4]
     batch.warm_up()

@@ -177,13 +177,14 @@ def test_doctor_masks_key_auth_password_credential_secret_values_and_url_passwor
 @pytest.mark.slow
 def test_a_failing_hub_call_logs_no_password_in_intelrt_run_verbose(tmp_path: Path) -> None:
     """A real hub call to an endpoint with a password that refuses the connection: huggingface_hub
-    retries and logs the URL each time, and intelrt's error names the failure — all masked."""
+    retries and logs the URL each time, and intelrt's error names the failure (with ``-v``, after
+    its traceback) — all masked."""
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env.update(HF_ENDPOINT="https://alice:S3cretHubPassword@127.0.0.1:9", HF_HOME=str(tmp_path / "hf"))
     done = subprocess.run([sys.executable, "-m", "intelrt.cli", "-v", "run", "someorg/some-model"], env=env,
                           capture_output=True, text=True, timeout=240)
     output = done.stdout + done.stderr
-    assert done.returncode == 2 and "Traceback" not in output, output[-3000:]
+    assert done.returncode in (1, 2), output[-3000:]
     assert "thrown while requesting HEAD https://***@127.0.0.1:9/someorg/some-model" in output  # the retries logged
     assert "config.json could not be downloaded" in done.stderr
     assert "S3cretHubPassword" not in output

@@ -212,7 +212,7 @@ def test_a_learning_rate_of_1e38_exits_non_zero_with_no_final_model(tiny_model: 
     out = tmp_path / "out"
     done = _cli("train", str(tiny_model), "--data", str(_corpus(tmp_path)), "--output", str(out), "--learning-rate",
                 "1e38", "--max-steps", "4")
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]  # a run that failed
     assert "intelrt: error: training diverged at step 2 of 4: the loss became nan" in done.stderr
     assert "Nothing was saved as the final model" in done.stderr and "it was 1e+38" in done.stderr
     _no_final_model(out)

@@ -453,32 +453,33 @@ def _served_alone(loaded: intelrt.Loaded, prompts: list[str], max_new: int) -> t
 
 
 def test_serve_a_model_decoded_by_generate_one_completion_at_a_time(model_dir: Path) -> None:
-    loaded = intelrt.load(model_dir, quantization="4bit")  # the plan decodes 4-bit weights with generate
+    loaded = intelrt.load(model_dir, quantization="8bit")  # the plan decodes LLM.int8 weights with generate
     assert loaded.plan.decode_choice is not None and not loaded.plan.decode_choice.fast
     expected = [loaded.generate(p, max_new_tokens=12) for p in PROMPTS[:3]]
     lines, texts = _served_alone(loaded, PROMPTS[:3], 12)
     assert texts == expected
     said = "\n".join(lines)
     assert "engine: one completion at a time: the plan decodes with transformers' generate" in said
-    assert "bitsandbytes-quantized weights" in said
+    assert "bitsandbytes 8-bit weights" in said
 
 
 def test_serve_a_cache_that_cannot_take_rows_in_flight_one_completion_at_a_time(tmp_path: Path) -> None:
-    """Sliding-window layers: the fast loop runs the model's forward over a cache whose rows
-    cannot join and leave, so completions go one at a time through it (stop strings end it early)."""
+    """Sliding-window layers of a class outside the compact step (Ministral): the fast loop runs
+    the model's forward over transformers' cache, whose sliding layers roll their slots so rows
+    cannot join and leave; completions go one at a time through it (stop strings end it early)."""
     import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoTokenizer, MinistralConfig, MinistralForCausalLM
 
     from intelrt.tiny import build_tokenizer
 
     build_tokenizer(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
-                         use_sliding_window=True, sliding_window=16, max_window_layers=1,
-                         layer_types=["full_attention", "sliding_attention"], eos_token_id=None)
+    config = MinistralConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+                             sliding_window=16, layer_types=["full_attention", "sliding_attention"], eos_token_id=None,
+                             bos_token_id=None)
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config)
+    model = MinistralForCausalLM(config)
     from varied_weights import vary
 
     vary(model, seed=2)

@@ -24,6 +24,7 @@ from ..decoding.policy import (
     fast_decode,
     fast_decode_planned,
     kernel_blocker,
+    plain_generate,
     quantized,
     triton_installed,
 )
@@ -50,6 +51,10 @@ itself (docs/performance.md)."""
 QUANTIZED_COMPILE = ("bitsandbytes 4-bit weights: torch.compile over its dequantizing kernels is not measured; a "
                      "failing graph capture falls back to an uncaptured step, with a note")
 
+CPU_FLEX_OVER_4BIT = ("bitsandbytes 4-bit weights with attention='flex_attention' on the CPU: flex attention compiles "
+                      "its kernel with inductor's C++ backend, which fails to build over the 4-bit layers, so "
+                      "transformers' generate runs them (or choose attention='sdpa' for the fast loop)")
+
 TRITON_INTERPRET = "TRITON_INTERPRET"
 """``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
@@ -64,6 +69,8 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
     if not _mine(backend) or decode_blockers(model, decisions, four_bit=True) is not None:
         return None  # the generic default explains the fallback
     four_bit = quantized(decisions)
+    if backend.name == "cpu" and four_bit and decisions.get("attention") == "flex_attention":
+        return plain_generate(CPU_FLEX_OVER_4BIT)
     step, step_reason = ("model", QUANTIZED_STEP) if four_bit else compact_step(model)
     misfit = kernel_blocker(model) if step == "compact" else None
     if backend.name == "cuda":

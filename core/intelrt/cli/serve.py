@@ -25,7 +25,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..serving.server import DRAIN_TIMEOUT_S
+    from ..serving.limits import DRAIN_TIMEOUT_S
 
     parser.add_argument("model", nargs="?", default=None,
                         help="a directory saved with save_pretrained(), or a hub id (org/name); default: the "

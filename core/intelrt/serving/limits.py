@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 
+DRAIN_TIMEOUT_S = 30.0
+"""After SIGTERM, seconds the requests in flight get to finish (``intelrt serve --drain-timeout``)."""
+
 if TYPE_CHECKING:
     from ..decoding.tuning import DecodeTuning
     from ..planning.plan import Plan

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from .app import ServerState, create_app
+from .limits import DRAIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from ..runtime.loaded import Loaded
 
-DRAIN_TIMEOUT_S = 30.0
 """Seconds in-flight requests get to finish after ``SIGTERM``."""
 CLOSE_GRACE_S = 5.0
 """Beyond the drain timeout, how long uvicorn waits for the failed requests' answers to be written."""
