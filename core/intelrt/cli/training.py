@@ -82,24 +82,32 @@ def _train_request(args: argparse.Namespace) -> tuple[str, object, str, dict[str
 
 def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any], emit: Callable[..., None]) -> int:
     from ..runtime.loading import load
+    from ..training.locking import is_main_process
 
     if args.four_bit:
         if plan_kwargs.get("quantization") not in (None, "4bit"):
             raise ConfigurationError(f"--4bit and --quantization {plan_kwargs['quantization']} disagree; pass one")
         plan_kwargs["quantization"] = "4bit"
     model, data, output, kwargs = _train_request(args)
+    if plan_kwargs.get("parallel") == "auto":
+        plan_kwargs["parallel"] = "none"  # loaded to be trained: never split tensor-parallel for inference
     loaded = load(model, **plan_kwargs)
+    if not is_main_process():  # in a launched job every rank trains (and generates); rank 0 reports
+        args.json = False
+        emit, print_ = (lambda *_: None), (lambda *_: None)
+    else:
+        print_ = print
     if not args.json:
-        print(loaded.plan)
-        print(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
+        print_(loaded.plan)
+        print_(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
               f"{data if isinstance(data, str) else 'the bundled text'}; output {output}")
     before = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens) if args.prompt else None
     if before is not None and not args.json:
-        print(f"before training: {args.prompt!r} -> {before!r}")
+        print_(f"before training: {args.prompt!r} -> {before!r}")
     result = loaded.train(data, **kwargs)
     report: dict[str, Any] = {"plan": loaded.plan.to_dict(), "train": result.to_dict()}
     if not args.json:
-        print(result)
+        print_(result)
     if args.prompt:
         trained = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
         reloaded = load(output, **{k: v for k, v in plan_kwargs.items() if k != "task"})
@@ -107,8 +115,8 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any], emit: Calla
         report["generation"] = {"prompt": args.prompt, "before": before, "trained": trained, "reloaded": again,
                                 "reloaded_matches": again == trained}
         if not args.json:
-            print(f"after training:  {args.prompt!r} -> {trained!r}")
-            print(f"reloaded from {output}: {args.prompt!r} -> {again!r} "
+            print_(f"after training:  {args.prompt!r} -> {trained!r}")
+            print_(f"reloaded from {output}: {args.prompt!r} -> {again!r} "
                   f"({'same as the trained model' if again == trained else 'DIFFERS from the trained model'})")
     if args.json:
         emit(args, report, "")

@@ -22,6 +22,8 @@ QUANTIZATION_ALIASES = {"4": "4bit", "8": "8bit", "int4": "4bit", "int8": "8bit"
 SWITCH = ("auto", "on", "off")
 BATCHING = ("auto", "continuous", "padded")
 TASKS = ("auto", "text-generation", "feature-extraction", "sequence-classification")
+SHARDING = ("auto", "none", "ddp", "fsdp", "deepspeed")
+PARALLEL = ("auto", "none", "tensor")
 COMPILE_CHOICES = ("auto", "none", "on")
 """Named compile choices; any other string names a ``torch.compile`` backend."""
 
@@ -162,6 +164,12 @@ REQUEST_OPTIONS: tuple[RequestOption, ...] = (
                   _switch("graphs"), choices=SWITCH),
     RequestOption("attention_kernel", AUTO, "intelrt's one-kernel decode attention (Triton) in the fast decode "
                   "step: auto (where the backend runs it), on, off", _switch("attention_kernel"), choices=SWITCH),
+    RequestOption("sharding", AUTO, "how training spreads over processes (intelrt launch): auto (from model size, "
+                  "device memory and world size), none, ddp, fsdp (FSDP2), deepspeed (ZeRO)",
+                  _choice("sharding", SHARDING), choices=SHARDING),
+    RequestOption("parallel", AUTO, "how the loaded model spreads over processes (intelrt launch): auto (tensor "
+                  "parallel when the weights do not fit one device), none, tensor",
+                  _choice("parallel", PARALLEL), choices=PARALLEL),
     RequestOption("trust_remote_code", False, "run Python code that ships with the model (config.json auto_map); "
                   "off by default (SPEC C5)", _flag("trust_remote_code"), flag=True),
     RequestOption("allow_pickle", False, "allow pickle weights (*.bin, *.pt), which can run arbitrary code; "
@@ -177,6 +185,8 @@ OPTION_NAMES = tuple(o.name for o in REQUEST_OPTIONS)
 PLANNED_KWARGS = {"device_map": "devices=/backend=", "dtype": "dtype=", "torch_dtype": "dtype=",
                   "attn_implementation": "attention=", "use_kernels": "kernels=", "kernel_config": "kernels=",
                   "quantization_config": "quantization=", "trust_remote_code": "trust_remote_code=",
+                  "distributed_config": "parallel=/sharding=", "tp_plan": "parallel='tensor'",
+                  "tp_size": "parallel='tensor'", "device_mesh": "parallel=/sharding=",
                   "use_safetensors": "allow_pickle="}
 
 

@@ -58,6 +58,10 @@ class Request:
     """Device graphs (CUDA / XPU / HPU graphs) for decoding: ``on``, ``off`` or auto."""
     attention_kernel: str = AUTO
     """intelrt's one-kernel decode attention in the fast step: ``on``, ``off`` or auto (the backend's word)."""
+    sharding: str = AUTO
+    """How training spreads over processes: ``none``, ``ddp``, ``fsdp``, ``deepspeed`` or auto."""
+    parallel: str = AUTO
+    """How the loaded model spreads over processes: ``none``, ``tensor`` or auto."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict: bool = False

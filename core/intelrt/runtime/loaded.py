@@ -199,7 +199,8 @@ class Loaded:
         return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
-              resume: Any = False, overwrite: bool = False, **training_overrides: Any) -> TrainResult:
+              resume: Any = False, overwrite: bool = False, sharding: str = "auto",
+              **training_overrides: Any) -> TrainResult:
         """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
 
         ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
@@ -208,7 +209,10 @@ class Loaded:
         ``output_dir`` must be new or empty: one holding anything else (the model's own directory
         above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
         or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
-        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
+        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run. ``sharding=`` spreads it
+        over the ranks of ``intelrt launch``: ``"auto"`` (the plan's choice, from the training state,
+        device memory and world size), ``"none"``, ``"ddp"``, ``"fsdp"`` (FSDP2) or ``"deepspeed"``
+        (ZeRO); a sharded run saves a normal safetensors model, gathered on rank 0. Other keywords go to
         ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
         model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
         and returns a :class:`~intelrt.training.fine_tuning.TrainResult`.
@@ -216,7 +220,7 @@ class Loaded:
         from ..training.fine_tuning import train
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
-                     overwrite=overwrite, **training_overrides)
+                     overwrite=overwrite, sharding=sharding, **training_overrides)
 
 
 def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:
