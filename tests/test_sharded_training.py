@@ -155,3 +155,21 @@ def test_every_rank_refuses_an_output_dir_holding_a_model(tiny_model: Path, tmp_
     assert "holds a whole model" in result.stderr or "already holds" in result.stderr, result.stderr[-3000:]
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "model").iterdir()} == before
     assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_intelrt_train_sharding_fsdp_under_launch(tiny_model: Path, tmp_path: Path) -> None:
+    """`intelrt train --sharding fsdp` in two ranks, generating before training too (FSDP2's
+    buffers must stay trainable) and after reloading; rank 0 alone reports."""
+    data = tmp_path / "data.txt"
+    from intelrt.tiny import corpus_text
+
+    data.write_text(corpus_text())
+    result = subprocess.run([INTELRT, "launch", "--nproc", "2", "-m", "intelrt.cli", "train", str(tiny_model),
+                             "--data", str(data), "--output", str(tmp_path / "out"), "--sharding", "fsdp",
+                             "--backend", "cpu", "--dtype", "float32", "--max-steps", "2", "--prompt", "Intel",
+                             "--json"], capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert (report["train"]["sharding"], report["train"]["world_size"]) == ("fsdp", 2)
+    assert report["plan"]["decisions"]["parallelism"]["value"]["distributed_config"] == {"fsdp_size": 2}
+    assert report["generation"]["reloaded_matches"] is True

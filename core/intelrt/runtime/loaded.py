@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..decoding.tuning import DecodeTuning
 from ..errors import ConfigurationError
-from ..hooks.payloads import DecodeChoice
+from ..hooks.payloads import DecodeChoice, ParallelismChoice
 from ..host.manager import PluginHost, get_host
 from ..planning.plan import Plan
 
@@ -129,11 +129,14 @@ class Loaded:
 
         decode = self.plan.decisions.get("decode")
         batching = self.plan.decisions.get("batching")
+        parallelism = self.plan.value("parallelism")
         generation = GenerationPlan(
             decode=self.plan.decode_choice or DecodeChoice.plain_generate(),
             decode_reason=decode.reason if decode is not None else "the plan has no decode decision",
             batching=self.plan.batching_choice,
-            batching_reason=batching.reason if batching is not None else "the plan has no batching decision")
+            batching_reason=batching.reason if batching is not None else "the plan has no batching decision",
+            trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
+            and parallelism.sharded_load)
         return Generator(self.model, generation, self._graph_capturer, self.decode_tuning)
 
     def _graph_capturer(self) -> Callable[..., Any] | None:
