@@ -53,17 +53,12 @@ def worker(args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tiny", action="store_true", help="the tiny model on CPU ranks (a smoke run)")
     parser.add_argument("--shape", default="1.7b", choices=sorted(multi_device.SHAPES))
     parser.add_argument("--cap-gib", type=float, default=12.0, help="memory cap per GPU (GiB)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=1, help="per rank; one process takes 2 x this")
     parser.add_argument("--block-size", type=int, default=512)
-    parser.add_argument("--workdir", default=None, help="where the model is built (reused when it is there)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--sharding", help=argparse.SUPPRESS)
+    multi_device.add_common_arguments(parser, "--sharding")
     args = parser.parse_args()
     if args.worker:
         worker(args)

@@ -49,14 +49,9 @@ def worker(args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tiny", action="store_true", help="the tiny model on CPU ranks (a smoke run)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--workdir", default=None, help="where the model is built (reused when it is there)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--parallel", help=argparse.SUPPRESS)
+    multi_device.add_common_arguments(parser, "--parallel")
     args = parser.parse_args()
     if args.worker:
         worker(args)

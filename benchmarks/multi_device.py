@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -19,6 +20,16 @@ SHAPES: dict[str, dict[str, Any]] = {
            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False},
 }
 INTELRT = shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, strategy: str) -> None:
+    """``--tiny`` and ``--workdir``, and the hidden arguments of this script run as a worker (one
+    process or one launched rank): ``--worker``, ``--model``, ``--out`` and ``strategy``."""
+    parser.add_argument("--tiny", action="store_true", help="the tiny model on CPU ranks (a smoke run)")
+    parser.add_argument("--workdir", default=None, help="where the model is built (reused when it is there)")
+    for name in ("--model", "--out", strategy):
+        parser.add_argument(name, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
 
 
 def build_model(directory: Path, shape: str | None) -> Path:
