@@ -192,3 +192,19 @@ def test_train_with_another_strategy_than_the_load_is_refused(tiny_model: Path, 
                                                  r"with intelrt.load\(..., sharding='fsdp'\) in every rank"):
         loaded.train(["hello world"] * 8, output_dir=tmp_path / "out", sharding="fsdp")
     assert not (tmp_path / "out").exists()
+
+
+def test_training_arguments_refuse_a_layout_the_model_was_not_loaded_with(tiny_model: Path) -> None:
+    """FSDP2 that shards the weights as they load cannot be switched on for a model loaded whole or
+    built by hand: Trainer would quietly run DDP instead."""
+    with pytest.raises(ConfigurationError, match=r"sharding='fsdp' on cpu shards the weights as they load .* a model "
+                                                 r"you built yourself was not: load it with intelrt.load\(model, "
+                                                 r"sharding='fsdp'\)"):
+        intelrt.training_arguments("/tmp/unused", backend="cpu", sharding="fsdp")
+    plan = _cpu_plan(tiny_model, LAUNCHED)
+    with pytest.raises(ConfigurationError, match=r"and this model was loaded whole: load it with "
+                                                 r"intelrt.load\(..., sharding='fsdp'\) in every rank"):
+        intelrt.training_arguments("/tmp/unused", plan=plan, sharding="fsdp")
+    tensor = _cpu_plan(tiny_model, LAUNCHED, parallel="tensor")
+    with pytest.raises(ConfigurationError, match=r"loaded tensor-parallel \(parallel='tensor'\), for inference"):
+        intelrt.training_arguments("/tmp/unused", plan=tensor)

@@ -87,7 +87,13 @@ def resolve_plan(plan: object = None, backend: str = AUTO, sharding: str = AUTO)
     """The plan training follows: ``plan`` (a Plan or a Loaded), else a backend-only plan; with
     ``sharding`` other than auto, planned again for that strategy (:func:`with_sharding`)."""
     if plan is None:
-        return plan_backend(backend=backend, sharding=sharding)
+        planned = plan_backend(backend=backend, sharding=sharding)
+        if parallelism_of(planned).sharded_load:
+            raise ConfigurationError(
+                f"sharding={sharding!r} on {planned.backend.name} shards the weights as they load "
+                "(from_pretrained(distributed_config=...)), which a model you built yourself was not: load it with "
+                f"intelrt.load(model, sharding={sharding!r}) in every rank and pass plan= that loaded model")
+        return planned
     found = getattr(plan, "plan", plan)
     if not isinstance(found, Plan):
         raise ConfigurationError(f"plan= takes an intelrt Plan (intelrt.plan(...)) or a loaded model "
@@ -103,9 +109,30 @@ def with_sharding(plan: Plan, sharding: str) -> Plan:
     the same request and model, planned again, so the strategy is checked as if it had been asked
     for at load time."""
     wanted = option("sharding").normalize(sharding)
-    if wanted == AUTO or wanted == plan.request.sharding:
-        return plan
-    return make_plan(dataclasses.replace(plan.request, sharding=wanted), model=plan.model)
+    same = wanted == AUTO or wanted == plan.request.sharding
+    replanned = plan if same else make_plan(dataclasses.replace(plan.request, sharding=wanted), model=plan.model)
+    _check_layout(plan, replanned)
+    return replanned
+
+
+def _check_layout(loaded: Plan, wanted: Plan) -> None:
+    """Refuse a training strategy the weights, loaded as ``loaded`` says, are not laid out for
+    (else Trainer would quietly run another: DDP on a model FSDP should have sharded)."""
+    want, have = parallelism_of(wanted), parallelism_of(loaded)
+    if have.inference == "tensor":
+        raise ConfigurationError(
+            "this model was loaded tensor-parallel (parallel='tensor'), for inference: its weights are split across "
+            "the ranks, and intelrt trains whole or FSDP-sharded models. Load it with parallel='none' to train "
+            "(sharding='fsdp' shards a model too big for one device; quantization='4bit' with lora=True shrinks it)")
+    if want.distributed_config != have.distributed_config:
+        raise ConfigurationError(
+            f"sharding={want.training!r} on {wanted.backend.name} "
+            + (f"shards the weights as they load (distributed_config={dict(want.distributed_config)})"
+               if want.distributed_config else "trains a model every rank loaded whole")
+            + ", and this model was loaded "
+            + (f"with {dict(have.distributed_config)}" if have.distributed_config else "whole")
+            + f": load it with intelrt.load(..., sharding={want.training!r}) in every rank (CLI: intelrt train "
+              f"--sharding {want.training}), then train")
 
 
 def parallelism_of(plan: Plan) -> ParallelismChoice:

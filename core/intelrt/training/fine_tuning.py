@@ -236,22 +236,10 @@ def _cut_short(out: str, since: float, exc: BaseException) -> None:
 
 
 def _sharding_plan(loaded: Any, sharding: str, resume: object) -> Any:
-    """The plan this training follows: the loaded model's, with ``sharding`` forced when given;
-    refused when the loaded weights are laid out for another strategy."""
+    """The plan this training follows: the loaded model's, with ``sharding`` forced when given
+    (refused when the loaded weights are laid out for another strategy: :func:`with_sharding`)."""
     plan = with_sharding(loaded.plan, sharding)
-    wanted, loaded_as = parallelism_of(plan), parallelism_of(loaded.plan)
-    if loaded_as.inference == "tensor" and wanted.training != "none":
-        raise ConfigurationError(
-            "this model was loaded tensor-parallel (parallel='tensor'), for inference: its weights are split across "
-            f"the ranks, and sharding={wanted.training!r} trains whole models. Load it with parallel='none' to train "
-            "(quantization='4bit' with lora=True shrinks a model too big for one device)")
-    if wanted.distributed_config != loaded_as.distributed_config:
-        raise ConfigurationError(
-            f"sharding={wanted.training!r} on {plan.backend.name} shards the weights as they load "
-            f"(distributed_config={dict(wanted.distributed_config or {})}), and this model was loaded "
-            f"{'with ' + str(dict(loaded_as.distributed_config)) if loaded_as.distributed_config else 'whole'}: "
-            f"load it with intelrt.load(..., sharding={wanted.training!r}) in every rank (CLI: intelrt train "
-            f"--sharding {wanted.training}), then train")
+    wanted = parallelism_of(plan)
     if wanted.sharded_load and wanted.training == "fsdp" and resume not in (False, None):
         raise ConfigurationError(
             f"resume= on {plan.backend.name} with sharding='fsdp': these weights were sharded as they loaded, and "
