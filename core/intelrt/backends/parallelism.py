@@ -207,6 +207,8 @@ def _zero_stage(s: _Situation) -> tuple[int, str]:
 
 def _auto_training(s: _Situation) -> tuple[str, str]:
     """The training strategy and why, from the training state, device memory and world size."""
+    if s.support.collective is None:  # the collective decision refuses a launch without one, in its words
+        return "none", f"no collective library joins the ranks: {s.support.collective_missing}"
     state = training_state_bytes(s.model, s.decisions)
     memory = smallest_device_memory(s.backend)
     fits = None if state is None or memory is None else state * FIT_HEADROOM <= memory
