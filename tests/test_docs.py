@@ -368,6 +368,15 @@ def test_hook_select_collective_reference_example(tmp_path: Path) -> None:
     assert (collective.value, collective.plugin) == ("mpi", "example")
 
 
+def test_hook_select_parallelism_reference_example(tmp_path: Path) -> None:
+    host = _host("intelrt_select_parallelism")
+    model = _model(tmp_path / "m")
+    with pytest.raises(PlanError, match="this site runs CPU ranks with DDP only; pass sharding='ddp'"):
+        _plan(host, model, backend="cpu", sharding="fsdp")
+    ddp = _plan(host, model, backend="cpu", sharding="ddp").decisions["parallelism"]
+    assert (ddp.value.training, ddp.value.world_size, ddp.plugin) == ("ddp", 2, "example")
+
+
 def _mynpu() -> BackendStatus:
     return BackendStatus("mynpu", "mynpu", True, "a test machine with one MyNPU")
 

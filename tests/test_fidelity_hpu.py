@@ -57,7 +57,8 @@ def test_H6_hpu8_with_a_model_too_big_for_one_gaudi_is_refused_with_the_way_out(
     err = capsys.readouterr().err
     assert "do not fit one Gaudi (96.0 GiB), and a Gaudi process drives one Gaudi" in err
     assert "device_map='auto' across Gaudis is not supported (SPEC H6)" in err
-    assert "quantization='4bit'" in err and "one process per Gaudi with the weights sharded" in err
+    assert "quantization='4bit'" in err and "one process per Gaudi with the weights split across them" in err
+    assert "with parallel='tensor'" in err
     assert "Traceback" not in err
     # the first way out works: 4-bit weights fit one Gaudi, which the process drives with device_map='hpu'
     with start_simulation("hpu", 8, env=INT64):

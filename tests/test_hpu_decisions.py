@@ -44,7 +44,8 @@ def test_H6_too_big_for_one_gaudi_is_refused_with_the_way_out(simulate, tiny_mod
     with pytest.raises(PlanError, match=r"208\.0 KiB of weights \(x1\.2 headroom\) do not fit one Gaudi \(104\.9 KiB\), and a "
                                         r"Gaudi process drives one Gaudi.*device_map='auto' across Gaudis is not "
                                         r"supported \(SPEC H6\)\. Ways out: quantization='4bit'.*one process per Gaudi with "
-                                        r"the weights sharded across them, or tensor parallelism"):
+                                        r"the weights split across them — intelrt launch --nproc N your_script.py with "
+                                        r"parallel='tensor'"):
         intelrt.plan(tiny_model)
 
 

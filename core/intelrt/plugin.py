@@ -20,17 +20,19 @@ The names fall into four groups:
 from __future__ import annotations
 
 from .backends.defaults import (
-    BYTES_PER_PARAM,
     DEVICE_COLLECTIVES,
-    FIT_HEADROOM,
     attention_fallback,
     bitsandbytes_choice,
-    bytes_per_parameter,
     check_training_overrides,
     continuous_batching_blocker,
-    fits_one_device,
     padded_generate_instead,
 )
+from .backends.parallelism import (
+    ShardingSupport,
+    decide_parallelism,
+    rank_placement,
+)
+from .backends.sizing import BYTES_PER_PARAM, FIT_HEADROOM, bytes_per_parameter, fits_one_device
 from .decoding.capture import begin_end, stream_capturer
 from .decoding.policy import (
     compact_step,
@@ -55,6 +57,7 @@ from .hooks.payloads import (
     DecodeChoice,
     JSONValue,
     KernelChoice,
+    ParallelismChoice,
     Payload,
     QuantizationChoice,
     limited_placement,
@@ -77,7 +80,7 @@ __all__ = [
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
-    "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice",
+    "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
     "limited_placement", "placement_kwargs",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
@@ -89,6 +92,7 @@ __all__ = [
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
+    "ShardingSupport", "decide_parallelism", "rank_placement",
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",
     "decode_warmup", "triton_installed",

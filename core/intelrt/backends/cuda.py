@@ -7,14 +7,18 @@ from typing import TYPE_CHECKING
 
 from ..errors import PlanError
 from ..hooks.markers import hookimpl
+from ..hooks.payloads import DecisionValue
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
 from .defaults import attention_fallback
+from .parallelism import ShardingSupport, decide_parallelism
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
     from ..planning.request import Request
 
 PRIORITY = 50
+#: NCCL runs DDP, FSDP2 (accelerate enables FSDP for MULTI_GPU ranks), DeepSpeed and tensor parallel.
+CUDA_SHARDING = ShardingSupport("nccl")
 
 
 @hookimpl
@@ -68,3 +72,11 @@ def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
         return None
     return Decision("nccl", "NCCL is the collective library for NVIDIA GPUs")
 
+
+
+@hookimpl
+def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
+                               decisions: Mapping[str, DecisionValue]) -> Decision | None:
+    if backend.name != "cuda":
+        return None
+    return decide_parallelism(backend, request, model, env, decisions, CUDA_SHARDING)

@@ -13,6 +13,7 @@ from ..decoding.policy import (
     decode_graphs,
     fast_decode_planned,
     plain_generate,
+    sharded_blocker,
 )
 from ..errors import PlanError
 from ..hooks.markers import hookimpl
@@ -21,11 +22,14 @@ from ..hooks.payloads import (
     CompileChoice,
     DecisionValue,
     KernelChoice,
+    ParallelismChoice,
     QuantizationChoice,
 )
 from ..hooks.types import BackendStatus, Decision, Setting
 from ..support.hubcache import hub_offline, is_repo_cached
 from ..support.versions import kernels_problem, package_version
+from .parallelism import ShardingSupport, decide_parallelism, rank_placement
+from .sizing import bytes_per_parameter, fits_one_device
 
 if TYPE_CHECKING:
     from ..planning.model_source import ModelInfo
@@ -35,29 +39,8 @@ if TYPE_CHECKING:
 KNOWN_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4",
                    "flex_attention", "paged|sdpa", "paged|eager", "paged|flash_attention_2")
 NVIDIA_ONLY_ATTENTION = ("flash_attention_3", "flash_attention_4")
-FIT_HEADROOM = 1.2  # weights × this must fit: activations and KV cache need room too
 DEFAULT_MAX_PADDED_BATCH = 64
 """Prompts per padded batch when a backend does not size it; longer lists go in several batches."""
-
-
-BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
-
-
-def bytes_per_parameter(decisions: Mapping[str, DecisionValue]) -> float | None:
-    """Bytes one weight takes under the decisions made so far (quantization, then dtype)."""
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, QuantizationChoice):
-        return 0.5 if quantization.bits == 4 else 1.0
-    return BYTES_PER_PARAM.get(str(decisions.get("dtype")))
-
-
-def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
-    """Whether the weights fit the smallest visible device (``None`` when memory is unknown)."""
-    memories = [d.total_memory for d in backend.devices if d.total_memory]
-    if not memories:
-        return None
-    need = model.weight_bytes if bytes_per_param is None else model.parameter_count * bytes_per_param
-    return need * FIT_HEADROOM <= min(memories)
 
 
 @hookimpl(trylast=True)
@@ -78,7 +61,23 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request) -> Decision:
 
 
 @hookimpl(trylast=True)
-def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> Decision:
+def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
+                               decisions: Mapping[str, DecisionValue]) -> Decision:
+    """A backend whose plugin declares no collective library: one process, nothing sharded."""
+    unknown = ShardingSupport(None, collective_missing=f"no plugin declares the collective library of {backend.name} "
+                                                       "(its plugin answers intelrt_select_parallelism)",
+                              fsdp=None, fsdp_missing="no plugin says how FSDP2 runs there",
+                              deepspeed_missing="no plugin says whether DeepSpeed runs there",
+                              tensor_missing="no plugin says whether tensor parallel runs there")
+    return decide_parallelism(backend, request, model, env, decisions, unknown)
+
+
+@hookimpl(trylast=True)
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, env: Mapping[str, str],
+                             decisions: Mapping[str, DecisionValue]) -> Decision:
+    ranked = rank_placement(backend, decisions, env)
+    if ranked is not None:
+        return ranked
     fits = fits_one_device(backend, model, bytes_per_parameter(decisions))
     if fits is False and backend.device_count > 1:
         return Decision("auto", f"the weights do not fit one {backend.name} device; accelerate splits them "
@@ -237,7 +236,7 @@ def padded_generate_instead(request: Request, model: ModelInfo, decisions: Mappi
     ``batching='continuous'`` forced for such a model is refused. A backend's batching hook asks this
     before answering continuous batching."""
     fast = fast_decode_planned(decisions)
-    blocker = continuous_batching_blocker(decisions) or (None if fast else continuous_blocker(model))
+    blocker = continuous_batching_blocker(decisions) or (None if fast else sharded_blocker(decisions) or continuous_blocker(model))
     if blocker is None:
         return None
     if request.batching == "continuous":
@@ -296,9 +295,55 @@ def check_training_overrides(backend: BackendStatus, plan: Plan, overrides: Mapp
         fix = f"pass ddp_backend={ours!r} or leave it to intelrt" if ours else "leave ddp_backend unset"
         raise PlanError(f"ddp_backend={wanted!r} runs only on {device} devices, and this run is on "
                         f"{backend.name}; {fix}")
+    _check_sharding_overrides(plan, overrides)
     if overrides.get("use_cpu") is True and backend.device_type != "cpu":
         raise PlanError(f"use_cpu=True contradicts the plan, which runs on {backend.name}; pass backend='cpu' to "
                         "intelrt instead, so precision and the collective backend follow the CPU")
+
+
+#: TrainingArguments keywords that choose a sharding strategy, and the strategy each belongs to.
+SHARDING_KEYWORDS = {"fsdp": "fsdp", "fsdp_config": "fsdp", "deepspeed": "deepspeed"}
+
+
+def _check_sharding_overrides(plan: Plan, overrides: Mapping[str, Any]) -> None:
+    """A user's ``fsdp=`` / ``fsdp_config=`` / ``deepspeed=`` must agree with the plan's strategy
+    (else one would be silently ignored, or both fight over the model)."""
+    choice = plan.value("parallelism")
+    training = choice.training if isinstance(choice, ParallelismChoice) else "none"
+    for keyword, strategy in SHARDING_KEYWORDS.items():
+        if overrides.get(keyword) in (None, False, "", {}):
+            continue
+        if training != strategy:
+            raise PlanError(f"{keyword}= configures sharding={strategy!r}, and the plan trains with "
+                            f"sharding={training!r}; pass sharding={strategy!r} to intelrt (it then generates the "
+                            f"{keyword} settings, and yours still win), or drop {keyword}=")
+        if strategy == "fsdp" and isinstance(choice, ParallelismChoice) and choice.sharded_load:
+            raise PlanError(f"{keyword}= configures accelerate's FSDP, and on {plan.backend.name} the plan's FSDP2 is "
+                            "transformers' own, sharding the weights as they load (accelerate builds no FSDP there); "
+                            f"drop {keyword}=")
+
+
+def sharding_settings(plan: Plan, overrides: Mapping[str, Any]) -> list[Setting]:
+    """The ``TrainingArguments`` keywords of the plan's training strategy: ``fsdp`` and
+    ``fsdp_config`` (accelerate's FSDP2), ``deepspeed``, or — for weights sharded as they load,
+    whose optimizer state transformers does not checkpoint — ``save_only_model``."""
+    choice = plan.value("parallelism")
+    if not isinstance(choice, ParallelismChoice):
+        return []
+    why = f"the plan trains with sharding={choice.training!r} across {choice.world_size} ranks"
+    settings: list[Setting] = []
+    if choice.fsdp_config is not None:
+        settings.append(Setting("fsdp", True, f"{why}: PyTorch FSDP2, built by accelerate"))
+        settings.append(Setting("fsdp_config", dict(choice.fsdp_config),
+                                f"{why}: one FSDP unit per decoder layer, sharded checkpoints, the final model "
+                                "gathered on rank 0"))
+    if choice.deepspeed is not None:
+        settings.append(Setting("deepspeed", dict(choice.deepspeed), f"{why}: DeepSpeed ZeRO"))
+    if choice.training == "fsdp" and choice.sharded_load and not overrides.get("save_only_model"):
+        settings.append(Setting("save_only_model", True,
+                                "the weights were sharded as they loaded, and transformers checkpoints no optimizer "
+                                "state for such a model (Trainer refuses to save one): checkpoints hold the model"))
+    return settings
 
 
 @hookimpl(trylast=True)
@@ -321,4 +366,5 @@ def intelrt_training_arguments(backend: BackendStatus, plan: Plan, overrides: Ma
         settings.append(Setting("torch_compile", True, "the plan compiles the model"))
         if compiled.backend and "torch_compile_backend" not in overrides:
             settings.append(Setting("torch_compile_backend", compiled.backend, "the plan's compile backend"))
+    settings += [s for s in sharding_settings(plan, overrides) if s.name not in overrides]
     return settings

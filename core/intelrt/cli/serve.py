@@ -72,7 +72,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
     from transformers import PretrainedConfig
 
-    from ..backends.defaults import BYTES_PER_PARAM
+    from ..backends.sizing import BYTES_PER_PARAM
     from ..decoding.tuning import DecodeTuning
     from ..planning.planner import plan
     from ..serving.limits import serving_limits

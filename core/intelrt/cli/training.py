@@ -134,8 +134,14 @@ def _train_request(args: argparse.Namespace) -> tuple[object, str, dict[str, Any
     return data, output, kwargs
 
 
+def tell(text: object) -> None:
+    """A line of the command's report (stdout; progress goes to stderr)."""
+    print(text, flush=True)
+
+
 def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     from ..runtime.loading import plan_for_load
+    from ..training.locking import is_main_process
 
     if args.four_bit:
         if plan_kwargs.get("quantization") not in (None, "4bit"):
@@ -143,8 +149,13 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
                              command="train")
         plan_kwargs["quantization"] = "4bit"
     data, output, kwargs = _train_request(args)
+    if plan_kwargs.get("parallel") == "auto":
+        plan_kwargs["parallel"] = "none"  # loaded to be trained: never split tensor-parallel for inference
     model = args.model or default_model()
-    announce_download(model)
+    main_rank = is_main_process()  # in a launched job every rank trains (and generates); rank 0 reports
+    quiet = args.json or not main_rank
+    if main_rank:
+        announce_download(model)
     planned = plan_for_load(model, **plan_kwargs)
     require_generation(planned, "train")
     if kwargs.get("block_size") is not None:
@@ -153,30 +164,30 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
         check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
     if args.demo:
         _one_thread_for_the_tiny_model()
-    if not args.json:
-        print(planned, flush=True)
+    if not quiet:
+        tell(planned)
     loaded = load_planned(planned)
-    if not args.json:
-        print(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
-              f"{data if isinstance(data, str) else 'the bundled text'}; output {output}", flush=True)
+    if not quiet:
+        tell(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
+            f"{data if isinstance(data, str) else 'the bundled text'}; output {output}")
     before = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens) if args.prompt else None
-    if before is not None and not args.json:
-        print(f"before training: {args.prompt!r} -> {before!r}", flush=True)
+    if before is not None and not quiet:
+        tell(f"before training: {args.prompt!r} -> {before!r}")
     result = loaded.train(data, **kwargs)
     report: dict[str, Any] = {"plan": loaded.plan.to_dict(), "train": result.to_dict()}
-    if not args.json:
-        print(result, flush=True)
+    if not quiet:
+        tell(result)
     if args.prompt:
         trained = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
         reloaded = load_planned(plan_for_load(output, **{k: v for k, v in plan_kwargs.items() if k != "task"}))
         again = reloaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
         report["generation"] = {"prompt": args.prompt, "before": before, "trained": trained, "reloaded": again,
                                 "reloaded_matches": again == trained}
-        if not args.json:
-            print(f"after training:  {args.prompt!r} -> {trained!r}")
-            print(f"reloaded from {output}: {args.prompt!r} -> {again!r} "
+        if not quiet:
+            tell(f"after training:  {args.prompt!r} -> {trained!r}")
+            tell(f"reloaded from {output}: {args.prompt!r} -> {again!r} "
                   f"({'same as the trained model' if again == trained else 'DIFFERS from the trained model'})")
-    if args.json:
+    if args.json and main_rank:
         emit(args, report, "")
     return 0
 

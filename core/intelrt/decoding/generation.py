@@ -220,7 +220,7 @@ class Generator:
         for start in range(0, len(prompts), route.batch_rows):
             chunk = prompts[start:start + route.batch_rows]
             input_ids, mask = left_pad(chunk, int(pad), self.model.device)
-            with torch.inference_mode():
+            with torch.no_grad() if self.plan.trains_sharded else torch.inference_mode():
                 result = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
             sequences = result.sequences if hasattr(result, "sequences") else result
             outputs.extend(until_eos(sequences[:, input_ids.shape[1]:].tolist(), eos))

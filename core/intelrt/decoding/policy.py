@@ -11,7 +11,13 @@ from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice, placement_kwargs
+from ..hooks.payloads import (
+    DecisionValue,
+    DecodeChoice,
+    ParallelismChoice,
+    QuantizationChoice,
+    placement_kwargs,
+)
 from ..hooks.types import BackendStatus, Decision
 from .families import attention_kernel_blocker, compact_blocker
 
@@ -69,7 +75,19 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue], *,
                              "hold)" if quantization.bits == 8 else "") + ", so transformers' generate runs them")
     if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
-    return None
+    return sharded_blocker(decisions)
+
+
+def sharded_blocker(decisions: Mapping[str, DecisionValue]) -> str | None:
+    """Why a model whose weights are sharded across ranks as they load decodes only through
+    transformers' ``generate`` (``None`` when they are not): each step runs collectives between the
+    ranks, which neither intelrt's loop nor continuous batching schedules."""
+    choice = decisions.get("parallelism")
+    if not isinstance(choice, ParallelismChoice) or not choice.sharded_load:
+        return None
+    how = "tensor parallel" if choice.inference == "tensor" else "FSDP2"
+    return (f"the weights are sharded across {choice.world_size} ranks as they load ({how}): every step runs "
+            "collectives between them, so transformers' generate runs it on every rank")
 
 
 #: Cache layer kinds transformers' continuous batching allocates (``ATTN_TYPE_TO_ALLOCATOR``).

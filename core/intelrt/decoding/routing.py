@@ -25,6 +25,9 @@ class GenerationPlan:
     decode_reason: str
     batching: BatchingChoice | None = None
     batching_reason: str = "the plan has no batching decision"
+    trains_sharded: bool = False
+    """The weights are FSDP2 shards that training will update: generate runs under ``no_grad``, not
+    ``inference_mode``, whose tensors FSDP's reused all-gather buffers could not be updated from."""
 
 
 def choose_route(plan: GenerationPlan, count: int, as_list: bool, unsupported: str | None) -> Route:

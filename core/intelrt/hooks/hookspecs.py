@@ -71,6 +71,27 @@ def intelrt_select_dtype(backend: BackendStatus, request: Request, model: ModelI
 
 
 @hookspec(firstresult=True)
+def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo,
+                               env: Mapping[str, str], decisions: Mapping[str, DecisionValue]
+                               ) -> Decision | None:
+    """Decide how the run spreads over processes, one per device: value a
+    :class:`~intelrt.plugin.ParallelismChoice` — the training strategy (``none``, ``ddp``,
+    ``fsdp``, ``deepspeed``) with the ``fsdp_config`` or DeepSpeed config it hands
+    ``TrainingArguments``, the inference strategy (``none``, ``tensor``) with the
+    ``distributed_config`` it hands ``from_pretrained``, the world size it was planned for, and
+    the launch command when this process is not yet one of the ranks.
+
+    ``request.sharding`` (training) and ``request.parallel`` (inference) are ``"auto"`` or the
+    user's choice; refuse a strategy your backend's collective library cannot run with
+    ``PlanError`` saying the way out. :func:`~intelrt.plugin.decide_parallelism` holds intelrt's
+    rules (model size, device memory, world size); a backend answers by calling it with its
+    :class:`~intelrt.plugin.ShardingSupport`. Decided for backend-only plans too (``model`` then
+    has no weights). ``decisions`` holds the dtype and quantization. Stops at the first
+    non-``None`` result.
+    """
+
+
+@hookspec(firstresult=True)
 def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo,
                              env: Mapping[str, str], decisions: Mapping[str, DecisionValue]
                              ) -> Decision | None:
@@ -78,7 +99,9 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
     or :func:`~intelrt.plugin.limited_placement` (``device_map`` plus ``max_memory``) when
     accelerate may use only some of the devices this process sees.
 
-    ``decisions`` holds the dtype already chosen. Stops at the first non-``None`` result.
+    ``decisions`` holds the dtype and the parallelism already chosen: in a launched rank, or when
+    the weights are sharded as they load, :func:`~intelrt.plugin.rank_placement` answers.
+    Stops at the first non-``None`` result.
     """
 
 
@@ -227,6 +250,7 @@ RESULT_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
     "intelrt_detect": ("list", (BackendStatus,)),
     "intelrt_setup_env": ("list", (EnvVar, Finding)),
     "intelrt_select_dtype": ("one", (Decision,)),
+    "intelrt_select_parallelism": ("one", (Decision,)),
     "intelrt_select_placement": ("one", (Decision,)),
     "intelrt_select_attention": ("one", (Decision,)),
     "intelrt_select_kernels": ("one", (Decision,)),

@@ -1,6 +1,7 @@
-"""Typed values of the structured plan decisions: compile, kernels, quantization, decode, batching.
+"""Typed values of the structured plan decisions: compile, kernels, quantization, decode, batching,
+parallelism.
 
-A selection hook answers ``Decision(value, reason)``; for these five concerns ``value`` is one of
+A selection hook answers ``Decision(value, reason)``; for these six concerns ``value`` is one of
 the frozen dataclasses below (a dict with the same keys is accepted from a plugin and converted by
 the host, so a wrong key fails naming the plugin). Plans serialise them with :meth:`Payload.to_dict`
 and read them back with :meth:`Payload.from_dict`. Each validates its fields when built.
@@ -29,6 +30,10 @@ not compiled), ``compiled`` (compiled, and captured where the plan names graphs)
 BATCHING_METHODS = ("continuous", "padded")
 BATCHING_ENGINES = ("fast", "generate", "continuous")
 KV_SIZINGS = ("memory", "requests")
+TRAINING_STRATEGIES = ("none", "ddp", "fsdp", "deepspeed")
+"""How training spreads over processes: one process, data parallel, FSDP2, DeepSpeed ZeRO."""
+INFERENCE_STRATEGIES = ("none", "tensor")
+"""How a loaded model spreads over processes: not at all, or tensor parallel (transformers' ``tp_plan``)."""
 
 
 def _fail(cls: type, message: str) -> None:
@@ -251,7 +256,63 @@ class BatchingChoice(Payload):
                    use_async_batching=use_async_batching, kv_sizing=kv_sizing)
 
 
-PAYLOADS: tuple[type[Payload], ...] = (CompileChoice, KernelChoice, QuantizationChoice, DecodeChoice, BatchingChoice)
+@dataclass(frozen=True)
+class ParallelismChoice(Payload):
+    """How a run spreads over processes, one per device (``intelrt launch`` starts them).
+
+    ``training``: ``none`` (one process), ``ddp``, ``fsdp`` (PyTorch FSDP2) or ``deepspeed``
+    (ZeRO); ``inference``: ``none`` or ``tensor`` (transformers' tensor parallel plan).
+    ``world_size``: the processes the plan is made for. What transformers receives:
+    ``fsdp_config`` goes to ``TrainingArguments(fsdp=True, fsdp_config=...)`` (accelerate builds
+    FSDP2 from it), ``deepspeed`` to ``TrainingArguments(deepspeed=...)``, and
+    ``distributed_config`` to ``from_pretrained(distributed_config=DistributedConfig(...))``: the
+    weights sharded as they load (tensor parallel; FSDP2 where accelerate cannot build it).
+    ``launch``: the command that starts the ranks, when this process is not one of them.
+    """
+
+    training: str
+    inference: str = "none"
+    world_size: int = 1
+    fsdp_config: Mapping[str, JSONValue] | None = None
+    deepspeed: Mapping[str, JSONValue] | None = None
+    distributed_config: Mapping[str, JSONValue] | None = None
+    launch: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(self, "training", (str,), choices=TRAINING_STRATEGIES)
+        _check(self, "inference", (str,), choices=INFERENCE_STRATEGIES)
+        _check(self, "world_size", (int,))
+        for name in ("fsdp_config", "deepspeed", "distributed_config"):
+            _check(self, name, (Mapping,), optional=True)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _plain(getattr(self, name)))
+        _check(self, "launch", (str,), optional=True)
+        if self.world_size < 1:
+            _fail(type(self), f"world_size must be >= 1, got {self.world_size}")
+        if self.fsdp_config is not None and self.training != "fsdp":
+            _fail(type(self), f"fsdp_config belongs to training='fsdp', not {self.training!r}")
+        if self.deepspeed is not None and self.training != "deepspeed":
+            _fail(type(self), f"a DeepSpeed config belongs to training='deepspeed', not {self.training!r}")
+        self._validate()
+
+    @property
+    def sharded_load(self) -> bool:
+        """The weights are sharded across the ranks as they load (``distributed_config``)."""
+        return self.distributed_config is not None
+
+    @property
+    def processes(self) -> bool:
+        """Whether the run needs several processes (a launch) for training or inference."""
+        return self.training != "none" or self.inference != "none"
+
+    @classmethod
+    def single(cls) -> ParallelismChoice:
+        """One process, nothing sharded."""
+        return cls("none")
+
+
+PAYLOADS: tuple[type[Payload], ...] = (CompileChoice, KernelChoice, QuantizationChoice, DecodeChoice, BatchingChoice,
+                                       ParallelismChoice)
 
 DecisionValue = JSONValue | Payload
 """What a decision holds: plain JSON (dtype, placement, attention, collective, task) or a payload."""

@@ -56,6 +56,9 @@ class Architecture:
     layer_types: tuple[str, ...] = ()
     """The kind of each decoder layer as transformers' config class reads it (``layer_types``:
     ``full_attention``, ``sliding_attention``, ``linear_attention`` …; empty when it names none)."""
+    tensor_parallel: bool = False
+    """transformers has a tensor parallel plan for it (the class's ``_tp_plan`` or its config's
+    ``base_model_tp_plan``, what ``DistributedConfig(tp_plan="auto")`` applies)."""
 
     @property
     def from_transformers(self) -> bool:
@@ -85,7 +88,8 @@ class Architecture:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
-                "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache}
+                "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
+                "tensor_parallel": self.tensor_parallel}
 
 
 def mapping(name: str) -> dict[str, Any]:
@@ -143,4 +147,6 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
         takes_cache=bool(CACHE_ARGUMENTS & set(parameters)),
         static_cache=bool(getattr(cls, "_can_compile_fullgraph", False)),
         attention_backend=bool(getattr(cls, "_supports_attention_backend", False)),
-        layer_types=tuple(str(t) for t in getattr(config.get_text_config(), "layer_types", None) or ()))
+        layer_types=tuple(str(t) for t in getattr(config.get_text_config(), "layer_types", None) or ()),
+        tensor_parallel=bool(getattr(cls, "_tp_plan", None) or getattr(config, "base_model_tp_plan", None)
+                             or getattr(config.get_text_config(), "base_model_tp_plan", None)))

@@ -14,6 +14,7 @@ from ..hooks.payloads import (
     CompileChoice,
     DecodeChoice,
     KernelChoice,
+    ParallelismChoice,
     Payload,
     QuantizationChoice,
 )
@@ -34,10 +35,17 @@ class Concern:
     """The value's type for structured concerns; ``None``: a plain JSON value."""
     option: str | None = None
     """The request option that forces it (its forced value is the user's)."""
+    more_options: tuple[str, ...] = ()
+    """Further request options that force parts of it (``parallel`` for the parallelism's inference part)."""
     verbatim: bool = False
     """A forced value must come back from the hook unchanged (intelrt never overrides what you set)."""
     required: bool = True
     """A plan without an answer is an error (else the decision is left out)."""
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Every request option that forces (part of) this decision."""
+        return ((self.option,) if self.option else ()) + self.more_options
 
 
 CONCERNS: tuple[Concern, ...] = (
@@ -47,6 +55,9 @@ CONCERNS: tuple[Concern, ...] = (
             option="dtype", verbatim=True),
     Concern("quantization", "intelrt_select_quantization", True,
             "from_pretrained(quantization_config=BitsAndBytesConfig(...))", QuantizationChoice, "quantization"),
+    Concern("parallelism", "intelrt_select_parallelism", False,
+            "intelrt launch (one process per device); TrainingArguments(fsdp=, fsdp_config=, deepspeed=); "
+            "from_pretrained(distributed_config=)", ParallelismChoice, "sharding", more_options=("parallel",)),
     Concern("placement", "intelrt_select_placement", True, "from_pretrained(device_map=)"),
     Concern("attention", "intelrt_select_attention", True, "from_pretrained(attn_implementation=)",
             option="attention", verbatim=True),

@@ -95,7 +95,10 @@ def estimate_parameters(config: dict[str, Any]) -> int:
     hidden = int(text.get("hidden_size") or text.get("d_model") or 0)
     layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
     vocab = int(text.get("vocab_size") or 0)
-    inter = int(text.get("intermediate_size") or 4 * hidden)
+    inter_field = text.get("intermediate_size") or 4 * hidden
+    if isinstance(inter_field, list):  # one size per layer (gemma3n): their mean
+        inter_field = sum(inter_field) // max(len(inter_field), 1) or 4 * hidden
+    inter = int(inter_field)
     if not hidden or not layers:
         return 0
     per_layer = 4 * hidden * hidden + 3 * hidden * inter

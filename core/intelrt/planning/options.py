@@ -26,6 +26,8 @@ WORKLOADS = ("auto", "one-shot", "server", "batch")
 """The kind of work a load serves (it decides how much warm-up pays for itself)."""
 WARMUPS = ("auto", "eager", "static", "compiled")
 """How the fast decode step is prepared: as it is, captured in a device graph, or compiled and captured."""
+SHARDING = ("auto", "none", "ddp", "fsdp", "deepspeed")
+PARALLEL = ("auto", "none", "tensor")
 COMPILE_CHOICES = ("auto", "none", "on")
 """Named compile choices; any other string names a ``torch.compile`` backend."""
 
@@ -173,6 +175,12 @@ REQUEST_OPTIONS: tuple[RequestOption, ...] = (
     RequestOption("warmup", AUTO, "how the fast decode step is prepared: eager (runs as it is), static (static KV "
                   "cache, step captured in a device graph), compiled (compiled, captured, artifacts kept across "
                   "processes); auto: from the workload", _choice("warmup", WARMUPS), choices=WARMUPS),
+    RequestOption("sharding", AUTO, "how training spreads over processes (intelrt launch): auto (from model size, "
+                  "device memory and world size), none, ddp, fsdp (FSDP2), deepspeed (ZeRO)",
+                  _choice("sharding", SHARDING), choices=SHARDING),
+    RequestOption("parallel", AUTO, "how the loaded model spreads over processes (intelrt launch): auto (tensor "
+                  "parallel when the weights do not fit one device), none, tensor",
+                  _choice("parallel", PARALLEL), choices=PARALLEL),
     RequestOption("trust_remote_code", False, "run Python code that ships with the model (config.json auto_map); "
                   "off by default (SPEC C5)", _flag("trust_remote_code"), flag=True),
     RequestOption("allow_pickle", False, "allow pickle weights (*.bin, *.pt), which can run arbitrary code; "
@@ -188,6 +196,8 @@ OPTION_NAMES = tuple(o.name for o in REQUEST_OPTIONS)
 PLANNED_KWARGS = {"device_map": "devices=/backend=", "dtype": "dtype=", "torch_dtype": "dtype=",
                   "attn_implementation": "attention=", "use_kernels": "kernels=", "kernel_config": "kernels=",
                   "quantization_config": "quantization=", "trust_remote_code": "trust_remote_code=",
+                  "distributed_config": "parallel=/sharding=", "tp_plan": "parallel='tensor'",
+                  "tp_size": "parallel='tensor'", "device_mesh": "parallel=/sharding=",
                   "use_safetensors": "allow_pickle="}
 
 

@@ -55,7 +55,7 @@ def decide_concern(host: PluginHost, concern: Concern, request: Request,
     """Ask ``concern``'s hook; ``None`` when no plugin answered a concern that may stay undecided."""
     assert concern.hook is not None
     answer = host.select(concern.hook, concern.payload, **kwargs)
-    forced = request.is_forced(concern.option) if concern.option else False
+    forced = any(request.is_forced(name) for name in concern.options)
     if answer is None:
         if not concern.required:
             return None
@@ -183,6 +183,7 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
          attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
@@ -194,19 +195,21 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            workload=workload, warmup=warmup, trust_remote_code=trust_remote_code,
+                            workload=workload, warmup=warmup, sharding=sharding, parallel=parallel,
+                            trust_remote_code=trust_remote_code,
                             allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)
     return make_plan(request)
 
 
 def plan_backend(*, backend: str = AUTO, devices: object = None, dtype: str = AUTO, compile: str | bool = AUTO,
-                 strict: bool = False, env: Mapping[str, str] | None = None,
+                 sharding: str = AUTO, strict: bool = False, env: Mapping[str, str] | None = None,
                  host: PluginHost | None = None) -> Plan:
-    """A backend-only plan: the backend, its environment, dtype, compile and collective — no model.
+    """A backend-only plan: the backend, its environment, dtype, compile, parallelism and collective — no model.
 
     Decisions that need a model (task, placement, attention, kernels, quantization, decode,
     batching) are absent, and ``plan.value()`` returns ``None`` for them.
     """
-    request = Request.build(NO_MODEL, backend=backend, devices=devices, dtype=dtype, compile=compile, strict=strict)
+    request = Request.build(NO_MODEL, backend=backend, devices=devices, dtype=dtype, compile=compile,
+                            sharding=sharding, strict=strict)
     return make_plan(request, env=env, host=host)

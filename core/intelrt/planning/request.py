@@ -62,6 +62,10 @@ class Request:
     """The kind of work: ``one-shot``, ``server``, ``batch`` or auto (decides the warm-up)."""
     warmup: str = AUTO
     """How the fast decode step is prepared: ``eager``, ``static``, ``compiled`` or auto (from the workload)."""
+    sharding: str = AUTO
+    """How training spreads over processes: ``none``, ``ddp``, ``fsdp``, ``deepspeed`` or auto."""
+    parallel: str = AUTO
+    """How the loaded model spreads over processes: ``none``, ``tensor`` or auto."""
     trust_remote_code: bool = False
     allow_pickle: bool = False
     strict: bool = False

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..decoding.tuning import DecodeTuning
 from ..errors import ConfigurationError
-from ..hooks.payloads import DecodeChoice
+from ..hooks.payloads import DecodeChoice, ParallelismChoice
 from ..host.manager import PluginHost, get_host
 from ..planning.plan import Plan
 
@@ -142,11 +142,14 @@ class Loaded:
 
         decode = self.plan.decisions.get("decode")
         batching = self.plan.decisions.get("batching")
+        parallelism = self.plan.value("parallelism")
         generation = GenerationPlan(
             decode=self.plan.decode_choice or DecodeChoice.plain_generate(),
             decode_reason=decode.reason if decode is not None else "the plan has no decode decision",
             batching=self.plan.batching_choice,
-            batching_reason=batching.reason if batching is not None else "the plan has no batching decision")
+            batching_reason=batching.reason if batching is not None else "the plan has no batching decision",
+            trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
+            and parallelism.sharded_load)
         return Generator(self.model, generation, self._graph_capturer, self.decode_tuning)
 
     def _graph_capturer(self) -> Callable[..., Any] | None:
@@ -236,7 +239,8 @@ class Loaded:
         return build(wanted, model=self.model, tokenizer=self.tokenizer, device=device, **pipeline_kwargs)
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
-              resume: Any = False, overwrite: bool = False, **training_overrides: Any) -> TrainResult:
+              resume: Any = False, overwrite: bool = False, sharding: str = "auto",
+              **training_overrides: Any) -> TrainResult:
         """Fine-tune this model on ``data`` with transformers' ``Trainer`` and save the result.
 
         ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
@@ -245,7 +249,10 @@ class Loaded:
         ``output_dir`` must be new or empty: one holding anything else (the model's own directory
         above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
         or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
-        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run; other keywords go to
+        128) and ``callbacks=`` (``TrainerCallback`` objects) shape the run. ``sharding=`` spreads it
+        over the ranks of ``intelrt launch``: ``"auto"`` (the plan's choice, from the training state,
+        device memory and world size), ``"none"``, ``"ddp"``, ``"fsdp"`` (FSDP2) or ``"deepspeed"``
+        (ZeRO); a sharded run saves a normal safetensors model, gathered on rank 0. Other keywords go to
         ``TrainingArguments`` (see :func:`intelrt.training_arguments`). Saves the adapters (or the
         model) and tokenizer into ``output_dir`` — ``intelrt.load(output_dir)`` loads them back —
         and returns a :class:`~intelrt.training.fine_tuning.TrainResult`.
@@ -253,7 +260,7 @@ class Loaded:
         from ..training.fine_tuning import train
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
-                     overwrite=overwrite, **training_overrides)
+                     overwrite=overwrite, sharding=sharding, **training_overrides)
 
 
 def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:

@@ -6,7 +6,8 @@ import logging
 import os
 from typing import Any
 
-from ..errors import IntelrtError, ModelSourceError
+from ..errors import ConfigurationError, IntelrtError, ModelSourceError
+from ..hooks.payloads import ParallelismChoice
 from ..host.manager import PluginHost, get_host
 from ..planning.architecture import AUTO_CLASSES
 from ..planning.environment import apply_in_process
@@ -15,6 +16,7 @@ from ..planning.options import AUTO
 from ..planning.plan import Plan
 from ..planning.planner import make_plan
 from ..planning.request import Request, split_credentials
+from ..support.distributed import is_distributed_launch, world_size
 from ..support.redaction import redact, redact_text
 from .compiling import compile as compile_with_plan
 from .compiling import install_compile_wrapper
@@ -32,6 +34,22 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
     return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
 
 
+def check_ranks(plan: Plan) -> None:
+    """Weights sharded as they load need every rank of the planned launch: refuse in a process that
+    is not one of them (transformers would quietly load the whole model into it instead)."""
+    choice = plan.value("parallelism")
+    if not isinstance(choice, ParallelismChoice) or not choice.sharded_load:
+        return
+    if not is_distributed_launch():
+        raise ConfigurationError(
+            f"the plan shards the weights across {choice.world_size} processes as they load "
+            f"({'tensor parallel' if choice.inference == 'tensor' else 'FSDP2'}), and this process is not one of them "
+            f"(no LOCAL_RANK / WORLD_SIZE in its environment): start it with {choice.launch or 'intelrt launch'}")
+    if world_size() != choice.world_size:
+        raise ConfigurationError(f"the plan shards the weights across {choice.world_size} ranks, and this job has "
+                                 f"WORLD_SIZE={world_size()}: plan in the rank itself (intelrt.load does)")
+
+
 def prepare(plan: Plan, host: PluginHost | None = None) -> None:
     """What a plan needs before a model is built: its environment and the backend's compile wrapper."""
     apply_in_process(plan)
@@ -41,6 +59,7 @@ def prepare(plan: Plan, host: PluginHost | None = None) -> None:
 def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
     ``from_pretrained`` here and nowhere else: a plan never holds them."""
+    check_ranks(plan)
     prepare(plan, host)
     import transformers
 
@@ -48,7 +67,8 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     auto_class = getattr(transformers, AUTO_CLASSES[plan.task][0])
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
-    log.info("loading %s with %s%s", source, redact({k: v for k, v in kwargs.items() if k != "kernel_config"}),
+    log.info("loading %s with %s%s", source,
+             redact({k: v for k, v in kwargs.items() if k not in ("kernel_config", "distributed_config")}),
              f" and credentials {sorted(credentials)}" if credentials else "")
     try:
         model = auto_class.from_pretrained(source, **kwargs, **credentials)
@@ -82,6 +102,7 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
          attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Loaded:
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
@@ -93,8 +114,8 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                         workload=workload, warmup=warmup, trust_remote_code=trust_remote_code,
-                         allow_pickle=allow_pickle, strict=strict,
+                         workload=workload, warmup=warmup, sharding=sharding, parallel=parallel,
+                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                          **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)
     return apply_plan(plan, get_host(), credentials)

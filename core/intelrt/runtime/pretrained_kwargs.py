@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hooks.payloads import placement_kwargs
+from ..hooks.payloads import ParallelismChoice, placement_kwargs
 from ..planning.plan import Plan
 
 
@@ -48,6 +48,17 @@ def quantization_config(plan: Plan) -> Any:
         bnb_4bit_use_double_quant=value.double_quant)
 
 
+def distributed_config(plan: Plan) -> Any:
+    """transformers ``DistributedConfig`` for weights sharded as they load (tensor parallel, or
+    FSDP2 where accelerate cannot build it), or ``None``."""
+    value = plan.value("parallelism")
+    if not isinstance(value, ParallelismChoice) or value.distributed_config is None:
+        return None
+    from transformers.distributed import DistributedConfig
+
+    return DistributedConfig(**dict[str, Any](value.distributed_config))
+
+
 def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
     """Everything the plan decided, as ``from_pretrained`` keywords (plus the user's extras)."""
     kwargs: dict[str, Any] = {
@@ -67,5 +78,8 @@ def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
     quant = quantization_config(plan)
     if quant is not None:
         kwargs["quantization_config"] = quant
+    distributed = distributed_config(plan)
+    if distributed is not None:
+        kwargs["distributed_config"] = distributed
     kwargs.update(plan.request.from_pretrained_kwargs)
     return kwargs

@@ -19,11 +19,12 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigurationError, PluginError
+from ..hooks.payloads import ParallelismChoice
 from ..host.manager import PluginHost, get_host
 from ..planning.environment import apply_in_process
-from ..planning.options import AUTO
+from ..planning.options import AUTO, option
 from ..planning.plan import Plan
-from ..planning.planner import plan_backend
+from ..planning.planner import make_plan, plan_backend
 from ..support.distributed import is_distributed_launch
 from ..support.redaction import MASK, is_secret_name
 
@@ -82,10 +83,17 @@ def _check_names(names: Mapping[str, Any], valid: frozenset[str]) -> None:
                              "help(transformers.TrainingArguments) for the keywords it takes.")
 
 
-def resolve_plan(plan: object = None, backend: str = AUTO) -> Plan:
-    """The plan training follows: ``plan`` (a Plan or a Loaded), else a backend-only plan."""
+def resolve_plan(plan: object = None, backend: str = AUTO, sharding: str = AUTO) -> Plan:
+    """The plan training follows: ``plan`` (a Plan or a Loaded), else a backend-only plan; with
+    ``sharding`` other than auto, planned again for that strategy (:func:`with_sharding`)."""
     if plan is None:
-        return plan_backend(backend=backend)
+        planned = plan_backend(backend=backend, sharding=sharding)
+        if parallelism_of(planned).sharded_load:
+            raise ConfigurationError(
+                f"sharding={sharding!r} on {planned.backend.name} shards the weights as they load "
+                "(from_pretrained(distributed_config=...)), which a model you built yourself was not: load it with "
+                f"intelrt.load(model, sharding={sharding!r}) in every rank and pass plan= that loaded model")
+        return planned
     found = getattr(plan, "plan", plan)
     if not isinstance(found, Plan):
         raise ConfigurationError(f"plan= takes an intelrt Plan (intelrt.plan(...)) or a loaded model "
@@ -93,7 +101,44 @@ def resolve_plan(plan: object = None, backend: str = AUTO) -> Plan:
     if backend != AUTO and backend != found.backend.name:
         raise ConfigurationError(f"backend={backend!r} contradicts plan=, which runs on {found.backend.name!r}; "
                                  "pass one of them")
-    return found
+    return with_sharding(found, sharding)
+
+
+def with_sharding(plan: Plan, sharding: str) -> Plan:
+    """``plan`` with its training strategy forced to ``sharding`` (``auto``: ``plan`` unchanged):
+    the same request and model, planned again, so the strategy is checked as if it had been asked
+    for at load time."""
+    wanted = option("sharding").normalize(sharding)
+    same = wanted == AUTO or wanted == plan.request.sharding
+    replanned = plan if same else make_plan(dataclasses.replace(plan.request, sharding=wanted), model=plan.model)
+    _check_layout(plan, replanned)
+    return replanned
+
+
+def _check_layout(loaded: Plan, wanted: Plan) -> None:
+    """Refuse a training strategy the weights, loaded as ``loaded`` says, are not laid out for
+    (else Trainer would quietly run another: DDP on a model FSDP should have sharded)."""
+    want, have = parallelism_of(wanted), parallelism_of(loaded)
+    if have.inference == "tensor":
+        raise ConfigurationError(
+            "this model was loaded tensor-parallel (parallel='tensor'), for inference: its weights are split across "
+            "the ranks, and intelrt trains whole or FSDP-sharded models. Load it with parallel='none' to train "
+            "(sharding='fsdp' shards a model too big for one device; quantization='4bit' with lora=True shrinks it)")
+    if want.distributed_config != have.distributed_config:
+        raise ConfigurationError(
+            f"sharding={want.training!r} on {wanted.backend.name} "
+            + (f"shards the weights as they load (distributed_config={dict(want.distributed_config)})"
+               if want.distributed_config else "trains a model every rank loaded whole")
+            + ", and this model was loaded "
+            + (f"with {dict(have.distributed_config)}" if have.distributed_config else "whole")
+            + f": load it with intelrt.load(..., sharding={want.training!r}) in every rank (CLI: intelrt train "
+              f"--sharding {want.training}), then train")
+
+
+def parallelism_of(plan: Plan) -> ParallelismChoice:
+    """The plan's parallelism decision (one process for a plan made without one)."""
+    value = plan.value("parallelism")
+    return value if isinstance(value, ParallelismChoice) else ParallelismChoice.single()
 
 
 def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost | None = None,
@@ -113,6 +158,13 @@ def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost
     # a plugin refuses what cannot work on its backend
     results = host.training_arguments(plan.backend, plan, MappingProxyType(dict(overrides)))
     distributed = is_distributed_launch(env)
+    sharding = parallelism_of(plan)
+    if sharding.training != "none" and not distributed:
+        raise ConfigurationError(
+            f"the plan trains with sharding={sharding.training!r} across {sharding.world_size} processes, and this "
+            "process is not one of them (no LOCAL_RANK / WORLD_SIZE in its environment). Start it with "
+            f"{sharding.launch or 'intelrt launch --nproc N your_script.py'}, or pass sharding='none' to train in this "
+            "one process.")
     if overrides.get("ddp_backend") and not distributed:
         raise ConfigurationError(
             f"ddp_backend={overrides['ddp_backend']!r} applies to a distributed launch, and this process is not "
@@ -156,13 +208,16 @@ def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
 
 
 def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = None, backend: str = AUTO,
-                       **overrides: Any) -> Any:
+                       sharding: str = AUTO, **overrides: Any) -> Any:
     """``transformers.TrainingArguments`` for this machine, built from a plan.
 
     :param output_dir: where ``Trainer`` writes checkpoints.
     :param plan: an :class:`intelrt.Plan` or a loaded model (``intelrt.load``); without one,
         intelrt plans the backend alone (no model needed — for frameworks that build their own).
     :param backend: for the backend-only plan: ``"auto"`` or a backend name.
+    :param sharding: the training strategy across launched ranks: ``"auto"`` (the plan's), ``"none"``,
+        ``"ddp"``, ``"fsdp"`` (FSDP2: ``fsdp`` and ``fsdp_config`` are set for you) or
+        ``"deepspeed"`` (ZeRO: ``deepspeed`` is set). Outside a launched rank only ``"none"`` trains.
     :param overrides: any ``TrainingArguments`` keyword; yours win over the backend's. One that
         cannot work on the backend (``bf16=True`` on a device without bf16, ``ddp_backend="nccl"``
         on Gaudi) raises :class:`~intelrt.errors.PlanError` before transformers would.
@@ -171,7 +226,7 @@ def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = Non
     """
     if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir):
         raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
-    resolved = resolve_plan(plan, backend)
+    resolved = resolve_plan(plan, backend, sharding)
     settings = training_settings(resolved, overrides)
     apply_in_process(resolved)
     return build_training_arguments(output_dir, resolved, settings)

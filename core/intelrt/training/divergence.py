@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TrainingDivergedError
-from ..support.distributed import world_size
+from ..support.distributed import any_rank
 
 
 @dataclass(frozen=True)
@@ -44,19 +44,6 @@ def non_finite_weight(model: Any) -> str | None:
         if parameter.requires_grad and not bool(torch.isfinite(parameter.detach()).all()):
             return str(name)
     return None
-
-
-def _any_rank(flag: bool) -> bool:
-    """In a launched job every rank must stop at the same step (a rank left behind waits forever in
-    the next collective): true when ``flag`` is true on any rank."""
-    import torch
-
-    if world_size() == 1 or not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device="cpu" if torch.distributed.get_backend() == "gloo"
-                          else torch.accelerator.current_accelerator())
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return bool(tensor.item())
 
 
 def divergence_guard() -> Any:
@@ -90,11 +77,11 @@ def divergence_guard() -> Any:
             losses, self._losses = self._losses, []
             values = torch.stack([loss.float().mean() for loss in losses]).tolist() if losses else []
             bad = [v for v in values if not math.isfinite(v)]
-            if _any_rank(bool(bad)):
+            if any_rank(bool(bad)):
                 self._stop(state, control, "loss", bad[0] if bad else "not finite on another rank")
             elif control.should_save and model is not None:
                 weight = non_finite_weight(model)
-                if _any_rank(weight is not None):
+                if any_rank(weight is not None):
                     self._stop(state, control, "weights", weight or "on another rank")
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:

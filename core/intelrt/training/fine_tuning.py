@@ -16,8 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, IntelrtError, SaveError
+from ..hooks.payloads import ParallelismChoice
+from ..planning.options import AUTO
 from ..support.redaction import redact_text
-from .arguments import USER, TrainingSetting, build_training_arguments, training_settings
+from .arguments import (
+    USER,
+    TrainingSetting,
+    build_training_arguments,
+    parallelism_of,
+    training_settings,
+    with_sharding,
+)
 from .data import DEFAULT_BLOCK_SIZE, ModelLimits, causal_lm_blocks
 from .divergence import Divergence, diverged_error, divergence_guard, non_finite_weight
 from .locking import hold_output_dir, is_main_process, refuse_if_held
@@ -66,6 +75,9 @@ class TrainResult:
     settings: tuple[TrainingSetting, ...] = field(default=())
     truncated_rows: int = 0
     """Rows of token ids cut to the model's length (``max_position_embeddings``)."""
+    sharding: str = "none"
+    """How training spread over the ranks: ``none``, ``ddp``, ``fsdp`` or ``deepspeed``."""
+    world_size: int = 1
 
     @property
     def first_loss(self) -> float:
@@ -82,6 +94,7 @@ class TrainResult:
                 "losses": [list(x) for x in self.losses], "trainable_parameters": self.trainable_parameters,
                 "total_parameters": self.total_parameters, "examples": self.examples,
                 "truncated_rows": self.truncated_rows, "resumed_from": self.resumed_from,
+                "sharding": self.sharding, "world_size": self.world_size,
                 "settings": [s.to_dict() for s in self.settings]}
 
     def __str__(self) -> str:
@@ -92,6 +105,8 @@ class TrainResult:
                  f"  steps     {self.steps} ({self.epochs:g} epochs over {self.examples} blocks"
                  + (f"; {self.truncated_rows} rows truncated to the model's length)" if self.truncated_rows else ")"),
                  f"  time      {self.seconds:.1f} s"]
+        if self.world_size > 1:
+            lines.append(f"  ranks     {self.world_size} ({self.sharding})")
         if self.resumed_from:
             lines.append(f"  resumed   from {self.resumed_from}")
         lines.append(f"  saved to  {self.output_dir}" + (" (adapter; intelrt.load() it directly)" if self.adapter else ""))
@@ -220,9 +235,24 @@ def _cut_short(out: str, since: float, exc: BaseException) -> None:
                         "train(..., resume=True) continues from the last complete one.") from exc
 
 
+def _sharding_plan(loaded: Any, sharding: str, resume: object) -> Any:
+    """The plan this training follows: the loaded model's, with ``sharding`` forced when given
+    (refused when the loaded weights are laid out for another strategy: :func:`with_sharding`)."""
+    plan = with_sharding(loaded.plan, sharding)
+    wanted = parallelism_of(plan)
+    if wanted.sharded_load and wanted.training == "fsdp" and resume not in (False, None):
+        raise ConfigurationError(
+            f"resume= on {plan.backend.name} with sharding='fsdp': these weights were sharded as they loaded, and "
+            "transformers checkpoints no optimizer state for such a model (Trainer refuses to), so there is no "
+            "complete checkpoint to continue from. Start over (overwrite=True), or resume sharded runs on an "
+            "accelerator, where accelerate's FSDP2 checkpoints every rank's shard")
+    return plan
+
+
 def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0,
           output_dir: str | os.PathLike[str], resume: object = False, overwrite: bool = False,
-          block_size: int = DEFAULT_BLOCK_SIZE, callbacks: Sequence[Any] = (), **training_overrides: Any) -> TrainResult:
+          block_size: int = DEFAULT_BLOCK_SIZE, callbacks: Sequence[Any] = (), sharding: str = AUTO,
+          **training_overrides: Any) -> TrainResult:
     """Fine-tune ``loaded`` on ``data``; see :meth:`intelrt.Loaded.train`."""
     loaded._require_task("text-generation")
     tokenizer = loaded._require_tokenizer("train()")
@@ -240,6 +270,7 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
         raise ConfigurationError("overwrite=True removes the earlier checkpoints that resume= would continue from; "
                                  "pass one of them")
     out = os.fspath(output_dir)
+    plan = _sharding_plan(loaded, sharding, resume)
     quantized = loaded.plan.quantization_choice is not None
     _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
     if tokenizer.pad_token_id is None:
@@ -249,16 +280,18 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
     if lora or quantized:
         overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
-    settings = training_settings(loaded.plan, overrides)
-    args = build_training_arguments(out, loaded.plan, settings)
+    settings = training_settings(plan, overrides)
+    args = build_training_arguments(out, plan, settings)
     check_writable(out)  # before training: a full or read-only disk must not cost the whole run
     with hold_output_dir(out):
         return _train_holding(loaded, dataset, out, lora=lora, quantized=quantized, resume=resume,
-                              overwrite=overwrite, args=args, settings=settings, callbacks=callbacks)
+                              overwrite=overwrite, args=args, settings=settings, callbacks=callbacks,
+                              sharding=parallelism_of(plan))
 
 
 def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantized: bool, resume: object,
-                   overwrite: bool, args: Any, settings: list[TrainingSetting], callbacks: Sequence[Any]) -> TrainResult:
+                   overwrite: bool, args: Any, settings: list[TrainingSetting], callbacks: Sequence[Any],
+                   sharding: ParallelismChoice) -> TrainResult:
     """The run itself, while this process holds ``out``."""
     main = is_main_process()
     if main:
@@ -298,6 +331,9 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
     if divergence is not None:
         raise diverged_error(divergence, learning_rate=float(args.learning_rate), max_steps=int(trainer.state.max_steps),
                              last_checkpoint=last_complete_checkpoint(out)[0], lora=adapter)
+    if getattr(trainer, "is_fsdp_enabled", False):
+        # checkpoints were sharded (one file per rank, resumable); the model is gathered whole on rank 0
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     save_model_atomically(trainer, out)
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -306,7 +342,9 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
                          epochs=float(trainer.state.epoch or 0.0), seconds=seconds, losses=losses,
                          mean_loss=float(output.training_loss), trainable_parameters=trainable,
                          total_parameters=total, examples=len(dataset), resumed_from=checkpoint,
-                         settings=tuple(settings), truncated_rows=dataset.truncated)
+                         settings=tuple(settings), truncated_rows=dataset.truncated,
+                         sharding=sharding.training if int(args.world_size) > 1 else "none",
+                         world_size=int(args.world_size))
     if trainer.is_world_process_zero():  # in a launched job every rank trains; one writes
         _write_summary(out, result)
     log.info("%s", result)

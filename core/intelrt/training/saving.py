@@ -9,7 +9,9 @@ can stop a write half way — after ``config.json``, before the weights. So:
   its last step);
 * the final model is saved into a staging directory next to its target and moved into place
   only when every file is written, the marker files last; on failure the staging directory is
-  removed and what the output directory held before is untouched;
+  removed and what the output directory held before is untouched. A sharded run saves the same
+  way: every rank joins the save into one staging directory, rank 0 writes the gathered model
+  there and moves it into place once all are done;
 * a ``checkpoint-N`` this run left without ``trainer_state.json`` (``Trainer`` writes it last)
   is removed — also when Ctrl-C stops the save — and ``resume=True`` never picks such a
   checkpoint. A message says what was removed and what could not be (a read-only directory).
@@ -23,10 +25,10 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from typing import Any
 
 from ..errors import SaveError
+from ..support.distributed import any_rank
 from ..support.redaction import redact, redact_text
 
 log = logging.getLogger(__name__)
@@ -127,49 +129,69 @@ def discard_incomplete(directory: str, since: float) -> tuple[list[str], list[st
     return remove_directories(directory, cut_short)
 
 
+def _move_into_place(staging: str, directory: str) -> None:
+    """Move every file of ``staging`` into ``directory``, the marker files last, after removing the
+    markers of what ``directory`` held before (they must not vouch for half-moved new files)."""
+    names = sorted(os.listdir(staging), key=lambda n: (n in MARKERS, n))  # markers move last
+    if not names:
+        return
+    for marker in MARKERS:
+        if os.path.lexists(os.path.join(directory, marker)):
+            os.remove(os.path.join(directory, marker))
+    for name in names:
+        os.replace(os.path.join(staging, name), os.path.join(directory, name))
+
+
+def _staging(trainer: Any, directory: str, ranks: int) -> str:
+    """A new staging directory next to ``directory``, made by rank 0; every rank gets its name
+    (the ranks of a sharded model save together, into one place)."""
+    made = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory) if trainer.is_world_process_zero() else None
+    if ranks == 1:
+        assert made is not None
+        return made
+    from accelerate.utils import broadcast_object_list
+
+    names = broadcast_object_list([made], from_process=0)
+    return str(names[0])
+
+
 def save_model_atomically(trainer: Any, directory: str) -> None:
     """``trainer.save_model(directory)`` through a staging directory: all of it lands, or none of it.
 
-    In a launched job (several ranks) every rank must call ``save_model`` on the same path (sharded
-    states are gathered there), so the model is saved in place, as ``Trainer`` does.
+    In a launched job every rank calls ``save_model`` on the same staging path (sharded states are
+    gathered there, and rank 0 writes them); rank 0 moves the files into place once every rank is
+    done. The ranks agree whether the save worked (:func:`any_rank`), so none reports a model
+    another failed to write, and none waits forever for a rank that raised.
     """
-    if int(getattr(trainer.args, "world_size", 1) or 1) > 1:
-        started = time.time()
-        try:
-            trainer.save_model(directory)
-        except Exception as exc:  # noqa: BLE001 - safetensors and torch report a full disk as their own errors
-            written = [m for m in MARKERS if os.path.isfile(os.path.join(directory, m))
-                       and os.path.getmtime(os.path.join(directory, m)) >= started - 1]
-            for marker in written:  # this save's marker would vouch for missing weights
-                os.remove(os.path.join(directory, marker))
-            raise SaveError(f"saving the trained model to {directory} failed ({_why(exc)}): disk full, quota or "
-                            f"read-only? Removed this save's {', '.join(written) or 'marker files'} so the "
-                            "partial model does not look complete.") from exc
-        return
-    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory)
+    ranks = int(getattr(trainer.args, "world_size", 1) or 1)
+    staging = _staging(trainer, directory, ranks)
+    saved: BaseException | None = None
+    moved: OSError | None = None
     try:
         try:
             trainer.save_model(staging)
         except Exception as exc:  # noqa: BLE001 - safetensors and torch report a full disk as their own errors
-            raise SaveError(
-                f"saving the trained model to {directory} failed ({_why(exc)}): disk full, quota or read-only? "
-                f"Nothing in {directory} was replaced and the partial files were removed; free space and train again "
-                "(with save_steps=N checkpoints, resume=True continues from the last complete one).") from exc
-        names = sorted(os.listdir(staging), key=lambda n: (n in MARKERS, n))  # markers move last
-        if not names:
-            return
-        for marker in MARKERS:  # an older model's marker must not vouch for half-moved new files
-            if os.path.lexists(os.path.join(directory, marker)):
-                os.remove(os.path.join(directory, marker))
-        for name in names:
-            os.replace(os.path.join(staging, name), os.path.join(directory, name))
-    except OSError as exc:
-        if isinstance(exc, SaveError):
-            raise
-        raise SaveError(f"moving the saved model into {directory} failed ({_why(exc)}); the directory may hold "
-                        "only part of it and no marker file, so intelrt.load() will not take it for complete") from exc
+            saved = exc
+        save_failed = any_rank(saved is not None)  # also waits: every shard written before rank 0 moves
+        if not save_failed and trainer.is_world_process_zero():
+            try:
+                _move_into_place(staging, directory)
+            except OSError as exc:
+                moved = exc
+        move_failed = any_rank(moved is not None)  # also waits: moved before any rank removes the staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if save_failed:
+        where = "" if saved is not None else " on another rank"
+        raise SaveError(
+            f"saving the trained model to {directory} failed{where} ({_why(saved) if saved else 'see its log'}): disk "
+            f"full, quota or read-only? Nothing in {directory} was replaced and the partial files were removed; free "
+            "space and train again (with save_steps=N checkpoints, resume=True continues from the last complete "
+            "one).") from saved
+    if move_failed:
+        raise SaveError(f"moving the saved model into {directory} failed ({_why(moved) if moved else 'on rank 0'}); "
+                        "the directory may hold only part of it and no marker file, so intelrt.load() will not take "
+                        "it for complete") from moved
 
 
 def write_json_atomically(path: str, data: Any) -> None:

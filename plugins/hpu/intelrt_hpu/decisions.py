@@ -22,6 +22,7 @@ from intelrt.plugin import (
     format_bytes,
     hookimpl,
     package_version,
+    rank_placement,
 )
 
 from .facts import (
@@ -67,12 +68,16 @@ def _too_big(backend: BackendStatus, model: ModelInfo, per_param: float | None) 
 
 
 @hookimpl
-def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions: Mapping[str, DecisionValue]
-                             ) -> Decision | None:
+def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, env: Mapping[str, str],
+                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """H6: ``device_map="hpu"`` (never ``hpu:N``). A process drives one Gaudi, so a model too big
-    for one is refused with the ways out, never split with ``device_map="auto"`` across Gaudis."""
+    for one is refused with the ways out, never split with ``device_map="auto"`` across Gaudis;
+    weights sharded across launched ranks as they load (tensor parallel) have no ``device_map``."""
     if not owns(backend):
         return None
+    ranked = rank_placement(backend, decisions, env, indexed=False)
+    if ranked is not None and ranked.value is None:
+        return Decision(None, ranked.reason, claim="H6")
     per_param = bytes_per_parameter(decisions)
     if fits_one_device(backend, model, per_param) is False:
         quantized = isinstance(decisions.get("quantization"), QuantizationChoice)
@@ -81,8 +86,9 @@ def intelrt_select_placement(backend: BackendStatus, model: ModelInfo, decisions
             "device per process and device_map='auto' across Gaudis is not supported (SPEC H6). Ways out: "
             + ("" if quantized else "quantization='4bit' or '8bit' (bitsandbytes on Gaudi 2 and 3) to shrink the "
                                     "weights; ")
-            + "one process per Gaudi with the weights sharded across them, or tensor parallelism — intelrt does not "
-              f"build those yet; Optimum for Intel Gaudi has them ({OPTIMUM_HABANA})")
+            + "one process per Gaudi with the weights split across them — intelrt launch --nproc N your_script.py "
+              "with parallel='tensor' (transformers' tensor parallel over hccl); Optimum for Intel Gaudi has "
+              f"Gaudi-tuned DeepSpeed inference ({OPTIMUM_HABANA})")
     return Decision(BACKEND, "device_map='hpu' loads onto the Gaudi this process drives (the device is 'hpu'; an "
                              "index 'hpu:N' is not supported)", claim="H6")
 

@@ -16,11 +16,13 @@ from .decisions import (
 from .detection import intelrt_detect
 from .diagnosis import intelrt_diagnose
 from .environment import intelrt_launch_env, intelrt_setup_env
+from .parallelism import intelrt_select_parallelism
 from .training import intelrt_training_arguments
 
 __all__ = [
     "intelrt_detect", "intelrt_diagnose", "intelrt_launch_env", "intelrt_select_attention",
     "intelrt_select_collective", "intelrt_select_compile", "intelrt_select_dtype", "intelrt_select_kernels",
+    "intelrt_select_parallelism",
     "intelrt_select_placement", "intelrt_select_quantization", "intelrt_setup_env", "intelrt_training_arguments",
     "intelrt_wrap_compile",
 ]

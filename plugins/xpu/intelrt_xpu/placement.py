@@ -26,6 +26,7 @@ from intelrt.plugin import (
     hookimpl,
     limited_placement,
     padded_generate_instead,
+    rank_placement,
 )
 
 from .devices import in_process_index
@@ -71,9 +72,13 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
                              decisions: Mapping[str, DecisionValue]) -> Decision | None:
     """X6: ``device_map="xpu"`` when the weights fit one Intel GPU, ``"auto"`` (accelerate splits
     them) when they do not and the run has several. With ``devices=``, the named device by index
-    (``"xpu:2"``) or ``auto`` limited to the named devices (``max_memory``): X2."""
+    (``"xpu:2"``) or ``auto`` limited to the named devices (``max_memory``): X2. In a launched rank,
+    its own ``xpu:LOCAL_RANK``, or none when the weights are sharded as they load (X11)."""
     if not mine(backend):
         return None
+    ranked = rank_placement(backend, decisions, env)
+    if ranked is not None:
+        return Decision(ranked.value, ranked.reason, claim="X11", notes=ranked.notes)
     per_param = bytes_per_parameter(decisions)
     need = model.parameter_count * per_param if per_param else model.weight_bytes
     memories = [d.total_memory for d in backend.devices if d.total_memory]
