@@ -64,7 +64,7 @@ def test_bench_shape_tiny_prints_the_table(tmp_path: Path, capsys: pytest.Captur
         if row["run"] == "verify fp32":
             assert row["outputs"].startswith("identical vs plain generate (all layers; path fast, step=compact")
         else:
-            assert row["tok_s"] > 0 and row["roofline"] > 0 and row["peak_gb"] is None  # no GPU memory on the CPU
+            assert row["tok_s"] > 0 and row["roofline"] > 0 and row["peak_gib"] is None  # no GPU memory on the CPU
 
 
 def test_bench_shape_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:

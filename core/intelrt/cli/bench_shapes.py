@@ -55,7 +55,7 @@ class ShapeRow:
     ratio: float | None = None
     """tok/s against the row this run is compared with (plain static cache + compile)."""
     roofline: float | None = None
-    peak_gb: float | None = None
+    peak_gib: float | None = None
     outputs: str = ""
     calls: tuple[float, ...] = ()
 
@@ -88,7 +88,7 @@ class Measure:
         self.device, self.repeats, self.bandwidth = device, repeats, bandwidth_tb_s * 1e12
 
     def run(self, fn: Callable[[], Any], tokens: int) -> tuple[Any, float, float, tuple[float, ...], float | None]:
-        """(output, tok/s, median seconds, every call's seconds, peak GB) of ``fn`` after one warm-up call."""
+        """(output, tok/s, median seconds, every call's seconds, peak GiB) of ``fn`` after one warm-up call."""
         import torch
 
         cuda = self.device == "cuda"
@@ -357,10 +357,10 @@ def _verdict(ok: bool, text: str) -> str:
 
 def format_rows(rows: Sequence[ShapeRow], header: str) -> str:
     lines = [header, f"{'shape':<28} {'run':<36} {'tok/s':>8} {'seconds':>8} {'ratio':>6} {'roofline':>8} "
-             f"{'peak GB':>7}  outputs"]
+             f"{'peak GiB':>7}  outputs"]
     for r in rows:
         lines.append(f"{r.shape:<28} {r.run:<36} {_num(r.tok_s, ',.0f'):>8} {_num(r.seconds, '.3f'):>8} "
-                     f"{_num(r.ratio, '.2f', 'x'):>6} {_num(r.roofline, '.0%'):>8} {_num(r.peak_gb, '.1f'):>7}  "
+                     f"{_num(r.ratio, '.2f', 'x'):>6} {_num(r.roofline, '.0%'):>8} {_num(r.peak_gib, '.1f'):>7}  "
                      f"{r.outputs}")
     return "\n".join(lines)
 
