@@ -20,8 +20,8 @@ import pytest
 from hub_cache_layout import cache_kernel
 
 import intelrt
+from intelrt.plugin import hub_kernels_problem
 from intelrt.runtime.pretrained_kwargs import kernel_config
-from intelrt_xpu.hubkernels import hub_kernels_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_KERNELS = {"kernels-community/rmsnorm": 1, "kernels-community/activation": 1, "kernels-community/rotary": 2}

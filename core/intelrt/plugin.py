@@ -71,7 +71,15 @@ from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
 from .support.units import format_bytes
-from .support.versions import at_least, kernels_problem, package_version, parse, torch_version
+from .support.versions import (
+    KernelsProblem,
+    at_least,
+    hub_kernels_problem,
+    kernels_problem,
+    package_version,
+    parse,
+    torch_version,
+)
 from .support.visibility import DeviceList, parse_device_list
 
 __all__ = [
@@ -86,6 +94,7 @@ __all__ = [
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
     "package_version", "at_least", "parse", "torch_version", "format_bytes", "kernels_problem",
+    "hub_kernels_problem", "KernelsProblem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 
 from packaging.version import InvalidVersion, Version
@@ -85,14 +86,28 @@ def _transformers_kernels_spec() -> str | None:
     return None
 
 
-def kernels_problem() -> str | None:
+@dataclass(frozen=True)
+class KernelsProblem:
+    """Why transformers cannot use hub kernels here, and the command that fixes it."""
+
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.why}: {self.fix}"
+
+
+def hub_kernels_problem() -> KernelsProblem | None:
     """Why transformers cannot use hub kernels here (``None`` when it can): ``kernels`` missing, or
     outside the range of transformers' own ``kernels`` extra (then ``is_kernels_available()`` is
-    False and every hub-kernel path fails at load time)."""
+    False and every hub-kernel path is off)."""
     installed = package_version("kernels")
-    if installed is None:
-        return "the kernels package is not installed: pip install 'intelrt[kernels]' (transformers[kernels])"
     spec = _transformers_kernels_spec()
+    wanted = f"kernels{spec}" if spec else "kernels"
+    if installed is None:
+        return KernelsProblem("the kernels package is not installed",
+                              f"pip install 'intelrt[kernels]' (that is '{wanted}', the range transformers accepts; "
+                              "without it transformers has no hub kernels: use_kernels, flash_attention_2 on XPU)")
     if spec:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -102,7 +117,14 @@ def kernels_problem() -> str | None:
             return None
         version = parse(installed)
         if version is not None and version not in accepted:
-            return (f"transformers {package_version('transformers')} uses kernels{spec} only and kernels "
-                    f"{installed} is installed, so it ignores hub kernels (is_kernels_available() is False): "
-                    f"pip install 'kernels{spec}'")
+            return KernelsProblem(
+                f"transformers {package_version('transformers')} uses kernels{spec} only and kernels {installed} "
+                "is installed, so transformers' is_kernels_available() is False and every hub-kernel path is off "
+                "(use_kernels, flash_attention_2 on XPU)", f"pip install '{wanted}'")
     return None
+
+
+def kernels_problem() -> str | None:
+    """:func:`hub_kernels_problem` as one sentence ending in the fix (``None`` when kernels are usable)."""
+    problem = hub_kernels_problem()
+    return None if problem is None else str(problem)

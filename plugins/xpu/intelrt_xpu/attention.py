@@ -22,6 +22,7 @@ from intelrt.plugin import (
     Request,
     attention_fallback,
     hookimpl,
+    kernels_problem,
 )
 
 from .facts import NATIVE_GQA_TORCH, mine, torch_at_least, torch_version
@@ -30,7 +31,6 @@ from .hubkernels import (
     NVIDIA_ONLY_REPOS,
     fa2_version,
     fetch_hint,
-    kernels_problem,
     locate,
 )
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, hub_offline, package_version
+from intelrt.plugin import (
+    BackendStatus,
+    Finding,
+    at_least,
+    hookimpl,
+    hub_kernels_problem,
+    hub_offline,
+    package_version,
+)
 
 from .detection import XPU_INDEX
 from .devices import SET_ON_COMMAND_LINE, malformed_mask
@@ -18,7 +26,7 @@ from .facts import (
     torch_version,
     xccl_built,
 )
-from .hubkernels import FA2_REPO, fa2_version, fetch_hint, hub_kernels_problem, locate
+from .hubkernels import FA2_REPO, fa2_version, fetch_hint, locate
 from .training import xccl_missing
 
 _INSTALL = f"pip install torch --index-url {XPU_INDEX} (then pip install 'transformers[torch]')"

@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
-from intelrt.plugin import hub_offline, package_version, parse
+from intelrt.plugin import (
+    hub_offline,
+    parse,
+)
 
 FA2_REPO = "kernels-community/flash-attn2"
 #: Flash kernels transformers 5.24 lists with CUDA (or ROCm) builds only (FLASH_ATTN_KERNEL_DEVICES).
@@ -27,61 +29,6 @@ def fa2_version(torch_version: str | None) -> int:
     """The flash-attn2 kernel version transformers 5.24 asks for (FLASH_ATTN_KERNEL_VERSIONS)."""
     parsed = parse(torch_version)
     return 4 if parsed is not None and parsed.release[:2] >= (2, 10) else 3
-
-
-def _transformers_kernels_spec() -> str | None:
-    """The ``kernels`` range of transformers' ``kernels`` extra (``"<0.19,>=0.18.2"``)."""
-    try:
-        requires = metadata.requires("transformers") or []
-    except metadata.PackageNotFoundError:
-        return None
-    for line in requires:
-        name, _, marker = line.partition(";")
-        if name.strip().startswith("kernels") and "kernels" in marker and "extra" in marker:
-            return name.strip()[len("kernels"):].strip() or None
-    return None
-
-
-@dataclass(frozen=True)
-class KernelsProblem:
-    """Why transformers cannot use hub kernels here, and the command that fixes it."""
-
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.why}: {self.fix}"
-
-
-def hub_kernels_problem() -> KernelsProblem | None:
-    """Why transformers cannot use hub kernels here (``None`` when it can)."""
-    installed = package_version("kernels")
-    spec = _transformers_kernels_spec()
-    wanted = f"kernels{spec}" if spec else "kernels"
-    if installed is None:
-        return KernelsProblem("the kernels package is not installed",
-                              f"pip install 'intelrt[kernels]' (that is '{wanted}', the range transformers accepts; "
-                              "without it transformers has no hub kernels: use_kernels, flash_attention_2 on XPU)")
-    if spec:
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-        try:
-            accepted = SpecifierSet(spec)
-        except InvalidSpecifier:
-            return None
-        version = parse(installed)
-        if version is not None and version not in accepted:
-            return KernelsProblem(
-                f"transformers {package_version('transformers')} uses kernels{spec} only and kernels {installed} "
-                "is installed, so transformers' is_kernels_available() is False and every hub-kernel path is off "
-                "(use_kernels, flash_attention_2 on XPU)", f"pip install '{wanted}'")
-    return None
-
-
-def kernels_problem() -> str | None:
-    """:func:`hub_kernels_problem` as one sentence ending in the fix (``None`` when kernels are usable)."""
-    problem = hub_kernels_problem()
-    return None if problem is None else str(problem)
 
 
 def local_kernels(env: Mapping[str, str]) -> dict[str, str]:

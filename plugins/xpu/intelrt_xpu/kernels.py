@@ -27,10 +27,11 @@ from intelrt.plugin import (
     PlanError,
     Request,
     hookimpl,
+    kernels_problem,
 )
 
 from .facts import mine
-from .hubkernels import KernelSource, fetch_hint, kernels_problem, locate
+from .hubkernels import KernelSource, fetch_hint, locate
 
 #: layer name → (kernel repo, layer in the repo, version): transformers 5.24's "xpu" entries.
 XPU_LAYERS: dict[str, tuple[str, str, int]] = {
