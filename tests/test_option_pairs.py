@@ -20,8 +20,9 @@ import pytest
 
 import intelrt
 from intelrt.backends.defaults import KNOWN_ATTENTION
-from intelrt.errors import IntelrtError
+from intelrt.errors import ConfigurationError, IntelrtError
 from intelrt.planning.options import REQUEST_OPTIONS
+from intelrt.plugin import ParallelismChoice
 
 #: Values to try for options whose declaration accepts free text (besides the default).
 FREE_TEXT = {
@@ -70,6 +71,13 @@ def exercise(model: Path, options: Mapping[str, Any]) -> None:
     import torch
 
     torch._dynamo.reset()  # each configuration compiles afresh, as a new process would
+    planned = intelrt.plan(model, **options).value("parallelism")
+    if isinstance(planned, ParallelismChoice) and planned.sharded_load:
+        # weights sharded as they load need every rank of a launched job: this one process is refused,
+        # before anything loads, with the launch line (tests/test_sharded_training.py runs the ranks)
+        with pytest.raises(ConfigurationError, match=r"start it with intelrt launch --nproc \d"):
+            intelrt.load(model, **options)
+        return
     loaded = intelrt.load(model, **options)
     texts = ["Intel GPUs", "Gaudi runs PyTorch eagerly"]
     if loaded.plan.task == "text-generation":

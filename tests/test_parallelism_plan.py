@@ -103,7 +103,7 @@ def test_xpu_auto_shards_a_training_state_too_big_for_one_device(simulate, tiny_
         "fsdp", FSDP2, "xpu", "X11")
     assert "does not fit one device, so it is sharded across the 2 launched rank(s)" in decision.reason
     assert plan.value("placement") == "xpu:0" and plan.value("collective") == "xccl"
-    assert "fsdp_config={'version': 2" in str(plan)
+    assert "fsdp_config={'version':" in str(plan)  # the generated config is shown (wrapped to the terminal)
     settings = {s.name: s.value for _, s in get_host().training_arguments(
         backend=plan.backend, plan=plan, overrides={})}
     assert settings["fsdp"] is True and settings["fsdp_config"] == FSDP2
