@@ -111,3 +111,10 @@ def test_first_answer_rows_time_fresh_processes(tmp_path: Path) -> None:
     assert all(r.seconds > 0 for r in rows)
     assert len(rows[0].detail["tokens"]) == 8 and rows[0].detail["load_s"] > 0
     assert rows[2].detail["plan"]["request"]["workload"] == "one-shot"
+
+
+def test_shape_options_without_a_shape_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """They would do nothing in the plain bench: said, not ignored."""
+    assert main(["bench", "--tiny", "--layers", "2", "--first-answer"]) == 2
+    err = capsys.readouterr().err
+    assert "--layers, --first-answer only apply to --shape runs" in err and "Qwen3-0.6B" in err

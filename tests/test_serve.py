@@ -522,3 +522,25 @@ def test_cli_serve_simulated_shows_the_dry_plan_and_the_limits(tiny_model: Path)
     assert "rows in flight: 8" in text.stdout and "context per row: 256 tokens" in text.stdout
     refused = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--context-length", "9999")
     assert refused.returncode == 2 and "context_length=9999 is more than the model reads" in refused.stderr
+
+
+def test_without_the_serve_extra_every_command_runs_and_serve_says_what_to_install(tiny_model: Path) -> None:
+    """A plain ``pip install intelrt`` has no fastapi, uvicorn or prometheus-client: building the
+    command line must not import them (every command crashed once), and ``serve`` names the extra."""
+    hidden = ("import sys\n"
+              "for name in ('fastapi', 'uvicorn', 'prometheus_client', 'starlette'):\n"
+              "    sys.modules[name] = None  # import fails, importlib.util.find_spec answers None\n"
+              "from intelrt.cli.app import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", hidden, *args], capture_output=True, text=True, timeout=120,
+                              env=env)
+
+    listed = cli("plugins", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["plugins"], listed.stderr
+    assert cli("serve", "--help").returncode == 0
+    refused = cli("serve", str(tiny_model))
+    assert refused.returncode == 2, refused.stderr
+    assert "pip install 'intelrt[serve]'" in refused.stderr and "Traceback" not in refused.stderr

@@ -73,7 +73,6 @@ def intelrt_select_collective(backend: BackendStatus) -> Decision | None:
     return Decision("nccl", "NCCL is the collective library for NVIDIA GPUs")
 
 
-
 @hookimpl
 def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
                                decisions: Mapping[str, DecisionValue]) -> Decision | None:
