@@ -43,6 +43,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "compact+cdt+pflayer": {"_step": "compact", "coordinate_descent_tuning": True,
                             "_pf_weights": ("o_proj", "gate_up", "down_proj")},
     "compact+cdt+eagerrecord": {"_step": "compact", "coordinate_descent_tuning": True, "_record": False},
+    "compact+cdt+nopdl": {"_step": "compact", "coordinate_descent_tuning": True, "_pdl": False},
 }
 """``_step``: the decode decision's step; ``_fused``: its ``attention_kernel`` (the one-kernel
 decode attention, decoding/triton_attention.py, where available); the other ``_`` knobs are
@@ -50,7 +51,7 @@ decode attention, decoding/triton_attention.py, where available); the other ``_`
 defaults."""
 TUNING = {"_gemv_rows": "gemv_max_rows", "_compiled_prompt": "compiled_prompt", "_fold": "fold_norms",
           "_pf_weights": "prefetch_weights", "_record": "compiled_record", "_split_target": "attention_splits",
-          "_merge": "merge_in_kernel", "_prefetch": "prefetch"}
+          "_merge": "merge_in_kernel", "_prefetch": "prefetch", "_pdl": "programmatic_launch"}
 
 
 def main() -> None:

@@ -76,6 +76,7 @@ def test_bench_shape_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str])
 def test_targets_are_judged_per_family() -> None:
     rows = [ShapeRow("Llama-3.1-8B", "intelrt", 120.0, 2.0, 2.4, 0.55, 16.5),
             ShapeRow("Qwen3-0.6B", "intelrt", 1000.0, 0.2, 3.5, 0.45, 2.0),
+            ShapeRow("Llama-3.2-1B", "intelrt", 851.0, 0.3, 1.998, 0.496, 2.6),
             ShapeRow("Gemma-2-2B", "intelrt", 300.0, 0.8, 0.9, 0.30, 6.0),
             ShapeRow("Gemma-2-2B", "verify fp32", outputs="identical vs plain generate (4 of 26 layers)"),
             ShapeRow("Qwen3-0.6B", "first answer: intelrt (cold)", seconds=40.0),
@@ -87,6 +88,8 @@ def test_targets_are_judged_per_family() -> None:
         "PASS Llama-3.1-8B: 2.40x static cache + compile (target >= 2.0x)",
         "MISS Qwen3-0.6B: 45% of the bandwidth roofline (target >= 50%)",
         "PASS Qwen3-0.6B: 3.50x static cache + compile (target >= 2.0x)",
+        "MISS Llama-3.2-1B: 49.6% of the bandwidth roofline (target >= 50%)",  # not "50%": a miss
+        "MISS Llama-3.2-1B: 1.998x static cache + compile (target >= 2.0x)",
         "MISS Gemma-2-2B: 0.90x static cache + compile (target: faster)",
         "PASS Gemma-2-2B: float32 tokens identical",
         "PASS first answer cold: intelrt 40.0 s, plain static cache + compile 65.0 s (target: intelrt <=)",

@@ -190,3 +190,27 @@ def test_a_second_process_finds_the_compiled_step_in_intelrts_cache(tiny_model: 
     assert second["tokens"] == first["tokens"]
     assert second["generate_s"] < first["generate_s"]  # the first generate included the whole compile
     assert list((tmp_path / "intelrt").rglob("*.bin")), "the compiled step is kept in intelrt's cache"
+
+
+@pytest.mark.parametrize(("compile_options", "tuning", "launch"), [
+    ({}, {}, True),
+    ({}, {"programmatic_launch": False}, False),
+    ({"triton.enable_pdl": False}, {}, False),
+], ids=["default", "tuning-off", "plan-says-off"])
+def test_the_compiled_step_launches_programmatically_unless_told_not_to(
+        varied: intelrt.Loaded, compile_options: dict[str, bool], tuning: dict[str, bool], launch: bool) -> None:
+    """While the step compiles, inductor generates programmatic dependent launches
+    (``triton.enable_pdl``; it acts only on Hopper or newer GPUs): on by default, off with
+    ``DecodeTuning(programmatic_launch=False)``, and a plan's own setting of it is not overwritten.
+    Outside the step's compilation inductor's setting is what it was."""
+    import torch._inductor.config as inductor_config
+
+    from intelrt.decoding.engine import FastDecoder
+    from intelrt.decoding.tuning import DecodeTuning
+
+    choice = DecodeChoice("fast", cache="static", compile="inductor", step="compact", compile_options=compile_options)
+    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(**tuning))
+    before = inductor_config.triton.enable_pdl
+    with decoder.compiler_settings():
+        assert inductor_config.triton.enable_pdl is launch
+    assert inductor_config.triton.enable_pdl == before

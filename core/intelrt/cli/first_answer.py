@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 MODES = ("plain-eager", "plain-static", "intelrt")
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "INTELRT_COMPILE_CACHE")
@@ -123,6 +126,10 @@ def first_answer_rows(model: Path, device: str, *, new_tokens: int = 64, prompt_
                       timeout: float = 900.0, modes: Sequence[str] = ("plain-eager", "plain-static", "intelrt",
                                                                      "intelrt run")) -> list[Answer]:
     """Each mode cold (fresh compile caches) and then warm (the caches its cold run left)."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        log.warning("PYTHONDONTWRITEBYTECODE is set: every fresh process compiles the Python source of torch, "
+                    "transformers and intelrt anew, which an installed environment does once, so every row "
+                    "includes that time; unset it to time what a user's installation does")
     rows: list[Answer] = []
     for mode in modes:
         caches = Path(tempfile.mkdtemp(prefix="intelrt-first-answer-"))

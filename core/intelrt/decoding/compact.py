@@ -469,7 +469,7 @@ class CompactModel:
                     *one_token[layer.rotary_kind], k_cache, v_cache, slots, key_mask, arrivals,
                     self._read_next(index) if gemv else [], layer.q_heads, qk_norm[1], layer.scaling,
                     tuning.attention_splits, tuning.merge_in_kernel, tuning.prefetch, layer.window or 0,
-                    layer.softcap or 0.0, qk_norm[2])[:, None]
+                    layer.softcap or 0.0, qk_norm[2], tuning.programmatic_launch)[:, None]
             else:
                 attended = self._attention(layer, qkv, cos[:, None], sin[:, None], k_cache, v_cache, slots,
                                            visible[layer.window])

@@ -267,10 +267,11 @@ class FastDecoder:
         return self._compiled
 
     def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
-        """Inductor settings from the plan, active whenever the step may compile. ``freezing`` is
+        """Inductor settings from the plan (and ``DecodeTuning.programmatic_launch``), active whenever the
+        step may compile. ``freezing`` is
         left out: it bakes the weights into the compiled step as constants — a second copy, and one
         that training or ``load_state_dict`` would leave stale."""
-        if self.compile_backend != "inductor" or not self.compile_options:
+        if self.compile_backend != "inductor":
             return contextlib.nullcontext()
         import torch._inductor.config as inductor_config
 
@@ -280,8 +281,10 @@ class FastDecoder:
                     "the copy would not follow later changes to them")
             if note not in self.notes:
                 self.notes.append(note)
+        if self.tuning.programmatic_launch:  # a plan's own setting of it stays
+            options.setdefault("triton.enable_pdl", True)
         known = {k: v for k, v in options.items() if hasattr(inductor_config, k)}
-        return inductor_config.patch(known)
+        return inductor_config.patch(known) if known else contextlib.nullcontext()
 
     def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
         key = self._shape(rows, length, options)

@@ -40,6 +40,9 @@ MIN_TUNED_BLOCK = 64
 """Autotuning considers blocks of at least this many slots (or a split's whole share of the cache,
 when smaller): it runs at the first call, with the cache nearly empty, but the choice serves
 every later step as the cache fills."""
+PROGRAMMATIC_LAUNCH_MIN_CAPABILITY = (9, 0)
+"""Programmatic dependent launch (the kernel starts while the one before it drains, and waits on
+the device for its data: ``griddepcontrol``) needs a Hopper or newer GPU."""
 PREFETCH_MIN_CAPABILITY = (9, 0)
 """The prefetch uses Hopper's bulk L2 prefetch (``cp.async.bulk.prefetch.L2``, one instruction
 per ``PREFETCH_CHUNK`` bytes): older GPUs run the kernel without it."""
@@ -146,13 +149,16 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
                             SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
                             STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
                             MERGE: tl.constexpr, NPF: tl.constexpr, PF_LATE: tl.constexpr, PF_CHUNK: tl.constexpr,
-                            SOFTCAP: tl.constexpr):
+                            SOFTCAP: tl.constexpr, PDL: tl.constexpr):
     """One (row, key/value head, split of the cache): partial softmax state of the head's group
     (with one split, the group's attention output itself; with ``MERGE``, the last split to
     finish also merges them all). Programs past the last split (``split >= SPLITS``) only
     prefetch the ``NPF`` tensors ``pf0 ..`` (``n0 ..`` bytes) into L2; with ``PF_LATE``, the
     attention programs do, after their loads. ``window`` > 0: only the last ``window`` slots up to
-    the new one are attended (a sliding-window layer); ``SOFTCAP``: scores are soft-capped."""
+    the new one are attended (a sliding-window layer); ``SOFTCAP``: scores are soft-capped.
+    ``PDL`` (launched as a programmatic dependent launch): the prefetch programs run at once (they
+    read only weights), the attention programs wait for the kernel before to finish (it wrote
+    q/k/v), then let the next kernel launch (it waits, on the device, for this one to finish)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if NPF > 0 and not PF_LATE:
@@ -160,6 +166,9 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
             _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, (split - SPLITS) * tl.num_programs(0) + pid,
                           (tl.num_programs(1) - SPLITS) * tl.num_programs(0), NPF, PF_CHUNK)
             return
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     b = pid // HKV
     h = pid % HKV
     d = tl.arange(0, D)
@@ -275,7 +284,7 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
                      slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, prefetch: list[torch.Tensor],
                      q_heads: int, eps: float, scaling: float, split_target: int = 64, merge_in_kernel: bool = True,
                      prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
-                     norm_offset: float = 0.0) -> torch.Tensor:
+                     norm_offset: float = 0.0, programmatic: bool = False) -> torch.Tensor:
     """Attention output (rows, q_heads * head_dim) of one new token per row.
 
     ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
@@ -292,7 +301,9 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     (else a second kernel does). ``window`` > 0: a sliding-window layer, which attends to the
     last ``window`` slots up to and including the new one; ``softcap`` > 0: scores become
     ``softcap * tanh(score / softcap)`` before the mask; ``norm_offset``: the q/k norms' weights are
-    ``weight + norm_offset`` (1 for Gemma).
+    ``weight + norm_offset`` (1 for Gemma). ``programmatic``: launch the kernel as a programmatic
+    dependent launch where the GPU has it (``PROGRAMMATIC_LAUNCH_MIN_CAPABILITY``): it starts while
+    the kernel before it drains, and waits on the device for that kernel's output.
     """
     rows = qkv.shape[0]
     kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
@@ -316,6 +327,8 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     if sum(t.numel() * t.element_size() for t in fetched) > _prefetch_budget(qkv.device):
         fetched = []
     late = prefetch_mode == "late"
+    pdl = programmatic and not interpreted and _capable(qkv.device, PROGRAMMATIC_LAUNCH_MIN_CAPABILITY)
+    launch = {"launch_pdl": True} if pdl else {}
     extra = 0 if late or not fetched else triton.cdiv(PREFETCH_PROGRAMS, heads)
     pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
     sizes = [t.numel() * t.element_size() for t in fetched] + [0] * (MAX_PREFETCH - len(fetched))
@@ -326,17 +339,22 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
         G=groups, GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
         STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
         PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, NPF=len(fetched),
-        PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, SOFTCAP=softcap > 0, **tuned)
+        PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, SOFTCAP=softcap > 0, PDL=pdl, **tuned, **launch)
     if splits > 1 and not merge:
         _decode_attention_combine[(heads,)](best, total, acc, out, out.stride(0), HKV=kv_heads, G=groups,
                                             GS=kept, D=head_dim, SPLITS=splits)
     return out
 
 
+def _capable(device: torch.device, capability: tuple[int, int]) -> bool:
+    """``device`` is a CUDA GPU of at least compute ``capability``."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= capability
+
+
 def _prefetch_budget(device: torch.device) -> int:
     """Bytes the kernel may prefetch on ``device``: ``PREFETCH_L2_SHARE`` of its L2 cache on a CUDA
     GPU with the bulk L2 prefetch (``PREFETCH_MIN_CAPABILITY``), else none."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < PREFETCH_MIN_CAPABILITY:
+    if not _capable(device, PREFETCH_MIN_CAPABILITY):
         return 0
     return int(torch.cuda.get_device_properties(device).L2_cache_size * PREFETCH_L2_SHARE)
 
@@ -348,5 +366,5 @@ def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_no
                             prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float,
                             split_target: int = 64, merge_in_kernel: bool = True,
                             prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
-                            norm_offset: float = 0.0) -> torch.Tensor:
+                            norm_offset: float = 0.0, programmatic: bool = False) -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], q_heads * k_cache.shape[3]))

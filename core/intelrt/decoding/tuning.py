@@ -74,6 +74,12 @@ class DecodeTuning:
     persist_compiled: bool = True
     """Keep inductor's artifacts of each compiled step in intelrt's cache directory, and load them
     before compiling the same step in a later process (``compile_cache.py``)."""
+    programmatic_launch: bool = True
+    """On CUDA GPUs of compute capability 9.0 or newer (Hopper), the compiled step's kernels are
+    launched as programmatic dependent launches: each starts while the kernel before it drains
+    and waits, on the device, for the data it reads (inductor's ``triton.enable_pdl``, and the
+    attention kernel's own launch), which shortens the gaps between a captured step's ~150
+    kernels. Inert on other devices."""
     prefetch: str = "early"
     """When the attention kernel prefetches ``prefetch_weights``: ``early`` (extra programs, as the
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
