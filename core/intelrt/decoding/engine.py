@@ -267,10 +267,9 @@ class FastDecoder:
         return self._compiled
 
     def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
-        """Inductor settings from the plan (and ``DecodeTuning.programmatic_launch``), active whenever the
-        step may compile. ``freezing`` is
-        left out: it bakes the weights into the compiled step as constants — a second copy, and one
-        that training or ``load_state_dict`` would leave stale."""
+        """Inductor settings from the plan and ``DecodeTuning.programmatic_launch``, active whenever
+        the step may compile. ``freezing`` is left out: it bakes the weights into the compiled step
+        as constants — a second copy, and one that training or ``load_state_dict`` would leave stale."""
         if self.compile_backend != "inductor":
             return contextlib.nullcontext()
         import torch._inductor.config as inductor_config
