@@ -44,7 +44,7 @@ def worker(args: argparse.Namespace) -> None:
     multi_device.write_report(Path(args.out), {
         "texts": texts, "seconds": seconds, "tok_s": args.batch * args.new_tokens / seconds,
         "peak_gib": multi_device.peak_memory_gib(), "path": loaded.last_generation.path,
-        "parallelism": loaded.plan.value("parallelism").to_dict()})
+        "parallelism": loaded.plan.decided.parallelism.to_dict()})
 
 
 def main() -> int:

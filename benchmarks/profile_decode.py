@@ -61,7 +61,7 @@ def main() -> None:
     from intelrt.cli.bench import build_model, timed_median
     from intelrt.decoding.engine import FastDecoder
     from intelrt.decoding.keywords import DecodeOptions
-    from intelrt.decoding.policy import triton_installed
+    from intelrt.backends.decode_rules import triton_installed
     from intelrt.decoding.tuning import DecodeTuning
     from intelrt.host.manager import get_host
     from intelrt.plugin import DecodeChoice
@@ -83,7 +83,7 @@ def main() -> None:
     build_model(workdir, tiny=args.tiny, device=device)
     loaded = intelrt.load(workdir, backend=device)
     model = loaded.model
-    kind = loaded.plan.decode_choice.graphs if loaded.plan.decode_choice else None
+    kind = loaded.plan.decided.decode.graphs if loaded.plan.decided.decode else None
     capturer = get_host().decode_graph(loaded.plan.backend, kind) if kind else None
     ids = torch.randint(2, 384, (1, 32), generator=torch.Generator().manual_seed(0)).to(model.device)
     mask = torch.ones_like(ids)

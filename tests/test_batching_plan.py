@@ -12,7 +12,7 @@ import intelrt
 from intelrt.backends import graphs
 from intelrt.decoding.continuous import config_kwargs
 from intelrt.hooks.types import BackendStatus
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 from intelrt.plugin import BatchingChoice, DecodeChoice
 
 PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then", "x"]

@@ -123,7 +123,7 @@ def test_compiled_compact_step_equals_generate(varied_model: Path, one_torch_thr
     """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
     (the form used for few rows), still token for token."""
     loaded = intelrt.load(varied_model, compile="inductor")
-    assert loaded.plan.decode_choice.compile == "inductor"
+    assert loaded.plan.decided.decode.compile == "inductor"
     got = ours(loaded, PROMPTS[:1], max_new_tokens=12)
     report = loaded.last_generation
     assert report is not None

@@ -81,7 +81,7 @@ def test_prompts_are_longer_than_the_sliding_window_and_outputs_vary(family_mode
 
 def test_the_plan_runs_the_family_on_the_compact_step(family_model: Path) -> None:
     plan = intelrt.plan(family_model)
-    decode = plan.decode_choice
+    decode = plan.decided.decode
     assert decode is not None and (decode.method, decode.step) == ("fast", "compact"), plan.decisions["decode"].reason
 
 

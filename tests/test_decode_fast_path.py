@@ -161,5 +161,5 @@ def test_decode_graphs_on_the_cpu_is_refused(varied_model: Path) -> None:
 
 def test_decode_compile_on_is_honoured_by_the_decode_step(varied_model: Path) -> None:
     plan = intelrt.plan(varied_model, compile="on")
-    assert plan.decode_choice.compile == "inductor"
-    assert intelrt.plan(varied_model, compile="none").decode_choice.compile is None
+    assert plan.decided.decode.compile == "inductor"
+    assert intelrt.plan(varied_model, compile="none").decided.decode.compile is None

@@ -18,7 +18,7 @@ import pytest
 import intelrt
 from intelrt.errors import PlanError
 from intelrt.host.manager import get_host
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
 from intelrt.testing.simulation import simulate
 

@@ -77,7 +77,7 @@ def _run(batch: InflightBatch, requests: list[RowRequest], join_every: int = 2) 
 def test_inflight_greedy_equals_generate_for_requests_joining_mid_batch(loaded: intelrt.Loaded,
                                                                         expected: list[list[int]],
                                                                         choice: DecodeChoice | None) -> None:
-    decoder = FastDecoder(loaded.model, choice or loaded.plan.decode_choice, None)
+    decoder = FastDecoder(loaded.model, choice or loaded.plan.decided.decode, None)
     assert decoder.step == ("compact" if choice is None else "model")
     batch = InflightBatch(decoder, 4, 64, loaded.model.device)
     requests = [RowRequest(tuple(_ids(loaded, p)), m, _eos(loaded)) for p, m in zip(PROMPTS, MAX_NEW, strict=True)]
@@ -199,7 +199,7 @@ def _rerun_capturer(log: list[str]) -> Callable[..., Callable[[], object]]:
 def test_inflight_captures_each_row_bucket_greedy_and_sampling_once_at_warm_up(loaded: intelrt.Loaded,
                                                                              expected: list[list[int]]) -> None:
     captured: list[str] = []
-    choice = replace(loaded.plan.decode_choice, graphs="test", warmup="static")  # type: ignore[type-var]
+    choice = replace(loaded.plan.decided.decode, graphs="test", warmup="static")  # type: ignore[type-var]
     batch = InflightBatch(FastDecoder(loaded.model, choice, _rerun_capturer(captured)), 4, 64, loaded.model.device)
     assert batch.buckets == [1, 2, 4]
     batch.warm_up()

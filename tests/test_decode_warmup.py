@@ -19,7 +19,7 @@ from varied_weights import varied_copy
 
 import intelrt
 from intelrt.errors import PlanError
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
 
 CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
@@ -87,7 +87,7 @@ def test_the_cpu_runs_the_step_eagerly_for_every_kind_of_work(tiny_model: Path, 
 
 
 def test_the_cpu_compiles_when_asked_and_has_no_graphs_to_capture(tiny_model: Path) -> None:
-    decode = intelrt.plan(tiny_model, warmup="compiled").value("decode")
+    decode = intelrt.plan(tiny_model, warmup="compiled").decided.decode
     assert isinstance(decode, DecodeChoice) and (decode.warmup, decode.compile) == ("compiled", "inductor")
     with pytest.raises(PlanError, match="the CPU has no device graphs"):
         intelrt.plan(tiny_model, warmup="static")
@@ -109,10 +109,10 @@ def test_a_plugins_decision_must_honour_a_forced_warmup(tiny_model: Path) -> Non
 
     with simulate("xpu", 1):
         plan = intelrt.plan(tiny_model)
-        assert plan.decode_choice is not None and plan.decode_choice.prepared == "compiled"
+        assert plan.decided.decode is not None and plan.decided.decode.prepared == "compiled"
         with pytest.raises(PlanError, match="warmup='static'"):
             intelrt.plan(tiny_model, warmup="static")
-        assert intelrt.plan(tiny_model, warmup="compiled").decode_choice == plan.decode_choice
+        assert intelrt.plan(tiny_model, warmup="compiled").decided.decode == plan.decided.decode
         notes = intelrt.plan(tiny_model, workload="one-shot").decisions["decode"].notes
     assert any("workload='one-shot' is not weighed" in n and "'compiled'" in n for n in notes)
 

@@ -30,7 +30,7 @@ from intelrt.hooks import hookspecs
 from intelrt.hooks.types import BackendStatus
 from intelrt.host.manager import PluginHost
 from intelrt.planning.planner import make_plan
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

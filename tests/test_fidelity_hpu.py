@@ -62,7 +62,7 @@ def test_H6_hpu8_with_a_model_too_big_for_one_gaudi_is_refused_with_the_way_out(
     assert "Traceback" not in err
     # the first way out works: 4-bit weights fit one Gaudi, which the process drives with device_map='hpu'
     with start_simulation("hpu", 8, env=INT64):
-        assert intelrt.plan(big_model, quantization="4bit").value("placement") == "hpu"
+        assert intelrt.plan(big_model, quantization="4bit").decided.placement.device_map == "hpu"
 
 
 @pytest.mark.claim("H1")

@@ -27,7 +27,6 @@ import intelrt
 from intelrt.cli import main
 from intelrt.errors import PlanError
 from intelrt.planning.environment import child_env
-from intelrt.plugin import placement_kwargs
 from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs
 from intelrt.testing.level_zero import PRODUCTS, enumerate_devices
 from intelrt.testing.simulation import simulate as start_simulation
@@ -141,12 +140,12 @@ def test_X6_infer_auto_device_map_with_the_plans_max_memory_uses_only_the_named_
     keywords puts every module on device 0 or 2, never on the other two this process sees."""
     simulate("xpu", 2, memory_gib=240 / 1024**2)  # 240 KiB per device: the tiny model needs two
     plan = intelrt.plan(tiny_model, devices=[0, 2])
-    kwargs = placement_kwargs(plan.value("placement"))
+    kwargs = plan.decided.placement.from_pretrained_kwargs()
     assert kwargs["device_map"] == "auto" and set(kwargs["max_memory"]) == {0, 2}
     assert torch.xpu.device_count() == 4
     config = transformers.AutoConfig.from_pretrained(tiny_model)
     with init_empty_weights():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, str(plan.value("dtype"))))
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, str(plan.decided.dtype)))
     device_map = _get_device_map(model, kwargs["device_map"], kwargs["max_memory"], None)
     assert set(device_map.values()) == {0, 2}
     direct = infer_auto_device_map(model, max_memory=kwargs["max_memory"], no_split_module_classes=model._no_split_modules)
@@ -162,7 +161,7 @@ def test_X10_torch_counts_bf16_emulation_so_the_plan_asks_for_native_bf16(simula
     assert torch.xpu.is_bf16_supported(including_emulation=False) is False
     # ... the plan asks the device's native support instead
     plan = intelrt.plan(tiny_model)
-    assert plan.value("dtype") == "float16" and plan.backend.devices[0].bf16 is False
+    assert plan.decided.dtype == "float16" and plan.backend.devices[0].bf16 is False
 
 
 @pytest.mark.slow
@@ -200,7 +199,7 @@ def test_X11_without_xccl_in_the_build_the_plan_refuses_what_torch_distributed_w
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     plan = intelrt.plan(tiny_model)
-    assert plan.value("collective") is None and "is_xccl_available() is False" in plan.decisions["collective"].reason
+    assert plan.decided.collective is None and "is_xccl_available() is False" in plan.decisions["collective"].reason
     os.environ["WORLD_SIZE"] = "2"
     with pytest.raises(PlanError, match=r"WORLD_SIZE=2: this torch build \(2\.13\.0\+cpu\) has no XCCL: "
                                         r"torch\.distributed\.is_xccl_available\(\) is False"):

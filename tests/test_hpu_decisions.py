@@ -100,7 +100,7 @@ def test_H7_cli_plan_4bit_on_gaudi1_exits_nonzero_naming_first_generation(
 def test_H8_bf16_on_every_generation(simulate, tiny_model: Path, generation: str) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, generation=generation, env=INT64)
     plan = intelrt.plan(tiny_model)
-    assert plan.value("dtype") == "bfloat16" and plan.decisions["dtype"].claim == "H8"
+    assert plan.decided.dtype == "bfloat16" and plan.decisions["dtype"].claim == "H8"
     settings = _settings(plan)
     assert {s.value for s in settings["bf16"]} == {True}
     assert any(s.claim == "H8" and s.reason == "every Gaudi generation supports bfloat16" for s in settings["bf16"])
@@ -180,7 +180,7 @@ def test_kernels_are_off_on_gaudi_because_kernels_refuses_hpu(simulate, tiny_mod
 
 def test_flash_attention_is_refused_on_gaudi_and_sdpa_is_default(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, env=INT64)
-    assert intelrt.plan(tiny_model).value("attention") == "sdpa"
-    assert intelrt.plan(tiny_model, attention="eager").value("attention") == "eager"
+    assert intelrt.plan(tiny_model).decided.attention == "sdpa"
+    assert intelrt.plan(tiny_model, attention="eager").decided.attention == "eager"
     with pytest.raises(PlanError, match="Optimum for Intel Gaudi"):
         intelrt.plan(tiny_model, attention="flash_attention_2")

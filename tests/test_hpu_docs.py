@@ -32,7 +32,7 @@ def test_H11_page_cites_every_gaudi_claim(page: str, claim: str) -> None:
 @pytest.mark.claim("H11")
 def test_H11_page_documents_each_decision_hook_and_variable(page: str) -> None:
     import intelrt_hpu.plugin as plugin
-    from intelrt.planning.concerns import CONCERNS
+    from intelrt.hooks.concerns import CONCERNS
 
     hooks = [name for name in dir(plugin) if name.startswith("intelrt_")]
     modules = {getattr(plugin, name).__module__.rsplit(".", 1)[1] for name in hooks}

@@ -95,7 +95,7 @@ def test_H5_devices_are_module_ids_for_the_launched_process(simulate, tiny_model
     plan = intelrt.plan(tiny_model, devices="4,5,6,7")
     assert _env(plan)["HABANA_VISIBLE_MODULES"] == ("4,5,6,7", "replaced", "H5")
     assert not [f for f in plan.findings if f.title == "unsupported Gaudi set for distributed work"]
-    assert plan.device == "hpu" and plan.value("placement") == "hpu"
+    assert plan.device == "hpu" and plan.decided.placement.device_map == "hpu"
     assert not re.search(r"hpu:\d", plan.to_json()), "the device is 'hpu', never 'hpu:N'"
     assert not re.search(r"hpu:\d", str(plan))
 

@@ -20,9 +20,9 @@ import pytest
 import intelrt
 from intelrt.hooks import hookspecs
 from intelrt.host.manager import PluginHost
-from intelrt.planning.concerns import CONCERNS, concern
-from intelrt.planning.options import REQUEST_OPTIONS
-from intelrt.planning.request import NO_MODEL, Request
+from intelrt.hooks.concerns import CONCERNS, concern_named
+from intelrt.hooks.request import REQUEST_OPTIONS
+from intelrt.hooks.request import NO_MODEL, Request
 from intelrt.testing.conformance import checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +61,8 @@ def private_imports(source: str) -> list[str]:
 def test_the_private_import_check_catches_every_form() -> None:
     source = ("import intelrt\nfrom intelrt import hookimpl\nfrom intelrt.plugin import Decision\n"
               "import intelrt.testing.simulation\nif True:\n    from intelrt.planning import request\n"
-              "def f():\n    import intelrt.decoding.policy as p\n")
-    assert private_imports(source) == ["line 6: intelrt.planning", "line 8: intelrt.decoding.policy"]
+              "def f():\n    import intelrt.backends.decode_rules as p\n")
+    assert private_imports(source) == ["line 6: intelrt.planning", "line 8: intelrt.backends.decode_rules"]
 
 
 @pytest.mark.parametrize("tree", PLUGIN_TREES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -109,7 +109,7 @@ def test_a_remote_code_look_alike_of_llama_does_not_get_llama_arithmetic(zoo_roo
     config["auto_map"] = {"AutoModelForCausalLM": "modeling_mine.MyLlamaForCausalLM"}
     (directory / "config.json").write_text(json.dumps(config))
     plan = intelrt.plan(str(directory), trust_remote_code=True)
-    decode = plan.decode_choice
+    decode = plan.decided.decode
     assert decode is not None and not decode.fast
     assert "own code" in plan.decisions["decode"].reason
-    assert plan.value("attention") is None  # transformers picks for a class it alone knows
+    assert plan.decided.attention is None  # transformers picks for a class it alone knows

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.backends.defaults import KNOWN_ATTENTION
+from intelrt.backends.generic import KNOWN_ATTENTION
 from intelrt.errors import ConfigurationError, IntelrtError
-from intelrt.planning.options import REQUEST_OPTIONS
+from intelrt.hooks.request import REQUEST_OPTIONS
 from intelrt.plugin import ParallelismChoice
 
 #: Values to try for options whose declaration accepts free text (besides the default).
@@ -71,7 +71,7 @@ def exercise(model: Path, options: Mapping[str, Any]) -> None:
     import torch
 
     torch._dynamo.reset()  # each configuration compiles afresh, as a new process would
-    planned = intelrt.plan(model, **options).value("parallelism")
+    planned = intelrt.plan(model, **options).decided.parallelism
     if isinstance(planned, ParallelismChoice) and planned.sharded_load:
         # weights sharded as they load need every rank of a launched job: this one process is refused,
         # before anything loads, with the launch line (tests/test_sharded_training.py runs the ranks)

@@ -15,7 +15,7 @@ from intelrt.errors import ConfigurationError, PlanError
 from intelrt.hooks.payloads import ParallelismChoice
 from intelrt.host.manager import get_host
 from intelrt.planning.planner import make_plan
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 
 LAUNCHED = {"WORLD_SIZE": "2", "LOCAL_RANK": "0", "RANK": "0"}
 FSDP2 = {"version": 2, "reshard_after_forward": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
@@ -27,7 +27,7 @@ def _cpu_plan(model: Path, env: dict[str, str] | None = None, **options: Any) ->
 
 
 def _choice(plan: Any) -> ParallelismChoice:
-    value = plan.value("parallelism")
+    value = plan.decided.parallelism
     assert isinstance(value, ParallelismChoice)
     return value
 
@@ -36,7 +36,7 @@ def test_hook_select_parallelism_one_process_plans_nothing_sharded(tiny_model: P
     plan = _cpu_plan(tiny_model)
     decision = plan.decisions["parallelism"]
     assert (decision.value, decision.plugin, decision.forced) == (ParallelismChoice.single(), "cpu", False)
-    assert plan.value("placement") == "cpu"
+    assert plan.decided.placement.device_map == "cpu"
     assert "parallelism" in str(plan)
 
 
@@ -47,9 +47,9 @@ def test_cpu_fsdp_shards_the_weights_as_they_load_over_gloo(tiny_model: Path) ->
     assert (choice.training, choice.world_size, choice.fsdp_config) == ("fsdp", 2, None)
     assert choice.distributed_config == {"fsdp_size": 2} and choice.launch is None
     assert plan.decisions["parallelism"].forced
-    assert plan.value("placement") is None, "transformers places each rank's shard: no device_map"
-    assert plan.value("collective") == "gloo"
-    assert plan.decode_choice is not None and not plan.decode_choice.fast  # collectives every step: generate()
+    assert plan.decided.placement.device_map is None, "transformers places each rank's shard: no device_map"
+    assert plan.decided.collective == "gloo"
+    assert plan.decided.decode is not None and not plan.decided.decode.fast  # collectives every step: generate()
     assert "AcceleratorState enables it for accelerator ranks only" in plan.decisions["parallelism"].reason
 
 
@@ -89,8 +89,8 @@ def test_tensor_parallel_under_a_launch_hands_transformers_its_tp_plan(tiny_mode
     choice = _choice(plan)
     assert (choice.training, choice.inference) == ("none", "tensor")
     assert choice.distributed_config == {"tp_plan": "auto", "tp_size": 2}
-    assert plan.value("placement") is None
-    assert plan.batching_choice is not None and plan.batching_choice.method == "padded"
+    assert plan.decided.placement.device_map is None
+    assert plan.decided.batching is not None and plan.decided.batching.method == "padded"
     assert "Qwen3ForCausalLM" in plan.model.architecture.name and plan.model.architecture.tensor_parallel
 
 
@@ -102,7 +102,7 @@ def test_xpu_auto_shards_a_training_state_too_big_for_one_device(simulate, tiny_
     assert (decision.value.training, decision.value.fsdp_config, decision.plugin, decision.claim) == (
         "fsdp", FSDP2, "xpu", "X11")
     assert "does not fit one device, so it is sharded across the 2 launched rank(s)" in decision.reason
-    assert plan.value("placement") == "xpu:0" and plan.value("collective") == "xccl"
+    assert plan.decided.placement.device_map == "xpu:0" and plan.decided.collective == "xccl"
     assert "fsdp_config={'version':" in str(plan)  # the generated config is shown (wrapped to the terminal)
     settings = {s.name: s.value for _, s in get_host().training_arguments(
         backend=plan.backend, plan=plan, overrides={})}
@@ -158,7 +158,7 @@ def test_gaudi_rules(simulate, tiny_model: Path) -> None:  # type: ignore[no-unt
 def test_gaudi2_fsdp_and_habana_deepspeed_hint(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", count=1, env=LAUNCHED, packages={"deepspeed": None})
     plan = intelrt.plan(tiny_model, sharding="fsdp")
-    assert _choice(plan).fsdp_config == FSDP2 and plan.value("placement") == "hpu"
+    assert _choice(plan).fsdp_config == FSDP2 and plan.decided.placement.device_map == "hpu"
     with pytest.raises(PlanError, match=r"pip install git\+https://github.com/HabanaAI/DeepSpeed.git@"):
         intelrt.plan(tiny_model, sharding="deepspeed")
 

@@ -19,14 +19,14 @@ def test_plan_holds_every_decision_with_reason_and_plugin(tiny_model: Path) -> N
     for name in ("dtype", "quantization", "placement", "attention", "kernels", "compile", "batching", "collective"):
         decision = plan.decisions[name]
         assert decision.reason and decision.plugin and decision.forced is False, name
-    assert plan.value("attention") == "sdpa" and plan.value("dtype") == "float32"
+    assert plan.decided.attention == "sdpa" and plan.decided.dtype == "float32"
 
 
 def test_plan_marks_forced_choices(tiny_model: Path) -> None:
     plan = intelrt.plan(tiny_model, dtype="bf16", attention="eager", compile="none")
     assert plan.decisions["dtype"].value == "bfloat16" and plan.decisions["dtype"].forced
     assert plan.decisions["attention"].value == "eager" and plan.decisions["attention"].forced
-    assert plan.decisions["compile"].forced and plan.compile_choice.enabled is False
+    assert plan.decisions["compile"].forced and plan.decided.compile.enabled is False
     assert not plan.decisions["placement"].forced
 
 

@@ -55,7 +55,7 @@ def test_c6_lists_builtin_and_installed_plugins_with_distribution_and_version() 
 def test_c6_third_party_plugin_overrides_one_decision_and_is_named_in_the_plan(third_party, tiny_model) -> None:  # type: ignore[no-untyped-def]
     third_party("prefer_eager", GOOD)
     from intelrt.planning.planner import make_plan
-    from intelrt.planning.request import Request
+    from intelrt.hooks.request import Request
 
     plan = make_plan(Request.build(tiny_model), host=PluginHost())
     assert plan.decisions["attention"].value == "eager"
@@ -128,7 +128,7 @@ def intelrt_select_dtype(backend):
     return "bfloat16"
 ''')
     from intelrt.planning.planner import make_plan
-    from intelrt.planning.request import Request
+    from intelrt.hooks.request import Request
 
     with pytest.raises(PluginError, match=r"'wrongtype'.*returned str.*intelrt_select_dtype; expected Decision"):
         make_plan(Request.build(tiny_model), host=PluginHost())

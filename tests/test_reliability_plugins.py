@@ -15,7 +15,7 @@ from intelrt.errors import PlanError, PluginError
 from intelrt.host.manager import PluginHost
 from intelrt.planning.diagnosis import diagnose
 from intelrt.planning.planner import make_plan
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 from intelrt.testing.distributions import install_plugin, uninstall
 
 Install = Callable[[str, str], None]
@@ -136,7 +136,7 @@ def test_C6_a_plugin_hook_that_calls_hooks_itself_does_not_wait_on_itself(
     third_party("nested", '''
 from intelrt.planning.planner import make_plan
 from intelrt.host.manager import get_host
-from intelrt.planning.request import Request
+from intelrt.hooks.request import Request
 
 seen = []
 

@@ -454,7 +454,7 @@ def _served_alone(loaded: intelrt.Loaded, prompts: list[str], max_new: int) -> t
 
 def test_serve_a_model_decoded_by_generate_one_completion_at_a_time(model_dir: Path) -> None:
     loaded = intelrt.load(model_dir, quantization="8bit")  # the plan decodes LLM.int8 weights with generate
-    assert loaded.plan.decode_choice is not None and not loaded.plan.decode_choice.fast
+    assert loaded.plan.decided.decode is not None and not loaded.plan.decided.decode.fast
     expected = [loaded.generate(p, max_new_tokens=12) for p in PROMPTS[:3]]
     lines, texts = _served_alone(loaded, PROMPTS[:3], 12)
     assert texts == expected
@@ -486,7 +486,7 @@ def test_serve_a_cache_that_cannot_take_rows_in_flight_one_completion_at_a_time(
     model.generation_config.eos_token_id = None
     model.save_pretrained(tmp_path)
     loaded = intelrt.load(tmp_path)
-    assert loaded.plan.decode_choice is not None and loaded.plan.decode_choice.step == "model"
+    assert loaded.plan.decided.decode is not None and loaded.plan.decided.decode.step == "model"
     expected = [loaded.generate(p, max_new_tokens=20) for p in PROMPTS[:2]]
     assert loaded.last_generation is not None and loaded.last_generation.path == "fast"
     lines, texts = _served_alone(loaded, PROMPTS[:2], 20)

@@ -11,7 +11,7 @@ import pytest
 
 import intelrt
 from intelrt.errors import ConfigurationError, PlanError
-from intelrt.planning.plan import Plan
+from intelrt.hooks.plan import Plan
 from intelrt.planning.planner import plan_backend
 from intelrt.training.arguments import training_settings
 

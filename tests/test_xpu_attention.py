@@ -52,7 +52,7 @@ def test_X5_flash_attention_2_runs_through_the_cached_hub_kernel(simulate, tiny_
 def test_X5_the_kernel_version_follows_torch(simulate, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cache_kernel(tmp_path, FA2, 3)  # only version 3 cached: right for torch < 2.10, not for 2.13
     simulate("xpu", count=1, packages=KERNELS_OK, env={"KERNELS_CACHE": str(tmp_path)}, torch_version="2.9.0")
-    assert intelrt.plan(tiny_model, attention="flash_attention_2").value("attention") == "flash_attention_2"
+    assert intelrt.plan(tiny_model, attention="flash_attention_2").decided.attention == "flash_attention_2"
 
 
 @pytest.mark.claim("X5")

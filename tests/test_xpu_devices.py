@@ -143,7 +143,7 @@ def test_X11_launch_env_shares_one_mask_for_all_ranks(simulate, tiny_model: Path
     assert "all 2 rank(s)" in masks[0].reason and "per-rank mask hangs XCCL" in masks[0].reason
     ranks = [i for i in items if getattr(i, "title", "").startswith("2 rank(s)")]
     assert len(ranks) == 1 and "LOCAL_RANK" in ranks[0].title
-    assert plan.value("collective") == "xccl"
+    assert plan.decided.collective == "xccl"
 
 
 @pytest.mark.claim("X11")

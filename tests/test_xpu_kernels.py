@@ -102,7 +102,7 @@ def test_X8_local_kernels_use_the_local_kernel_config(simulate, tiny_model: Path
              env={"LOCAL_KERNELS": ":".join(f"{r}={p}" for r, p in local.items()),
                   "KERNELS_CACHE": str(tmp_path / "empty")})
     plan = intelrt.plan(tiny_model, kernels=True)
-    value = plan.kernel_choice
+    value = plan.decided.kernels
     assert value is not None and value.use_local_kernel is True and value.kernel_mapping is not None
     assert value.kernel_mapping["RMSNorm"] == {"xpu": f"{local['kernels-community/rmsnorm']}:RMSNorm"}
     config = kernel_config(plan)

@@ -25,12 +25,12 @@ from .errors import (
 from .hooks.markers import hookimpl
 
 if TYPE_CHECKING:
+    from .hooks.plan import Plan
     from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
     from .planning.detection import Detection, detect
-    from .planning.environment import setup_env
-    from .planning.plan import Plan
     from .planning.planner import plan
     from .runtime.compiling import compile
+    from .runtime.environment import setup_env
     from .runtime.loaded import Loaded
     from .runtime.loading import load
     from .runtime.pipeline import pipeline
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from .training.launching import launch
 
 _LAZY = {
-    "load": "runtime.loading", "setup_env": "planning.environment", "plan": "planning.planner",
-    "detect": "planning.detection", "compile": "runtime.compiling", "Plan": "planning.plan",
+    "load": "runtime.loading", "setup_env": "runtime.environment", "plan": "planning.planner",
+    "detect": "planning.detection", "compile": "runtime.compiling", "Plan": "hooks.plan",
     "Loaded": "runtime.loaded", "Detection": "planning.detection",
     "BackendStatus": "hooks.types", "Decision": "hooks.types", "DeviceInfo": "hooks.types",
     "EnvVar": "hooks.types", "Finding": "hooks.types", "Setting": "hooks.types",

@@ -7,9 +7,10 @@ minor releases; docs/plugin-api.md lists each with its contract.
 
 The names fall into four groups:
 
-* **the hook contract**: ``hookimpl``, the argument and result types of every hook
+* **the hook contract**: ``hookimpl``, :class:`Backend` (a plugin's backend subclasses it) with
+  :class:`Situation` and :class:`Endorsement`, the argument and result types of every hook
   (``BackendStatus``, ``DeviceInfo``, ``Decision``, ``EnvVar``, ``Finding``, ``Setting``,
-  ``Request``, ``ModelInfo``, ``Plan``) and the typed decision values (``DecodeChoice`` …);
+  ``Request``, ``ModelInfo``, ``Decided``, ``Plan``) and the typed decision values (``DecodeChoice`` …);
 * **errors** a hook raises to refuse a request (``PlanError``, ``ConfigurationError``);
 * **facts about the machine**: installed versions, visibility-variable parsing, the hub cache,
   the launch environment;
@@ -19,23 +20,10 @@ The names fall into four groups:
 
 from __future__ import annotations
 
-from .backends.defaults import (
-    DEVICE_COLLECTIVES,
-    attention_fallback,
-    bitsandbytes_choice,
-    check_training_overrides,
-    continuous_batching_blocker,
-    padded_generate_instead,
-)
-from .backends.parallelism import (
-    ShardingSupport,
-    decide_parallelism,
-    rank_placement,
-)
-from .backends.sizing import BYTES_PER_PARAM, FIT_HEADROOM, bytes_per_parameter, fits_one_device
-from .decoding.capture import begin_end, stream_capturer
-from .decoding.policy import (
+from .backends.capture import begin_end, stream_capturer
+from .backends.decode_rules import (
     compact_step,
+    continuous_batching_blocker,
     continuous_blocker,
     decode_attention_kernel,
     decode_blockers,
@@ -45,11 +33,18 @@ from .decoding.policy import (
     fast_decode,
     fast_decode_planned,
     kernel_blocker,
+    padded_generate_instead,
     plain_generate,
     triton_installed,
 )
+from .backends.generic import DEVICE_COLLECTIVES, attention_fallback, check_training_overrides
+from .backends.parallelism import decide_parallelism, rank_placement
+from .backends.sizing import BYTES_PER_PARAM, FIT_HEADROOM, bytes_per_parameter, fits_one_device
 from .errors import ConfigurationError, IntelrtError, PlanError
+from .hooks.backend import Backend, Endorsement, ShardingSupport, Situation
+from .hooks.concerns import Decided
 from .hooks.markers import PROJECT, hookimpl
+from .hooks.model import Architecture, ModelInfo
 from .hooks.payloads import (
     BatchingChoice,
     CompileChoice,
@@ -59,15 +54,12 @@ from .hooks.payloads import (
     KernelChoice,
     ParallelismChoice,
     Payload,
+    Placement,
     QuantizationChoice,
-    limited_placement,
-    placement_kwargs,
 )
+from .hooks.plan import Plan, PlannedDecision
+from .hooks.request import Request
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
-from .planning.architecture import Architecture
-from .planning.model_source import ModelInfo
-from .planning.plan import Plan, PlannedDecision
-from .planning.request import Request
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
 from .support.units import format_bytes
@@ -85,11 +77,12 @@ from .support.visibility import DeviceList, parse_device_list
 __all__ = [
     # the hook contract
     "PROJECT", "hookimpl",
+    "Backend", "Situation", "Endorsement", "ShardingSupport", "Decided",
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
-    "limited_placement", "placement_kwargs",
+    "Placement",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
@@ -100,8 +93,8 @@ __all__ = [
     "world_size", "is_distributed_launch",
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
-    "bytes_per_parameter", "fits_one_device", "bitsandbytes_choice", "check_training_overrides",
-    "ShardingSupport", "decide_parallelism", "rank_placement",
+    "bytes_per_parameter", "fits_one_device", "check_training_overrides",
+    "decide_parallelism", "rank_placement",
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",
     "decode_warmup", "triton_installed",

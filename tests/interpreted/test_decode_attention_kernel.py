@@ -196,7 +196,7 @@ def test_decode_loop_with_the_kernel_equals_generate_for_new_families(kernel: Mo
 
     loaded = intelrt.load(build(tmp_path, family))
     loaded.decode_tuning = DecodeTuning(attention_splits=4)
-    assert loaded.plan.decode_choice.attention_kernel
+    assert loaded.plan.decided.decode.attention_kernel
     got = ours(loaded, PROMPTS)
     report = loaded.last_generation
     assert report is not None and (report.step, report.attention_kernel) == ("compact", True)

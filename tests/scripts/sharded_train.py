@@ -36,7 +36,7 @@ def main() -> None:
     from torch.distributed.tensor import DTensor
 
     rank = os.environ.get("RANK", "0")
-    parallelism = loaded.plan.value("parallelism")
+    parallelism = loaded.plan.decided.parallelism
     (out / f"rank{rank}.json").write_text(json.dumps({
         "rank": int(rank), "world": result.world_size, "sharding": result.sharding,
         "parallelism": parallelism.to_dict() if parallelism is not None else None,

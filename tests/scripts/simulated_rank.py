@@ -33,7 +33,7 @@ def main() -> None:
 
         plan = plan_backend()
         report: dict[str, object] = {
-            "local_rank": os.environ["LOCAL_RANK"], "collective": plan.value("collective"),
+            "local_rank": os.environ["LOCAL_RANK"], "collective": plan.decided.collective,
             "mask": os.environ.get("ZE_AFFINITY_MASK"), "modules": os.environ.get("HABANA_VISIBLE_MODULES"),
             "visible": plan.backend.device_count,
         }

@@ -30,7 +30,7 @@ def main() -> None:
     proj = loaded.model.model.layers[0].self_attn.q_proj.weight
     local = proj.to_local() if hasattr(proj, "to_local") else proj
     rank = os.environ.get("RANK", "0")
-    parallelism = loaded.plan.value("parallelism")
+    parallelism = loaded.plan.decided.parallelism
     Path(args.out, f"rank{rank}.json").write_text(json.dumps({
         "rank": int(rank), "texts": texts, "q_proj_rows": int(local.shape[0]),
         "q_proj_rows_full": int(loaded.model.config.num_attention_heads * loaded.model.config.head_dim),

@@ -31,14 +31,14 @@ On an accelerator the same rules decide; the CPU plans shown here compile nothin
 
 
 def _one(plan: Any) -> str:
-    decode = plan.decode_choice
+    decode = plan.decided.decode
     if decode is None or not decode.fast:
         return "plain generate"
     return "compact step" if decode.step == "compact" else "model forward"
 
 
 def _many(plan: Any) -> str:
-    batching = plan.batching_choice
+    batching = plan.decided.batching
     if batching is None:
         return "—"
     if batching.method == "continuous":

@@ -1,14 +1,14 @@
-"""Built-in plugins: generic defaults, and the ``cpu`` and ``cuda`` reference backends."""
+"""The built-in backends (``cpu``, ``cuda``), intelrt's generic rules, and the plan-time rules every
+backend shares (sizing, parallelism, decode and batching, the compact step's families)."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from . import cpu, cuda, defaults, graphs
+from . import cpu, cuda
 
 BUILTIN_PLUGINS: tuple[tuple[str, ModuleType], ...] = (
-    ("defaults", defaults),
     ("cpu", cpu),
     ("cuda", cuda),
-    ("graphs", graphs),
 )
+"""intelrt's own plugins, registered before any installed one: each contributes its backend."""

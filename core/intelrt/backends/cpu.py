@@ -1,21 +1,40 @@
-"""The ``cpu`` backend: always available, the reference every other backend is compared to."""
+"""The ``cpu`` backend: always available, the reference every other backend is compared to.
+
+Everything the CPU does differently from intelrt's generic rules is here: float32 by default,
+no device selection, gloo ranks for tests, no fp16 training, FlashAttention refused, the decode
+loop eager (no device graphs; compile warm-up outweighs its gain), padded batches of up to 64
+prompts through that loop.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..errors import PlanError
+from ..hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from ..hooks.markers import hookimpl
-from ..hooks.payloads import DecisionValue
-from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
-from .parallelism import ShardingSupport, decide_parallelism
-
-if TYPE_CHECKING:
-    from ..planning.model_source import ModelInfo
-    from ..planning.request import Request
+from ..hooks.payloads import BatchingChoice, CompileChoice
+from ..hooks.plan import Plan
+from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+from .decode_rules import (
+    QUANTIZED_STEP,
+    compact_step,
+    decode_attention_kernel,
+    decode_blockers,
+    decode_compile,
+    decode_graphs,
+    decode_warmup,
+    fast_decode,
+    fast_decode_planned,
+    kernel_blocker,
+    padded_generate_instead,
+    plain_generate,
+    quantized,
+    triton_installed,
+)
 
 #: The CPU's ranks over gloo: real multi-process runs for tests. accelerate enables FSDP only for
 #: accelerator ranks (``AcceleratorState``: ``MULTI_GPU``, ``MULTI_XPU``, ``MULTI_HPU`` …, never
@@ -30,40 +49,106 @@ CPU_SHARDING = ShardingSupport(
                       "not cpu); use sharding='fsdp' or 'ddp' on the CPU",
     notes=("CPU ranks are for tests: gloo runs every collective FSDP2 and tensor parallel need",))
 
-
-@hookimpl
-def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
-    name = platform.processor() or platform.machine() or "cpu"
-    return [BackendStatus(
-        name="cpu", device_type="cpu", available=True, priority=0,
-        reason=f"the CPU is always available ({os.cpu_count()} cores)",
-        devices=(DeviceInfo(0, name),))]
+CPU_FLEX_OVER_4BIT = ("bitsandbytes 4-bit weights with attention='flex_attention' on the CPU: flex attention compiles "
+                      "its kernel with inductor's C++ backend, which fails to build over the 4-bit layers, so "
+                      "transformers' generate runs them (or choose attention='sdpa' for the fast loop)")
+TRITON_INTERPRET = "TRITON_INTERPRET"
+"""``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
 
-@hookimpl
-def intelrt_setup_env(backend: BackendStatus, request: Request) -> list[EnvVar | Finding] | None:
-    if backend.name != "cpu":
+class CpuBackend(Backend):
+    """The CPU: torch's own device, on every machine."""
+
+    name = "cpu"
+    device_type = "cpu"
+    priority = 0
+    fast_decode_4bit = True
+    max_padded_batch = 64
+    ranks_are_devices = False
+    fp16_training = False
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> BackendStatus:
+        name = platform.processor() or platform.machine() or "cpu"
+        return BackendStatus(name="cpu", device_type="cpu", available=True, priority=cls.priority,
+                             reason=f"the CPU is always available ({os.cpu_count()} cores)", devices=(DeviceInfo(0, name),))
+
+    @property
+    def sharding_support(self) -> ShardingSupport:
+        return CPU_SHARDING
+
+    def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding] | None:
+        if s.request.devices is not None:
+            raise PlanError(f"devices={list(s.request.devices)} selects accelerator devices; the cpu backend "
+                            "has none to select. Leave devices unset, or choose an accelerator backend.")
         return None
-    if request.devices is not None:
-        raise PlanError(f"devices={list(request.devices)} selects accelerator devices; the cpu backend "
-                        "has none to select. Leave devices unset, or choose an accelerator backend.")
-    return None
+
+    def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting] | None:
+        return None if "use_cpu" in overrides else [Setting("use_cpu", True, "the plan runs on the CPU")]
+
+    def select_dtype(self, s: Situation) -> Decision:
+        return Decision("float32", "CPU: float32 is exact and fast on every CPU; pass dtype='bfloat16' to halve memory")
+
+    def select_collective(self, s: Situation) -> Decision:
+        return Decision("gloo", "gloo is torch.distributed's CPU backend")
+
+    def check_attention(self, value: str, s: Situation) -> Endorsement | None:
+        if value.removeprefix("paged|") == "flash_attention_2":
+            raise PlanError(f"attention={value!r} needs a GPU; on the CPU use 'sdpa' (the default) or 'eager'")
+        return None
+
+    def check_compile(self, value: CompileChoice, s: Situation) -> Endorsement | None:
+        if value.enabled and s.request.quantization == "4bit":
+            raise PlanError(f"quantization='4bit' with compile={s.request.compile!r} cannot run on the CPU: bitsandbytes "
+                            "repacks 4-bit weights into its CPU layout during the first forward call "
+                            "(bitsandbytes.nn.Linear4bit.forward), so the compiled graph no longer matches its weights "
+                            "and fails. Pass compile='none' with 4-bit on the CPU (or quantization='8bit' to compile)")
+        return None
+
+    def select_decode(self, s: Situation) -> Decision | None:
+        request, model, decided = s.request, s.model, s.decided
+        if decode_blockers(model, decided, four_bit=True) is not None:
+            return None  # the generic rule explains the fallback
+        four_bit = quantized(decided)
+        if four_bit and decided.attention == "flex_attention":
+            return plain_generate(CPU_FLEX_OVER_4BIT)
+        step, step_reason = ("model", QUANTIZED_STEP) if four_bit else compact_step(model)
+        misfit = kernel_blocker(model) if step == "compact" else None
+        decode_graphs(request, None, "the CPU has no device graphs")
+        warm = decode_warmup(request, None, decode_compile(request, None), "the CPU has no device graphs",
+                             "compile warm-up outweighs its gain on the CPU")
+        # On the CPU the kernel runs only under Triton's interpreter, as the test suite runs it.
+        interpreted = s.env.get(TRITON_INTERPRET) == "1" and triton_installed()
+        kernel = decode_attention_kernel(request, interpreted, f"the CPU runs it only under Triton's interpreter "
+                                         f"({TRITON_INTERPRET}=1, with Triton installed)", step, misfit)
+        reason = f"static-KV-cache decode loop without generate's per-token bookkeeping; {warm.reason}; {step_reason}"
+        return fast_decode(None, warm.compile, reason, step=step, attention_kernel=kernel, warmup=warm.kind)
+
+    def select_batching(self, s: Situation) -> Decision | None:
+        request, decided = s.request, s.decided
+        fast = fast_decode_planned(decided)
+        if not fast and decided.attention == "flex_attention" and decided.task == "text-generation":
+            raise PlanError("attention='flex_attention' cannot generate from a list of prompts on the CPU when "
+                            "transformers' generate decodes (the plan's decode decision says why the fast decode loop "
+                            "is off): its continuous batching does not run flex attention, and a padded batch fails to "
+                            "build flex attention's CPU kernel (inductor). Use attention='sdpa' (the default) or "
+                            "'eager'")
+        if request.batching == "padded":
+            return None
+        fallback = padded_generate_instead(request, s.model, decided, self.max_padded_batch)
+        if fallback is not None:
+            return fallback
+        if request.batching == "auto" and fast:
+            return Decision(BatchingChoice.padded("fast", self.max_padded_batch),
+                            f"padded batches of up to {self.max_padded_batch} prompts through the fast decode loop: on "
+                            "the CPU one padded batch through the decode loop skips continuous batching's per-step "
+                            "scheduling", notes=("batching='continuous' uses transformers' generate_batch instead",))
+        user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
+        return Decision(BatchingChoice.continuous(use_graphs=False, use_async_batching=False, kv_sizing="requests"),
+                        f"{user}; continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
+                        "sized from the requests (sizing it from free memory takes seconds)", claim="X7")
 
 
 @hookimpl
-def intelrt_select_compile(backend: BackendStatus, request: Request) -> Decision | None:
-    """Refuses what cannot run on the CPU; otherwise the generic decision applies."""
-    if backend.name != "cpu" or request.quantization != "4bit" or request.compile in ("auto", "none"):
-        return None
-    raise PlanError(f"quantization='4bit' with compile={request.compile!r} cannot run on the CPU: bitsandbytes "
-                    "repacks 4-bit weights into its CPU layout during the first forward call "
-                    "(bitsandbytes.nn.Linear4bit.forward), so the compiled graph no longer matches its weights and "
-                    "fails. Pass compile='none' with 4-bit on the CPU (or quantization='8bit' to compile)")
-
-
-@hookimpl
-def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                               decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    if backend.name != "cpu":
-        return None
-    return decide_parallelism(backend, request, model, env, decisions, CPU_SHARDING)
+def intelrt_backends() -> list[type[Backend]]:
+    return [CpuBackend]

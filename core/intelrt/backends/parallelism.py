@@ -11,8 +11,8 @@ plan (``DistributedConfig(tp_plan="auto")``, the model class's ``_tp_plan`` and 
 ``base_model_tp_plan``).
 
 What differs per backend — the collective library, how FSDP2 is built, whether DeepSpeed and
-tensor parallel run — is a :class:`ShardingSupport`; every backend's ``intelrt_select_parallelism``
-calls :func:`decide_parallelism` with its own. Pure: no torch, no device.
+tensor parallel run — is its :class:`~intelrt.hooks.backend.ShardingSupport`
+(``Backend.sharding_support``), which :func:`decide_parallelism` reads. Pure: no torch, no device.
 """
 
 from __future__ import annotations
@@ -20,88 +20,50 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..hooks.payloads import DecisionValue, JSONValue, ParallelismChoice, QuantizationChoice
-from ..hooks.types import BackendStatus, Decision
+from ..hooks.backend import Backend, ShardingSupport, Situation
+from ..hooks.concerns import Decided
+from ..hooks.model import ModelInfo
+from ..hooks.payloads import JSONValue, ParallelismChoice, Placement
+from ..hooks.request import Request
+from ..hooks.types import Decision
 from ..support.distributed import is_distributed_launch, world_size
 from ..support.units import format_bytes
 from ..support.versions import package_version
 from .sizing import FIT_HEADROOM, bytes_per_parameter, fits_one_device, smallest_device_memory
-
-if TYPE_CHECKING:
-    from ..planning.model_source import ModelInfo
-    from ..planning.request import Request
 
 TRAINING_STATE_FACTOR = 4
 """Full fine-tuning with AdamW keeps the weights, their gradients and AdamW's two moments, each in
 the weights' dtype (``Trainer`` trains the loaded dtype under autocast): 4 × the weights."""
 CPU_RANKS = 2
 """Processes a CPU plan assumes outside a launch (CPU ranks are processes, not devices)."""
-FSDP_WAYS = ("accelerate", "transformers")
 ZERO_STAGE_SHARDING_WEIGHTS = 3
 ZERO_STAGE_SHARDING_STATE = 2
 DEEPSPEED_DOCS = "https://huggingface.co/docs/transformers/deepspeed"
 
 
-@dataclass(frozen=True)
-class ShardingSupport:
-    """What a backend's collective library runs: the facts :func:`decide_parallelism` needs.
-
-    A strategy this backend cannot run carries the sentence that says why and what to do instead
-    (``*_missing``): a forced request for it is refused with that sentence (``PlanError``), and
-    ``auto`` never picks it.
-    """
-
-    collective: str | None
-    """The ``torch.distributed`` backend the ranks use (``None``: no usable one here)."""
-    collective_missing: str = ""
-    fsdp: str | None = "accelerate"
-    """How FSDP2 is built: ``"accelerate"`` (``TrainingArguments(fsdp=True, fsdp_config=...)``) or
-    ``"transformers"`` (sharded as the weights load, ``DistributedConfig(fsdp_size=N)``)."""
-    fsdp_source: str = ("accelerate builds FSDP2 (FullyShardedDataParallelPlugin, fsdp_version 2) from "
-                        "TrainingArguments(fsdp=True, fsdp_config=...)")
-    fsdp_missing: str = ""
-    deepspeed_missing: str | None = None
-    """Why DeepSpeed cannot run on this backend at all (``None``: it can, once installed)."""
-    deepspeed_install: str = "pip install deepspeed"
-    tensor_missing: str | None = None
-    """Why tensor parallel cannot run here (``None``: it can)."""
-    prefer_deepspeed: bool = False
-    """``auto`` shards with DeepSpeed when it is installed (what the vendor documents), else FSDP."""
-    claim: str | None = None
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.fsdp is not None and self.fsdp not in FSDP_WAYS:
-            raise TypeError(f"ShardingSupport.fsdp must be one of {FSDP_WAYS} or None, got {self.fsdp!r}")
-        if self.fsdp is None and not self.fsdp_missing:
-            raise TypeError("ShardingSupport without FSDP must say why (fsdp_missing)")
-        if self.collective is None and not self.collective_missing:
-            raise TypeError("ShardingSupport without a collective must say why (collective_missing)")
-
-
-def planned_world_size(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> tuple[int, bool]:
+def planned_world_size(backend: Backend, request: Request, env: Mapping[str, str]) -> tuple[int, bool]:
     """``(processes, launched)``: in a launched rank, ``WORLD_SIZE``; else the devices a launch
-    would use — the ``devices=`` named, every visible device, or :data:`CPU_RANKS` on the CPU."""
+    would use — the ``devices=`` named, every visible device, or :data:`CPU_RANKS` where ranks are
+    processes rather than devices (the CPU)."""
     if is_distributed_launch(env):
         return world_size(env), True
     if request.devices:
         return len(request.devices), False
-    if backend.device_type == "cpu":
+    if not backend.ranks_are_devices:
         return CPU_RANKS, False
     return max(backend.device_count, 1), False
 
 
-def training_state_bytes(model: ModelInfo, decisions: Mapping[str, DecisionValue]) -> float | None:
+def training_state_bytes(model: ModelInfo, decided: Decided) -> float | None:
     """What training keeps per replica: 4 × the weights for full fine-tuning with AdamW, the
     weights alone for QLoRA (the 4-bit base is frozen; the adapters are small); ``None`` unknown."""
-    per_param = bytes_per_parameter(decisions)
+    per_param = bytes_per_parameter(decided)
     if per_param is None or not model.parameter_count:
         return None
     weights = model.parameter_count * per_param
-    if isinstance(decisions.get("quantization"), QuantizationChoice):
+    if decided.quantization is not None:
         return weights
     return weights * TRAINING_STATE_FACTOR
 
@@ -127,7 +89,7 @@ def deepspeed_config(stage: int) -> dict[str, JSONValue]:
             "gradient_accumulation_steps": "auto", "gradient_clipping": "auto"}
 
 
-def launch_command(backend: BackendStatus, request: Request, world: int) -> str:
+def launch_command(backend: Backend, request: Request, world: int) -> str:
     """The ``intelrt launch`` line that starts ``world`` ranks of ``request`` on this machine."""
     argv = ["intelrt", "launch", "--nproc", str(world)]
     if request.devices:
@@ -138,28 +100,30 @@ def launch_command(backend: BackendStatus, request: Request, world: int) -> str:
 
 
 @dataclass(frozen=True)
-class _Situation:
-    backend: BackendStatus
+class _Spread:
+    """What the parallelism rule weighs: the situation, the backend's support and the world size."""
+
+    backend: Backend
     request: Request
     model: ModelInfo
-    decisions: Mapping[str, DecisionValue]
+    decided: Decided
     support: ShardingSupport
     world: int
     launched: bool
 
     @property
     def where(self) -> str:
-        return (f"{self.world} launched rank(s)" if self.launched
-                else f"{self.world} process(es), one per {'CPU rank' if self.backend.device_type == 'cpu' else 'device'}")
+        one = "device" if self.backend.ranks_are_devices else f"{self.backend.name.upper()} rank"
+        return f"{self.world} launched rank(s)" if self.launched else f"{self.world} process(es), one per {one}"
 
 
-def _need_collective(s: _Situation, what: str) -> None:
+def _need_collective(s: _Spread, what: str) -> None:
     if s.support.collective is None:
         raise PlanError(f"{what} runs one process per device, joined by a collective library, and this "
                         f"{s.backend.name} run has none: {s.support.collective_missing}")
 
 
-def _check_training(s: _Situation, strategy: str, forced: bool) -> None:
+def _check_training(s: _Spread, strategy: str, forced: bool) -> None:
     """Refuse a training strategy this backend or this model cannot run, with the way out."""
     if strategy == "none":
         if forced and s.launched and s.world > 1:
@@ -168,16 +132,16 @@ def _check_training(s: _Situation, strategy: str, forced: bool) -> None:
                             "the script without intelrt launch")
         return
     _need_collective(s, f"sharding={strategy!r}")
-    quantization = s.decisions.get("quantization")
+    quantization = s.decided.quantization
     if strategy == "fsdp":
         if s.support.fsdp is None:
             raise PlanError(f"sharding='fsdp' on {s.backend.name}: {s.support.fsdp_missing}")
-        if isinstance(quantization, QuantizationChoice) and quantization.bits == 8:
+        if quantization is not None and quantization.bits == 8:
             raise PlanError("sharding='fsdp' with quantization='8bit': FSDP shards floating-point tensors only, and "
                             "bitsandbytes' 8-bit weights are int8 (PEFT lists 8-bit with FSDP as not recommended). "
                             "Train LoRA adapters on the 8-bit model with sharding='ddp', or use quantization='4bit' "
                             "with sharding='ddp'")
-        if isinstance(quantization, QuantizationChoice):
+        if quantization is not None:
             raise PlanError("sharding='fsdp' with quantization='4bit': PEFT documents FSDP with QLoRA for FSDP1 only "
                             "(fsdp_use_orig_params=false and bnb_4bit_quant_storage in the weights' dtype), and "
                             "intelrt plans FSDP2, which transformers makes the default. The 4-bit base is small: train "
@@ -192,9 +156,9 @@ def _check_training(s: _Situation, strategy: str, forced: bool) -> None:
                             "or pass sharding='fsdp' (PyTorch FSDP2, no extra package)")
 
 
-def _zero_stage(s: _Situation) -> tuple[int, str]:
+def _zero_stage(s: _Spread) -> tuple[int, str]:
     """ZeRO-3 when the weights and their gradients alone do not fit one device; else ZeRO-2."""
-    per_param = bytes_per_parameter(s.decisions)
+    per_param = bytes_per_parameter(s.decided)
     memory = smallest_device_memory(s.backend)
     if per_param and memory and s.model.parameter_count:
         weights_and_grads = 2 * s.model.parameter_count * per_param
@@ -205,11 +169,11 @@ def _zero_stage(s: _Situation) -> tuple[int, str]:
     return ZERO_STAGE_SHARDING_STATE, "ZeRO-2: optimizer state and gradients sharded, the weights replicated"
 
 
-def _auto_training(s: _Situation) -> tuple[str, str]:
+def _auto_training(s: _Spread) -> tuple[str, str]:
     """The training strategy and why, from the training state, device memory and world size."""
     if s.support.collective is None:  # the collective decision refuses a launch without one, in its words
         return "none", f"no collective library joins the ranks: {s.support.collective_missing}"
-    state = training_state_bytes(s.model, s.decisions)
+    state = training_state_bytes(s.model, s.decided)
     memory = smallest_device_memory(s.backend)
     fits = None if state is None or memory is None else state * FIT_HEADROOM <= memory
     size = (f"training state about {format_bytes(state)} (x{FIT_HEADROOM} headroom) vs "
@@ -232,7 +196,7 @@ def _auto_training(s: _Situation) -> tuple[str, str]:
     return "none", "one process trains" + (f" ({size}: it fits one device)" if fits else "")
 
 
-def _sharded(s: _Situation) -> str:
+def _sharded(s: _Spread) -> str:
     if s.support.prefer_deepspeed and s.support.deepspeed_missing is None and package_version("deepspeed"):
         return "deepspeed"
     if s.support.fsdp is not None:
@@ -244,7 +208,7 @@ def _sharded(s: _Situation) -> str:
                     "adapters on a 4-bit model (quantization='4bit', lora=True)")
 
 
-def _tensor_blocker(s: _Situation) -> str | None:
+def _tensor_blocker(s: _Spread) -> str | None:
     """Why transformers' tensor parallel plan cannot shard this model over ``s.world`` ranks."""
     if s.support.tensor_missing is not None:
         return s.support.tensor_missing
@@ -267,7 +231,7 @@ def _tensor_blocker(s: _Situation) -> str | None:
     return None
 
 
-def _inference(s: _Situation) -> tuple[str, str]:
+def _inference(s: _Spread) -> tuple[str, str]:
     """The inference strategy and why. It decides how the weights load, so ``auto`` picks tensor
     parallel only when the user asked for no training strategy."""
     forced = s.request.parallel
@@ -286,7 +250,7 @@ def _inference(s: _Situation) -> tuple[str, str]:
         return "tensor", f"requested by the user: transformers' tensor parallel plan across {s.where}"
     if forced == "none":
         return "none", "parallel='none': each process holds the whole model"
-    fits = fits_one_device(s.backend, s.model, bytes_per_parameter(s.decisions)) if s.request.has_model else None
+    fits = fits_one_device(s.backend, s.model, bytes_per_parameter(s.decided)) if s.request.has_model else None
     if not (s.launched and s.world > 1 and fits is False):
         return "none", "each process holds the whole model" + (" (it fits one device)" if fits else "")
     if s.request.sharding != "auto":
@@ -298,12 +262,12 @@ def _inference(s: _Situation) -> tuple[str, str]:
                       f"across the {s.where} (to train instead, load with parallel='none')")
 
 
-def _fsdp_way(s: _Situation) -> tuple[str, str]:
+def _fsdp_way(s: _Spread) -> tuple[str, str]:
     """How FSDP2 is built here: accelerate shards a model every rank loaded whole, so when the
     weights alone do not fit one device transformers shards them as they load instead."""
     way = s.support.fsdp
     assert way is not None  # refused before
-    fits = fits_one_device(s.backend, s.model, bytes_per_parameter(s.decisions)) if s.request.has_model else None
+    fits = fits_one_device(s.backend, s.model, bytes_per_parameter(s.decided)) if s.request.has_model else None
     if way == "accelerate" and fits is False:
         return "transformers", ("the weights alone do not fit one device, and accelerate's FSDP2 shards a model each "
                                 "rank has loaded whole, so transformers shards them as they load: from_pretrained("
@@ -312,17 +276,17 @@ def _fsdp_way(s: _Situation) -> tuple[str, str]:
     return way, s.support.fsdp_source
 
 
-def decide_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                       decisions: Mapping[str, DecisionValue], support: ShardingSupport) -> Decision:
-    r"""The parallelism decision on ``backend`` with what it ``support``\ s: the user's
+def decide_parallelism(backend: Backend, situation: Situation) -> Decision:
+    r"""The parallelism decision on ``backend`` with what its ``sharding_support`` runs: the user's
     ``sharding`` / ``parallel`` when forced (refused with the way out when this backend or this
     model cannot run it), else chosen from the training state, device memory and world size.
 
     The inference strategy decides how the weights load: tensor parallel leaves no training
     strategy (``Loaded.train`` refuses a tensor-parallel model), and FSDP2 built as the weights
     load serves generation too."""
-    world, launched = planned_world_size(backend, request, env)
-    s = _Situation(backend, request, model, decisions, support, world, launched)
+    request, model, decided, support = situation.request, situation.model, situation.decided, backend.sharding_support
+    world, launched = planned_world_size(backend, request, situation.env)
+    s = _Spread(backend, request, model, decided, support, world, launched)
     inference, inference_why = _inference(s)
     if inference == "tensor":
         training, why = "none", "the weights load tensor-parallel, for inference; to train, load with parallel='none'"
@@ -349,7 +313,7 @@ def decide_parallelism(backend: BackendStatus, request: Request, model: ModelInf
         why += f"; {stage_why}"
     if inference == "tensor":
         distributed = {"tp_plan": "auto", "tp_size": world}
-    state, memory = training_state_bytes(model, decisions), smallest_device_memory(backend)
+    state, memory = training_state_bytes(model, decided), smallest_device_memory(backend)
     if training in ("none", "ddp") and request.sharding == "auto" and state and memory:
         notes.append("the estimate is for full fine-tuning with AdamW (weights, gradients and two moments); "
                      "LoRA adapters need little more than the weights")
@@ -365,23 +329,22 @@ def decide_parallelism(backend: BackendStatus, request: Request, model: ModelInf
     return Decision(choice, reason, claim=support.claim, notes=tuple(notes))
 
 
-def rank_placement(backend: BackendStatus, decisions: Mapping[str, DecisionValue], env: Mapping[str, str], *,
-                   indexed: bool = True) -> Decision | None:
+def rank_placement(backend: Backend, decided: Decided, env: Mapping[str, str]) -> Decision | None:
     """The placement of a launched rank, or ``None`` when this process is not one (a backend's
-    placement hook asks this first). Weights sharded as they load have no ``device_map``
+    placement rule asks this first). Weights sharded as they load have no ``device_map``
     (transformers places each rank's shard; it refuses one with tensor parallel); otherwise the
     rank loads onto its own device, ``{device}:LOCAL_RANK`` — every rank sees the same devices and
     picks its own, as accelerate and ``Trainer`` do — or the bare device type where a process
-    drives only one (``indexed=False``, Gaudi)."""
-    choice = decisions.get("parallelism")
-    if isinstance(choice, ParallelismChoice) and choice.sharded_load:
-        return Decision(None, "the weights are sharded across the ranks as they load "
-                              "(from_pretrained(distributed_config=...)): transformers puts each rank's shard on its "
-                              "own device, so no device_map applies")
+    drives only one (``Backend.indexed_devices`` False, Gaudi)."""
+    choice = decided.parallelism
+    if choice is not None and choice.sharded_load:
+        return Decision(Placement(None), "the weights are sharded across the ranks as they load "
+                                         "(from_pretrained(distributed_config=...)): transformers puts each rank's "
+                                         "shard on its own device, so no device_map applies")
     local = env.get("LOCAL_RANK", "")
-    if backend.device_type == "cpu" or not is_distributed_launch(env) or not (local.isascii() and local.isdigit()):
+    if not backend.ranks_are_devices or not is_distributed_launch(env) or not (local.isascii() and local.isdigit()):
         return None
-    device = f"{backend.device_type}:{int(local)}" if indexed else backend.device_type
-    return Decision(device, f"this process is rank {env.get('RANK', local)} of a launched job: it loads onto its own "
-                            f"device ({device}, by LOCAL_RANK {local}), the one accelerate and Trainer then use; "
-                            "every rank sees the same devices")
+    device = f"{backend.device_type}:{int(local)}" if backend.indexed_devices else backend.device_type
+    return Decision(Placement(device), f"this process is rank {env.get('RANK', local)} of a launched job: it loads "
+                                       f"onto its own device ({device}, by LOCAL_RANK {local}), the one accelerate "
+                                       "and Trainer then use; every rank sees the same devices")

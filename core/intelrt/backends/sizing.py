@@ -3,34 +3,28 @@ parallelism rules share. Pure: no torch, no device."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-from ..hooks.payloads import DecisionValue, QuantizationChoice
-from ..hooks.types import BackendStatus
-
-if TYPE_CHECKING:
-    from ..planning.model_source import ModelInfo
+from ..hooks.backend import Backend
+from ..hooks.concerns import Decided
+from ..hooks.model import ModelInfo
 
 FIT_HEADROOM = 1.2  # weights × this must fit: activations and KV cache need room too
 BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
-def bytes_per_parameter(decisions: Mapping[str, DecisionValue]) -> float | None:
+def bytes_per_parameter(decided: Decided) -> float | None:
     """Bytes one weight takes under the decisions made so far (quantization, then dtype)."""
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, QuantizationChoice):
-        return 0.5 if quantization.bits == 4 else 1.0
-    return BYTES_PER_PARAM.get(str(decisions.get("dtype")))
+    if decided.quantization is not None:
+        return 0.5 if decided.quantization.bits == 4 else 1.0
+    return BYTES_PER_PARAM.get(str(decided.dtype))
 
 
-def smallest_device_memory(backend: BackendStatus) -> int | None:
+def smallest_device_memory(backend: Backend) -> int | None:
     """Bytes of the smallest visible device (``None`` when the runtime reports no memory)."""
     memories = [d.total_memory for d in backend.devices if d.total_memory]
     return min(memories) if memories else None
 
 
-def fits_one_device(backend: BackendStatus, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
+def fits_one_device(backend: Backend, model: ModelInfo, bytes_per_param: float | None = None) -> bool | None:
     """Whether the weights fit the smallest visible device (``None`` when memory is unknown)."""
     memory = smallest_device_memory(backend)
     if memory is None:

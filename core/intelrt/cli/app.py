@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._version import __version__
-from ..planning.options import REQUEST_OPTIONS
+from ..hooks.request import REQUEST_OPTIONS
 from .arguments import (
     SIMULATE_HELP,
     Parser,
@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_generation(planned, "run")
     check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
     loaded = load_planned(planned)
-    compiles = loaded.plan.compile_choice is not None and loaded.plan.compile_choice.enabled
+    compiles = loaded.plan.decided.compile is not None and loaded.plan.decided.compile.enabled
     with step(f"generating up to {args.max_new_tokens} tokens" + (" (the first call compiles)" if compiles else "")):
         text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
     report = loaded.last_generation.to_dict() if loaded.last_generation else None

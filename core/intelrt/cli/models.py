@@ -11,7 +11,7 @@ from ..errors import ConfigurationError
 from .output import say, step
 
 if TYPE_CHECKING:
-    from ..planning.plan import Plan
+    from ..hooks.plan import Plan
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """config.json keys that give a model's context length (the positions it was built for)."""

@@ -79,11 +79,11 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
 
     with simulated(args.simulate):
         result = plan(model, **plan_kwargs)
-    decode = result.decode_choice
+    decode = result.decided.decode
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"
               if decode is not None and decode.fast else
               "one completion at a time: the plan decodes with transformers' generate")
-    size = int(BYTES_PER_PARAM.get(str(result.value("dtype")), 2))
+    size = int(BYTES_PER_PARAM.get(str(result.decided.dtype), 2))
     config = PretrainedConfig.from_dict(dict(result.model.config)) if result.model is not None else None
     if config is None:
         emit(args, {"plan": result.to_dict(), "engine": engine}, f"{result}\n\nengine: {engine}")

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .experts import Experts
-from .families import (
+from ..backends.families import (
     COMPACT_CLASSES,
     DYNAMIC_ROPE_TYPES,
     FAMILIES,
@@ -42,6 +41,7 @@ from .families import (
     compact_blocker,
     layer_windows,
 )
+from .experts import Experts
 from .tuning import DecodeTuning
 
 __all__ = ["COMPACT_CLASSES", "CompactModel", "Unsupported", "compact_blocker"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .families import Unsupported
+from ..backends.families import Unsupported
 
 EXPERT_KINDS = ("qwen3_moe", "mixtral")
 

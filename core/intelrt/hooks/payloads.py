@@ -22,11 +22,13 @@ P = TypeVar("P", bound="Payload")
 DECODE_METHODS = ("fast", "generate")
 """``fast``: intelrt's decode loop; ``generate``: transformers' ``model.generate``."""
 DECODE_STEPS = ("compact", "model")
-DECODE_WARMUPS = ("eager", "static", "compiled", "adaptive")
-"""How the fast loop's step is prepared: ``eager`` (as it is), ``static`` (captured in a device graph,
-not compiled), ``compiled`` (compiled, and captured where the plan names graphs), ``adaptive``
-(``static`` until compiling pays: the compile cache holds the step, or the work has been long)."""
 """``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
+FORCEABLE_WARMUPS = ("eager", "static", "compiled")
+"""How the fast loop's step is prepared: ``eager`` (as it is), ``static`` (captured in a device graph,
+not compiled), ``compiled`` (compiled, and captured where the plan names graphs)."""
+DECODE_WARMUPS = (*FORCEABLE_WARMUPS, "adaptive")
+"""… and ``adaptive`` (``static`` until compiling pays: the compile cache holds the step, or the work
+has been long), which only intelrt chooses."""
 BATCHING_METHODS = ("continuous", "padded")
 BATCHING_ENGINES = ("fast", "generate", "continuous")
 KV_SIZINGS = ("memory", "requests")
@@ -95,18 +97,19 @@ def _plain(value: Any) -> JSONValue:
 
 @dataclass(frozen=True)
 class CompileChoice(Payload):
-    """Whether ``torch.compile`` wraps the loaded model, with which backend and mode."""
+    """Whether ``torch.compile`` wraps the loaded model, with which ``compiler`` (the ``torch.compile``
+    backend: ``inductor``, ``hpu_backend`` …) and mode."""
 
     enabled: bool
-    backend: str | None = None
+    compiler: str | None = None
     mode: str | None = None
 
     def __post_init__(self) -> None:
         _check(self, "enabled", (bool,))
-        _check(self, "backend", (str,), optional=True)
+        _check(self, "compiler", (str,), optional=True)
         _check(self, "mode", (str,), optional=True)
-        if self.enabled and not self.backend:
-            _fail(type(self), "enabled=True needs a backend (e.g. 'inductor')")
+        if self.enabled and not self.compiler:
+            _fail(type(self), "enabled=True needs a compiler (e.g. 'inductor')")
 
     @classmethod
     def off(cls) -> CompileChoice:
@@ -152,6 +155,15 @@ class QuantizationChoice(Payload):
         _check(self, "quant_type", (str,), optional=True)
         _check(self, "compute_dtype", (str,), optional=True)
         _check(self, "double_quant", (bool,))
+
+    @classmethod
+    def bitsandbytes(cls, quantization: str, dtype: str | None) -> QuantizationChoice:
+        """bitsandbytes at ``quantization`` (``4bit``: NF4 with double quantization, matmuls in the
+        plan's ``dtype``, float32 for anything else; ``8bit``: LLM.int8)."""
+        if quantization != "4bit":
+            return cls("bitsandbytes", 8)
+        compute = dtype if dtype in ("bfloat16", "float16") else "float32"
+        return cls("bitsandbytes", 4, quant_type="nf4", compute_dtype=str(compute), double_quant=True)
 
 
 @dataclass(frozen=True)
@@ -311,26 +323,38 @@ class ParallelismChoice(Payload):
         return cls("none")
 
 
-PAYLOADS: tuple[type[Payload], ...] = (CompileChoice, KernelChoice, QuantizationChoice, DecodeChoice, BatchingChoice,
-                                       ParallelismChoice)
+@dataclass(frozen=True)
+class Placement(Payload):
+    """Where the weights go: ``device_map`` for ``from_pretrained`` (``"xpu"``, ``"xpu:2"``, ``"auto"``,
+    ``"hpu"``, ``"cpu"`` …; ``None`` when the weights are sharded across ranks as they load and
+    transformers places each rank's shard), and ``max_memory`` (device index → bytes) when accelerate
+    may use only some of the devices this process sees."""
+
+    device_map: str | None
+    max_memory: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        _check(self, "device_map", (str,), optional=True)
+        _check(self, "max_memory", (Mapping,), optional=True)
+        if self.max_memory is not None:
+            memory = {str(k): v for k, v in self.max_memory.items()}
+            if not all(k.isdigit() and isinstance(v, int) and not isinstance(v, bool) and v > 0
+                       for k, v in memory.items()):
+                _fail(type(self), f"max_memory maps device indices to bytes, got {self.max_memory!r}")
+            object.__setattr__(self, "max_memory", memory)
+
+    @classmethod
+    def limited(cls, device_map: str, max_memory: Mapping[int, int]) -> Placement:
+        """``device_map`` with accelerate limited to the devices in ``max_memory`` (index → bytes)."""
+        return cls(device_map, {str(index): int(size) for index, size in max_memory.items()})
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        """``device_map``, plus ``max_memory`` with integer device indices, as accelerate wants them."""
+        kwargs: dict[str, Any] = {"device_map": self.device_map}
+        if self.max_memory is not None:
+            kwargs["max_memory"] = {int(k): v for k, v in self.max_memory.items()}
+        return kwargs
+
 
 DecisionValue = JSONValue | Payload
-"""What a decision holds: plain JSON (dtype, placement, attention, collective, task) or a payload."""
-
-
-def limited_placement(device_map: JSONValue, max_memory: Mapping[int, int]) -> dict[str, JSONValue]:
-    """A placement value that lets accelerate use only the devices in ``max_memory`` (index → bytes):
-    ``{"device_map": device_map, "max_memory": {"0": bytes, ...}}`` (indices as strings: plans are JSON)."""
-    return {"device_map": device_map, "max_memory": {str(index): int(size) for index, size in max_memory.items()}}
-
-
-def placement_kwargs(value: DecisionValue) -> dict[str, Any]:
-    """``from_pretrained`` keywords of a placement decision: ``device_map``, plus ``max_memory``
-    (integer device indices, as accelerate wants them) for a :func:`limited_placement` value."""
-    if isinstance(value, Mapping) and set(value) == {"device_map", "max_memory"}:
-        memory = value["max_memory"]
-        if not isinstance(memory, Mapping):
-            raise TypeError(f"placement max_memory must map device indices to bytes, got {memory!r}")
-        return {"device_map": value["device_map"],
-                "max_memory": {int(k) if str(k).isdigit() else k: v for k, v in memory.items()}}
-    return {"device_map": value}
+"""What a decision holds: plain JSON (dtype, attention, collective, task) or a payload."""

@@ -1,9 +1,13 @@
 """The typed facade over pluggy: discovery, allow/block lists, tracing, validation (SPEC C6).
 
-Core code calls hooks only through :class:`PluginHost`'s typed methods — one per hook, as tox's
-plugin manager has — never through ``pm.hook``, so every result is validated (a structured
-decision's dict converted to its payload type) and every failure names the plugin and its
-distribution. intelrt's built-in backends (:mod:`intelrt.backends`) are registered first.
+Core code reaches plugins only through :class:`PluginHost`'s typed methods — one per concern of
+the contract, as tox's plugin manager has: :meth:`~PluginHost.decide` for every decision of the
+concern registry, and one method each for backends, environment, launch, training and doctor —
+never through ``pm.hook``, so every result is validated (a structured decision's dict converted to
+its payload type) and every failure names the plugin and its distribution. A decision asks a
+third-party selection hook, then the chosen backend object, then intelrt's generic rules
+(``backends/generic.py``). intelrt's built-in backends (:mod:`intelrt.backends`) are registered
+first.
 """
 
 from __future__ import annotations
@@ -12,27 +16,30 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, TypeVar
 
 import pluggy
 
 from .._version import __version__
 from ..backends import BUILTIN_PLUGINS
-from ..errors import ConfigurationError, IntelrtError, PluginError
+from ..backends.generic import GENERIC, GENERIC_PLUGIN
+from ..errors import ConfigurationError, IntelrtError, PlanError, PluginError
 from ..hooks import hookspecs
-from ..hooks.payloads import Payload
+from ..hooks.backend import Backend, Endorsement, Situation
+from ..hooks.concerns import PROPOSE, Concern
+from ..hooks.payloads import CompileChoice, KernelChoice, Payload
+from ..hooks.plan import Plan, PlannedDecision
 from ..hooks.types import BackendStatus, Decision, EnvVar, Finding, Setting
 from .settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, ENTRY_POINT_GROUP, TIMEOUT_VAR
 from .timeout import call_with_timeout, parse_timeout
 
-if TYPE_CHECKING:
-    from ..planning.plan import Plan
-    from ..planning.request import Request
+T = TypeVar("T")
 
 trace_log = logging.getLogger("intelrt.trace")
+HOOK_NAMES = tuple(sorted(name for name in dir(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")))
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,6 @@ class PluginRecord:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "hooks": list(self.hooks), "status": self.status, "builtin": self.builtin,
                 "error": self.error}
-
-
-PROBING_HOOKS = frozenset({"intelrt_detect"})
-"""Hooks that may touch a device driver (and hang on a broken one): run under the time limit
-even for intelrt's built-in backends. Every hook of an installed plugin always is."""
 
 
 def _names(value: str | None) -> set[str] | None:
@@ -175,7 +177,7 @@ class PluginHost:
                 continue
             caller = getattr(self._pm.hook, attr, None)
             if caller is None or caller.spec is None:
-                known = ", ".join(sorted(hookspecs.RESULT_TYPES))
+                known = ", ".join(sorted(HOOK_NAMES))
                 raise PluginError(f"plugin {name!r} (distribution {dist}) implements unknown hook "
                                   f"{attr!r}; known hooks: {known}", plugin=name, distribution=dist)
             if opts.get("hookwrapper") or opts.get("wrapper"):
@@ -193,144 +195,206 @@ class PluginHost:
     def distribution_of(self, plugin: str) -> str:
         return self._owners.get(plugin, ("unknown", "?"))[0]
 
-    def _implementations(self, hook: str) -> list[tuple[str, Callable[..., Any], list[str]]]:
-        caller = getattr(self._pm.hook, hook)
-        impls = []
-        for impl in reversed(caller.get_hookimpls()):  # pluggy's own call order
-            impls.append((impl.plugin_name, impl.function, list(impl.argnames)))
-        return impls
+    def _fault(self, plugin: str, message: str) -> PluginError:
+        return PluginError(f"{self.describe(plugin)} {message}", plugin=plugin,
+                           distribution=self.distribution_of(plugin))
 
-    def _invoke(self, hook: str, plugin: str, function: Callable[..., Any], argnames: list[str],
-                kwargs: Mapping[str, Any]) -> Any:
+    def _run(self, plugin: str, what: str, function: Callable[..., T], *args: Any, probing: bool = False) -> T:
+        """Call a plugin's code (a hook, or a method of its backend) under the time limit — intelrt's
+        own backends only when ``probing`` — naming the plugin in every failure."""
         try:
-            args = [kwargs[a] for a in argnames]
-        except KeyError as missing:
-            raise PluginError(f"{self.describe(plugin)}: {hook} asks for argument {missing} that the "
-                              "host does not pass", plugin=plugin, distribution=self.distribution_of(plugin)) from None
-        try:
-            if plugin in self._builtin and hook not in PROBING_HOOKS:
+            if plugin in self._builtin and not probing:
                 result = function(*args)  # intelrt's own decision code: no worker thread, no time limit
             else:
-                result = call_with_timeout(function, args, self.timeout, f"{self.describe(plugin)}: {hook}")
+                result = call_with_timeout(function, list(args), self.timeout, f"{self.describe(plugin)}: {what}")
         except IntelrtError as exc:
-            exc.add_note(f"raised by {self.describe(plugin)} in {hook}")
+            exc.add_note(f"raised by {self.describe(plugin)} in {what}")
             if self.tracing:
-                trace_log.debug("%s <- %s raised %s", hook, plugin, exc)
+                trace_log.debug("%s <- %s raised %s", what, plugin, exc)
             raise
         except Exception as exc:  # noqa: BLE001 - re-raised naming the plugin
-            raise PluginError(
-                f"{self.describe(plugin)} raised {type(exc).__name__} in {hook}: {exc}. "
-                f"Report it to the plugin's authors, or skip the plugin with {BLOCK_VAR}={plugin}.",
-                plugin=plugin, distribution=self.distribution_of(plugin)) from exc
+            raise self._fault(plugin, f"raised {type(exc).__name__} in {what}: {exc}. Report it to the plugin's "
+                                      f"authors, or skip the plugin with {BLOCK_VAR}={plugin}.") from exc
         if self.tracing:
-            trace_log.debug("%s <- %s returned %r", hook, plugin, result)
-        if result is not None:
-            self._validate(hook, plugin, result)
+            trace_log.debug("%s <- %s returned %r", what, plugin, result)
         return result
 
-    def _validate(self, hook: str, plugin: str, result: Any) -> None:
-        shape, types = hookspecs.RESULT_TYPES[hook]
-        if shape == "one":
-            ok = isinstance(result, types)
-        elif shape == "callable":
-            ok = callable(result)
-        else:
-            ok = isinstance(result, (list, tuple)) and all(isinstance(r, types) for r in result)
-        if not ok:
-            wanted = "a callable" if shape == "callable" else (
-                " or ".join(t.__name__ for t in types) if shape == "one"
-                else "a list of " + " / ".join(t.__name__ for t in types))
-            raise PluginError(f"{self.describe(plugin)} returned {type(result).__name__} "
-                              f"({result!r:.120}) from {hook}; expected {wanted} or None.",
-                              plugin=plugin, distribution=self.distribution_of(plugin))
-
-    def _call_first(self, hook: str, **kwargs: Any) -> tuple[Any, str | None]:
-        """Call a firstresult hook; return ``(result, plugin name)`` or ``(None, None)``."""
+    def _hook(self, hook: str, kwargs: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+        """Every implementation of ``hook`` in pluggy's call order: (plugin, its non-None answer)."""
         if self.tracing:
             trace_log.debug("call %s(%s)", hook, ", ".join(sorted(kwargs)))
-        for plugin, function, argnames in self._implementations(hook):
-            result = self._invoke(hook, plugin, function, argnames, kwargs)
+        for impl in reversed(getattr(self._pm.hook, hook).get_hookimpls()):
+            try:
+                args = [kwargs[a] for a in impl.argnames]
+            except KeyError as missing:
+                raise self._fault(impl.plugin_name, f": {hook} asks for argument {missing} that the host does not "
+                                                    "pass") from None
+            result = self._run(impl.plugin_name, hook, impl.function, *args)
             if result is not None:
-                return result, plugin
-        return None, None
+                yield impl.plugin_name, result
 
-    def _call_all(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call a collecting hook; return ``[(plugin name, item), ...]`` flattened."""
-        if self.tracing:
-            trace_log.debug("call %s(%s)", hook, ", ".join(sorted(kwargs)))
-        results: list[tuple[str, Any]] = []
-        for plugin, function, argnames in self._implementations(hook):
-            result = self._invoke(hook, plugin, function, argnames, kwargs)
-            if result is not None:
-                results.extend((plugin, item) for item in result)
-        return results
+    def _items(self, plugin: str, what: str, result: object, kinds: tuple[type, ...]) -> list[Any]:
+        """A collecting answer checked: a list of ``kinds`` (SPEC C6)."""
+        if result is None:
+            return []
+        if isinstance(result, (list, tuple)) and all(isinstance(r, kinds) for r in result):
+            return list(result)
+        wanted = " / ".join(k.__name__ for k in kinds)
+        raise self._fault(plugin, f"returned {type(result).__name__} ({result!r:.120}) from {what}; expected a list "
+                                  f"of {wanted} or None.")
 
-    # -- one typed method per hook (what each returns is checked in ``_validate``) ----------------
-    def detect(self, env: Mapping[str, str]) -> list[tuple[str, BackendStatus]]:
-        """``intelrt_detect``: every plugin's backends, each with the plugin that reported it."""
-        return self._call_all("intelrt_detect", env=env)
+    def _collect(self, hook: str, kinds: tuple[type, ...], **kwargs: Any) -> list[tuple[str, Any]]:
+        """Every plugin's answers to the collecting ``hook``, flattened and checked."""
+        return [(plugin, item) for plugin, result in self._hook(hook, kwargs)
+                for item in self._items(plugin, hook, result, kinds)]
 
-    def setup_env(self, backend: BackendStatus, request: Request, env: Mapping[str, str]
-                  ) -> list[tuple[str, EnvVar | Finding]]:
-        """``intelrt_setup_env``: variables the run needs and findings about the environment."""
-        return self._call_all("intelrt_setup_env", backend=backend, request=request, env=env)
+    def _own(self, backend: Backend, method: str, kinds: tuple[type, ...], *args: Any) -> list[tuple[str, Any]]:
+        """The chosen backend's answer to one of its collecting methods, checked."""
+        what = f"{type(backend).__name__}.{method}"
+        result = self._run(backend.plugin, what, getattr(backend, method), *args)
+        return [(backend.plugin, item) for item in self._items(backend.plugin, what, result, kinds)]
 
-    def select(self, hook: str, payload: type[Payload] | None = None, **kwargs: Any
-               ) -> tuple[Decision, str] | None:
-        """A selection hook (``intelrt_select_*``): the first answer and its plugin, or ``None``.
+    # -- backends ----------------------------------------------------------------------------
+    def backend_classes(self) -> list[tuple[str, type[Backend]]]:
+        """``intelrt_backends``: every plugin's backend classes, each with the plugin contributing it."""
+        classes: list[tuple[str, type[Backend]]] = []
+        for plugin, result in self._hook("intelrt_backends", {}):
+            for cls in self._items(plugin, "intelrt_backends", result, (type,)):
+                if not issubclass(cls, Backend) or not isinstance(getattr(cls, "name", None), str) \
+                        or not isinstance(getattr(cls, "device_type", None), str):
+                    raise self._fault(plugin, f"contributed {cls!r} from intelrt_backends; expected a subclass of "
+                                              "intelrt.plugin.Backend with str class attributes name and device_type")
+                classes.append((plugin, cls))
+        return classes
 
-        ``payload``: the concern's value type; a plugin's dict is converted to it (a wrong key is a
-        :class:`PluginError` naming the plugin), a value of another type refused."""
-        if not hook.startswith("intelrt_select_"):
-            raise ValueError(f"{hook} is not a selection hook")
-        decision, plugin = self._call_first(hook, **kwargs)
-        if decision is None or plugin is None:
-            return None
-        return self._typed(hook, plugin, decision, payload), plugin
+    def detect(self, env: Mapping[str, str]) -> list[Backend]:
+        """Every contributed backend, detected in ``env`` (``detect`` may touch a driver: always under the
+        time limit), its status naming the plugin that contributed it."""
+        found: list[Backend] = []
+        for plugin, cls in self.backend_classes():
+            status = self._run(plugin, f"{cls.__name__}.detect", cls.detect, env, probing=True)
+            if not isinstance(status, BackendStatus) or status.name != cls.name:
+                raise self._fault(plugin, f"returned {status!r:.120} from {cls.__name__}.detect; expected a "
+                                          f"BackendStatus named {cls.name!r}")
+            found.append(cls(replace(status, plugin=plugin)))
+        return found
 
-    def _typed(self, hook: str, plugin: str, decision: Decision, payload: type[Payload] | None) -> Decision:
-        value = decision.value
-        if payload is None or value is None or isinstance(value, payload):
-            if isinstance(value, Payload) and payload is None:
-                self._refuse(hook, plugin, f"a {type(value).__name__}", "a plain JSON value")
-            return decision
+    # -- decisions ---------------------------------------------------------------------------
+    def decide(self, concern: Concern, backend: Backend, s: Situation) -> PlannedDecision | None:
+        """One decision: a third-party plugin's selection hook first (firstresult), else — for a
+        forced option that is a value by itself — the user's value, which the backend (then the generic
+        rule) may refuse or endorse, else the backend's proposal, else the generic rule's.
+        ``None``: nobody decided a concern that may stay undecided."""
+        assert concern.hook is not None
+        forced = concern.forced(s.request)
+        kwargs = {"backend": backend, "request": s.request, "model": s.model, "env": s.env, "decided": s.decided}
+        for plugin, answer in self._hook(concern.hook, kwargs):
+            return self._planned(concern, plugin, self._decision(concern, plugin, concern.hook, answer), s, forced)
+        if forced:
+            value = concern.forced_value(s.request, s.decided, backend)
+            if value is not PROPOSE:
+                return self._endorsed(concern, backend, value, s)
+        plugin, what = backend.plugin, f"{type(backend).__name__}.select_{concern.name}"
+        answer = self._run(plugin, what, getattr(backend, f"select_{concern.name}"), s)
+        if answer is None:
+            plugin, what = GENERIC_PLUGIN, f"the generic rule for {concern.name}"
+            answer = getattr(GENERIC, f"select_{concern.name}")(backend, s)
+        if answer is None:
+            if not concern.required:
+                return None
+            raise PlanError(f"no plugin decided {concern.name} for backend {backend.name!r}; its plugin may be "
+                            "incomplete (see `intelrt plugins`)")
+        return self._planned(concern, plugin, self._decision(concern, plugin, what, answer), s, forced)
+
+    def _endorsed(self, concern: Concern, backend: Backend, value: Any, s: Situation) -> PlannedDecision:
+        """The user's forced value, checked by the backend, then (when it says nothing) the generic rule."""
+        check = f"check_{concern.name}"
+        plugin = backend.plugin
+        endorsement = self._run(plugin, f"{type(backend).__name__}.{check}", getattr(backend, check), value, s)
+        if endorsement is None:
+            plugin = GENERIC_PLUGIN
+            endorsement = getattr(GENERIC, check)(backend, value, s) or Endorsement()
+        if not isinstance(endorsement, Endorsement):
+            raise self._fault(plugin, f"returned {endorsement!r:.120} from {check}; expected an Endorsement or None")
+        reason = "requested by the user" + (f"; {endorsement.reason}" if endorsement.reason else "")
+        if isinstance(value, CompileChoice) and not value.enabled or isinstance(value, KernelChoice) and not \
+                value.use_kernels:
+            reason = reason.replace("requested by the user", "turned off by the user", 1)
+        return PlannedDecision(concern.name, value, reason, plugin, True, endorsement.claim, endorsement.notes)
+
+    def _planned(self, concern: Concern, plugin: str, decision: Decision, s: Situation,
+                 forced: bool) -> PlannedDecision:
+        if not concern.keeps(s.request, decision.value):
+            wanted = ", ".join(f"{o}={getattr(s.request, o)!r}" for o in concern.options if s.request.is_forced(o))
+            raise PlanError(f"{self.describe(plugin)} changed your {wanted} ({concern.name} = {decision.value!r}); "
+                            "intelrt never overrides what you set. Report it to the plugin's authors, or block the "
+                            f"plugin with {BLOCK_VAR}.")
+        return PlannedDecision(concern.name, decision.value, decision.reason, plugin, forced, decision.claim,
+                               decision.notes)
+
+    def _decision(self, concern: Concern, plugin: str, what: str, answer: object) -> Decision:
+        """An answer checked: a ``Decision`` whose value is the concern's payload (a plugin's dict with
+        the payload's keys converted to it), or plain JSON for plain concerns."""
+        if not isinstance(answer, Decision):
+            raise self._fault(plugin, f"returned {type(answer).__name__} ({answer!r:.120}) from {what}; expected a "
+                                      "Decision or None.")
+        value, payload = answer.value, concern.payload
+        if payload is None:
+            if isinstance(value, Payload):
+                raise self._fault(plugin, f"returned a {type(value).__name__} as the value of its Decision from "
+                                          f"{what}; expected a plain JSON value.")
+            return answer
+        if value is None or isinstance(value, payload):
+            return answer
         if not isinstance(value, Mapping):
-            return self._refuse(hook, plugin, f"{type(value).__name__} {value!r:.80}", f"a {payload.__name__} (or None)")
+            raise self._fault(plugin, f"returned {type(value).__name__} {value!r:.80} as the value of its Decision "
+                                      f"from {what}; expected a {payload.__name__} (or None).")
         try:
-            return replace(decision, value=payload.from_dict(value))
+            return replace(answer, value=payload.from_dict(value))
         except TypeError as exc:
-            raise PluginError(f"{self.describe(plugin)} returned from {hook} a value that is not a "
-                              f"{payload.__name__}: {exc}", plugin=plugin,
-                              distribution=self.distribution_of(plugin)) from None
+            raise self._fault(plugin, f"returned from {what} a value that is not a {payload.__name__}: {exc}") from None
 
-    def _refuse(self, hook: str, plugin: str, got: str, wanted: str) -> NoReturn:
-        raise PluginError(f"{self.describe(plugin)} returned {got} as the value of its Decision from {hook}; "
-                          f"expected {wanted}.", plugin=plugin, distribution=self.distribution_of(plugin))
+    # -- environment, launch, training, doctor ----------------------------------------------------
+    def setup_env(self, backend: Backend, s: Situation) -> list[tuple[str, EnvVar | Finding]]:
+        """The backend's ``run_environment``, then every plugin's ``intelrt_setup_env``."""
+        return (self._own(backend, "run_environment", (EnvVar, Finding), s)
+                + self._collect("intelrt_setup_env", (EnvVar, Finding), backend=backend, request=s.request, env=s.env))
 
-    def wrap_compile(self, backend: BackendStatus, compile_fn: Callable[..., Any]
-                     ) -> tuple[Callable[..., Any], str] | None:
-        """``intelrt_wrap_compile``: the backend's process-wide ``torch.compile`` replacement."""
-        wrapper, plugin = self._call_first("intelrt_wrap_compile", backend=backend, compile_fn=compile_fn)
-        return None if wrapper is None or plugin is None else (wrapper, plugin)
-
-    def training_arguments(self, backend: BackendStatus, plan: Plan, overrides: Mapping[str, Any]
-                           ) -> list[tuple[str, Setting]]:
-        """``intelrt_training_arguments``: each plugin's ``TrainingArguments`` keywords."""
-        return self._call_all("intelrt_training_arguments", backend=backend, plan=plan, overrides=overrides)
-
-    def launch_env(self, backend: BackendStatus, plan: Plan, nproc: int, env: Mapping[str, str]
+    def launch_env(self, backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]
                    ) -> list[tuple[str, EnvVar | Finding]]:
-        """``intelrt_launch_env``: the launched processes' extra variables and findings."""
-        return self._call_all("intelrt_launch_env", backend=backend, plan=plan, nproc=nproc, env=env)
+        """The backend's ``launch_environment``, then every plugin's ``intelrt_launch_env``."""
+        return (self._own(backend, "launch_environment", (EnvVar, Finding), plan, nproc, env)
+                + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan, nproc=nproc,
+                                env=env))
 
-    def diagnose(self, backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool = False
+    def training_arguments(self, backend: Backend, plan: Plan, overrides: Mapping[str, Any]
+                           ) -> list[tuple[str, Setting]]:
+        """Every plugin's ``intelrt_training_arguments``, the backend's ``training_arguments``, then the
+        generic keywords — in the order a keyword's first answer wins."""
+        generic = [(GENERIC_PLUGIN, item) for item in GENERIC.training_arguments(backend, plan, overrides)]
+        return (self._collect("intelrt_training_arguments", (Setting,), backend=backend, plan=plan, overrides=overrides)
+                + self._own(backend, "training_arguments", (Setting,), plan, overrides) + generic)
+
+    def diagnose(self, backends: Sequence[Backend], env: Mapping[str, str], probe: bool = False
                  ) -> list[tuple[str, Finding]]:
-        """``intelrt_diagnose``: every plugin's doctor findings (``probe``: vendor tools may run)."""
-        return self._call_all("intelrt_diagnose", backends=backends, env=env, probe=probe)
+        """Each backend's ``diagnose``, then every plugin's ``intelrt_diagnose``."""
+        own = [item for backend in backends for item in self._own(backend, "diagnose", (Finding,), env, probe)]
+        return own + self._collect("intelrt_diagnose", (Finding,), backends=[b.status for b in backends], env=env,
+                                   probe=probe)
 
-    def decode_graph(self, backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
-        """``intelrt_decode_graph``: the device-graph capturer of ``kind``, or ``None``."""
-        capturer, _plugin = self._call_first("intelrt_decode_graph", backend=backend, kind=kind)
+    def compile_wrapper(self, backend: Backend, compile_fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """The backend's process-wide ``torch.compile`` replacement, or ``None``."""
+        wrapper = self._run(backend.plugin, f"{type(backend).__name__}.compile_wrapper", backend.compile_wrapper,
+                            compile_fn)
+        if wrapper is not None and not callable(wrapper):
+            raise self._fault(backend.plugin, f"returned {wrapper!r:.80} from compile_wrapper; expected a callable")
+        return wrapper
+
+    def graph_capturer(self, backend: Backend, kind: str) -> Callable[..., Any] | None:
+        """The backend's device-graph capturer of graph ``kind``, or ``None``."""
+        capturer = self._run(backend.plugin, f"{type(backend).__name__}.graph_capturer", backend.graph_capturer, kind)
+        if capturer is not None and not callable(capturer):
+            raise self._fault(backend.plugin, f"returned {capturer!r:.80} from graph_capturer; expected a callable")
         return capturer
 
     def enabled(self) -> list[PluginRecord]:

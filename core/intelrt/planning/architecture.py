@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .model_source import ModelInfo
+from ..hooks.model import Architecture, ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -25,71 +23,9 @@ AUTO_CLASSES = {
     "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
     "feature-extraction": ("AutoModel", "MODEL_MAPPING_NAMES"),
 }
-#: Attention implementations every class runs (transformers' own eager attention).
-ALWAYS = ("eager",)
 #: The forward argument a KV cache is passed in (``cache`` since transformers 5.2x, before that
 #: ``past_key_values``).
 CACHE_ARGUMENTS = frozenset({"cache", "past_key_values"})
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """The class ``from_pretrained`` will instantiate, and what it supports."""
-
-    name: str
-    """Class name (``Qwen3ForCausalLM``)."""
-    module: str
-    """The module that defines it (``transformers.models.qwen3.modeling_qwen3``)."""
-    supports_sdpa: bool
-    supports_flash_attn: bool
-    supports_flex_attn: bool
-    stateful: bool
-    """A recurrent state carried between steps (RWKV, Mamba …: ``_is_stateful``)."""
-    takes_cache: bool
-    """Its forward takes a KV cache (``cache`` / ``past_key_values``) intelrt's loop can hand it."""
-    static_cache: bool = False
-    """transformers declares it runs with a static KV cache under ``torch.compile``
-    (``_can_compile_fullgraph``): the cache intelrt's loop hands a model's own forward."""
-    attention_backend: bool = False
-    """Its attention goes through transformers' attention interface (``_supports_attention_backend``),
-    which continuous batching's paged attention plugs into."""
-    layer_types: tuple[str, ...] = ()
-    """The kind of each decoder layer as transformers' config class reads it (``layer_types``:
-    ``full_attention``, ``sliding_attention``, ``linear_attention`` …; empty when it names none)."""
-    tensor_parallel: bool = False
-    """transformers has a tensor parallel plan for it (the class's ``_tp_plan`` or its config's
-    ``base_model_tp_plan``, what ``DistributedConfig(tp_plan="auto")`` applies)."""
-
-    @property
-    def from_transformers(self) -> bool:
-        """Defined by transformers itself (not a look-alike from remote code)."""
-        return self.module.startswith("transformers.models.")
-
-    def supports(self, implementation: str) -> bool:
-        """Whether ``attn_implementation=implementation`` is accepted by this class."""
-        base = implementation.removeprefix("paged|")
-        if base in ALWAYS:
-            return True
-        if base == "sdpa":
-            return self.supports_sdpa
-        if base.startswith("flash_attention"):
-            return self.supports_flash_attn
-        if base == "flex_attention":
-            return self.supports_flex_attn
-        return True  # a hub kernel id: transformers checks it when the model loads
-
-    @property
-    def attention(self) -> tuple[str, ...]:
-        """The implementations it supports, transformers' default first."""
-        names = [n for n, ok in (("sdpa", self.supports_sdpa), ("eager", True),
-                                 ("flash_attention_2", self.supports_flash_attn),
-                                 ("flex_attention", self.supports_flex_attn)) if ok]
-        return tuple(names)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "module": self.module, "attention": list(self.attention),
-                "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
-                "tensor_parallel": self.tensor_parallel}
 
 
 def mapping(name: str) -> dict[str, Any]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendUnavailableError, ConfigurationError, PluginError
-from ..hooks.types import BackendStatus
+from ..hooks.backend import Backend
 from ..host.manager import PluginHost, get_host
 
 BACKEND_VAR = "INTELRT_BACKEND"
@@ -18,40 +18,40 @@ BACKEND_VAR = "INTELRT_BACKEND"
 class Detection:
     """Every backend seen, the one chosen, and why."""
 
-    backends: tuple[BackendStatus, ...]
-    chosen: BackendStatus
+    backends: tuple[Backend, ...]
+    chosen: Backend
     reason: str
     forced: bool
 
-    def get(self, name: str) -> BackendStatus | None:
+    def get(self, name: str) -> Backend | None:
         return next((b for b in self.backends if b.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen.name, "reason": self.reason, "forced": self.forced,
-                "backends": [b.to_dict() for b in self.backends]}
+                "backends": [b.status.to_dict() for b in self.backends]}
 
 
-def detect_backends(host: PluginHost, env: Mapping[str, str]) -> tuple[BackendStatus, ...]:
-    """Ask every plugin for its backends; two plugins claiming one backend is an error."""
-    seen: dict[str, BackendStatus] = {}
-    for plugin, status in host.detect(env):
-        if status.name in seen:
-            other = seen[status.name].plugin
+def detect_backends(host: PluginHost, env: Mapping[str, str]) -> tuple[Backend, ...]:
+    """Every contributed backend, detected; two plugins contributing one backend is an error."""
+    seen: dict[str, Backend] = {}
+    for backend in host.detect(env):
+        if backend.name in seen:
+            other, plugin = seen[backend.name].plugin, backend.plugin
             raise PluginError(
-                f"backend {status.name!r} is claimed by two plugins: {host.describe(other)} and "
+                f"backend {backend.name!r} is claimed by two plugins: {host.describe(other)} and "
                 f"{host.describe(plugin)}. Keep one: block the other with INTELRT_DISABLE_PLUGINS.",
                 plugin=plugin, distribution=host.distribution_of(plugin))
-        seen[status.name] = replace(status, plugin=plugin)
-    return tuple(sorted(seen.values(), key=lambda b: (-b.priority, b.name)))
+        seen[backend.name] = backend
+    return tuple(sorted(seen.values(), key=lambda b: (-b.status.priority, b.name)))
 
 
-def _listing(backends: tuple[BackendStatus, ...]) -> str:
+def _listing(backends: tuple[Backend, ...]) -> str:
     return "\n".join(f"  - {b.name} ({b.plugin}): {'available' if b.available else 'unavailable'} — {b.reason}"
                      for b in backends)
 
 
-def choose_backend(backends: tuple[BackendStatus, ...], requested: str,
-                   env: Mapping[str, str]) -> tuple[BackendStatus, str, bool]:
+def choose_backend(backends: tuple[Backend, ...], requested: str,
+                   env: Mapping[str, str]) -> tuple[Backend, str, bool]:
     """Pick the backend for ``requested`` (``"auto"`` or a name); return (status, reason, forced)."""
     source = "backend="
     if requested == "auto" and env.get(BACKEND_VAR):

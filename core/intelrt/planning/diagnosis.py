@@ -69,7 +69,7 @@ def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = Non
         "platform": platform.platform(),
         "packages": {name: package_version(name) for name in PACKAGES},
         "plugins": [r.to_dict() for r in host.records],
-        "backends": [b.to_dict() for b in backends],
+        "backends": [b.status.to_dict() for b in backends],
         "environment": relevant_env(env),
         "intelrt_settings": {v: env.get(v) for v in (ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, BACKEND_VAR)},
         "findings": [f.to_dict() for f in findings],

@@ -1,5 +1,7 @@
 """Find a model's files without downloading and read what planning needs from its config; check
-that its weight files are what they claim to be before anything loads them."""
+that its weight files are what they claim to be before anything loads them. A hub id whose
+``config.json`` is not cached is fetched only through the ``fetch`` function ``load()`` passes
+(``runtime/download.py``): planning itself never downloads (SPEC C4)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,14 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..errors import ModelSourceError, UnsafeModelError
-from ..support.redaction import redact_text
-from .architecture import Architecture
+from ..hooks.model import PICKLE_WEIGHTS, SAFE_WEIGHTS, ModelInfo
 
 log = logging.getLogger(__name__)
 
-SAFE_WEIGHTS = (".safetensors",)
-PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt",
                     "preprocessor_config.json")
 #: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
@@ -30,80 +28,6 @@ _DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16
                 "F8_E5M2FNUZ": 1, "F8_E8M0": 1}
 #: How pickle checkpoints begin: a zip archive (``torch.save`` since torch 1.6) or a pickle PROTO opcode.
 _PICKLE_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What planning knows about a model, read from local files only."""
-
-    source: str
-    """What the user passed (a path or a hub id)."""
-    local_dir: str | None
-    """Directory holding config.json (a local path or a hub-cache snapshot)."""
-    config: dict[str, Any]
-    weight_files: tuple[str, ...]
-    has_tokenizer: bool
-    base: ModelInfo | None = None
-    """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
-    it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
-    architecture: Architecture | None = None
-    """The transformers class ``load`` will instantiate (set by planning once the task is decided;
-    ``None`` for remote code, or a model transformers has no class for)."""
-
-    @property
-    def model_type(self) -> str:
-        return str(self.config.get("model_type", "unknown"))
-
-    @property
-    def architectures(self) -> tuple[str, ...]:
-        return tuple(self.config.get("architectures") or ())
-
-    @property
-    def weights_format(self) -> str:
-        """``safetensors``, ``pickle``, or ``none`` (not on disk yet)."""
-        if any(f.endswith(SAFE_WEIGHTS) for f in self.weight_files):
-            return "safetensors"
-        if any(f.endswith(PICKLE_WEIGHTS) for f in self.weight_files):
-            return "pickle"
-        return "none"
-
-    @property
-    def weight_bytes(self) -> int:
-        """Bytes of the weights: measured from the files, else estimated from the config."""
-        if self.local_dir and self.weight_files:
-            total = sum(os.path.getsize(os.path.join(self.local_dir, f)) for f in self.weight_files
-                        if f.endswith(SAFE_WEIGHTS if self.weights_format == "safetensors" else PICKLE_WEIGHTS))
-            if total:
-                return total + (self.base.weight_bytes if self.base else 0)
-        return estimate_parameters(self.config) * 2  # bf16 bytes when nothing is on disk
-
-    @property
-    def parameter_count(self) -> int:
-        return estimate_parameters(self.config)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
-                "architectures": list(self.architectures), "weights_format": self.weights_format,
-                "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
-                "adapter_of": self.base.source if self.base else None,
-                "class": self.architecture.to_dict() if self.architecture else None}
-
-
-def estimate_parameters(config: dict[str, Any]) -> int:
-    """A rough decoder/encoder parameter count from the usual config fields (0 if unknown)."""
-    text = config.get("text_config") or config
-    hidden = int(text.get("hidden_size") or text.get("d_model") or 0)
-    layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
-    vocab = int(text.get("vocab_size") or 0)
-    inter_field = text.get("intermediate_size") or 4 * hidden
-    if isinstance(inter_field, list):  # one size per layer (gemma3n): their mean
-        inter_field = sum(inter_field) // max(len(inter_field), 1) or 4 * hidden
-    inter = int(inter_field)
-    if not hidden or not layers:
-        return 0
-    per_layer = 4 * hidden * hidden + 3 * hidden * inter
-    embeddings = vocab * hidden * (1 if text.get("tie_word_embeddings", True) else 2)
-    return layers * per_layer + embeddings
 
 
 def _weights_in(directory: Path) -> tuple[str, ...]:
@@ -117,8 +41,12 @@ class AdapterChainError(ModelSourceError):
     adapter of an adapter. Passed up the chain unchanged."""
 
 
-def _adapter_directory(source: str, directory: Path, download: bool, chain: tuple[tuple[str, str], ...],
-                       token: str | None) -> ModelInfo:
+Fetch = Callable[[str], Path]
+"""``fetch(hub_id)``: the local directory holding the hub model's ``config.json``, downloaded."""
+
+
+def _adapter_directory(source: str, directory: Path, fetch: Fetch | None, chain: tuple[tuple[str, str], ...]
+                       ) -> ModelInfo:
     """A PEFT adapter saved by ``Loaded.train(lora=...)`` or ``PeftModel.save_pretrained``.
 
     ``base_model_name_or_path`` is followed; ``chain`` holds the adapters met on the way
@@ -134,7 +62,7 @@ def _adapter_directory(source: str, directory: Path, download: bool, chain: tupl
                                "set it to the base model's directory or hub id")
     chain = (*chain, (os.path.realpath(directory), source))
     try:
-        base = resolve_model(base_name, download=download, token=token, _chain=chain)
+        base = resolve_model(base_name, fetch=fetch, _chain=chain)
     except AdapterChainError:
         raise
     except ModelSourceError as exc:
@@ -167,12 +95,12 @@ def _refuse_a_loop(directory: Path, chain: tuple[tuple[str, str], ...]) -> None:
         "or hub id.")
 
 
-def _from_directory(source: str, directory: Path, download: bool = False, chain: tuple[tuple[str, str], ...] = (),
-                    token: str | None = None) -> ModelInfo:
+def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
+                    chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
     _refuse_a_loop(directory, chain)
     config_file = directory / "config.json"
     if not config_file.is_file() and (directory / "adapter_config.json").is_file():
-        return _adapter_directory(source, directory, download, chain, token)
+        return _adapter_directory(source, directory, fetch, chain)
     if not config_file.is_file():
         raise ModelSourceError(
             f"{source}: no config.json in {directory}. Point intelrt at a directory saved with "
@@ -197,18 +125,17 @@ def _looks_like_hub_id(source: str) -> bool:
     return _HUB_ID.fullmatch(source) is not None and ".." not in source
 
 
-def resolve_model(source: str, *, download: bool = False, token: str | None = None,
-                  _chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
+def resolve_model(source: str, *, fetch: Fetch | None = None, _chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
     """Read a model's config from a local directory or the hub cache.
 
-    ``download=True`` (used by ``load``) fetches ``config.json`` when a hub id is not cached yet,
-    with ``token`` when given; planning never downloads (SPEC C4).
+    ``fetch`` (passed by ``load``) gets ``config.json`` of a hub id that is not cached yet; without
+    it a hub id must be in the cache: planning never downloads (SPEC C4).
     """
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{source} is a file; pass the directory that holds config.json")
-        return _from_directory(source, path, download, _chain, token)
+        return _from_directory(source, path, fetch, _chain)
     if not _looks_like_hub_id(source):
         raise ModelSourceError(
             f"{source}: no such directory, and it is not a hub id of the form 'org/name'. "
@@ -218,26 +145,12 @@ def resolve_model(source: str, *, download: bool = False, token: str | None = No
     cached = try_to_load_from_cache(source, "config.json")
     if isinstance(cached, str):
         return _from_directory(source, Path(cached).parent, chain=_chain)
-    if not download:
+    if fetch is None:
         raise ModelSourceError(
             f"{source}: config.json is not in the local hub cache, and planning downloads nothing "
             f"(SPEC C4). Run `intelrt run {source}` or `hf download {source}` once with network, "
             "or pass a local directory.")
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise ModelSourceError(
-            f"{source}: not in the local hub cache and HF_HUB_OFFLINE is set; unset it to download, "
-            "or pass a local directory.")
-    from huggingface_hub import hf_hub_download
-
-    log.info("downloading config.json of %s", source)
-    try:
-        config_path = hf_hub_download(source, "config.json", token=token)
-    except Exception as exc:  # noqa: BLE001 - every hub failure (HTTP, connection, missing file) is one clear error
-        raise ModelSourceError(
-            f"{source}: config.json could not be downloaded ({type(exc).__name__}: {redact_text(str(exc))}). "
-            "Check the model id, the network and HF_ENDPOINT (and token= for a gated model), or pass a local "
-            "directory.") from None
-    return _from_directory(source, Path(config_path).parent, chain=_chain)
+    return _from_directory(source, fetch(source), chain=_chain)
 
 
 def check_safetensors(path: str | os.PathLike[str]) -> None:

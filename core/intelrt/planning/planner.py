@@ -1,9 +1,9 @@
-"""Request → Plan: pure; asks the hooks, touches no device and downloads nothing.
+"""Request → Plan: pure; asks the host, touches no device, writes no environment, downloads nothing.
 
-The concerns are decided in the order of :data:`~intelrt.planning.concerns.CONCERNS`, each by its
-selection hook (the task by intelrt itself, from the model's config); later hooks see earlier
-values. A request without a model (training arguments, launching) gets a backend-only plan: the
-same hooks, for the concerns that need no model.
+The concerns are decided in the order of :data:`~intelrt.hooks.concerns.CONCERNS`, each by the
+host (a third-party hook, the chosen backend, or the generic rule; the task by intelrt itself,
+from the model's config); later decisions see earlier values. A request without a model (training
+arguments, launching) gets a backend-only plan: the same concerns, those that need no model.
 """
 
 from __future__ import annotations
@@ -15,18 +15,20 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import PlanError
+from ..hooks.backend import Backend, Situation
+from ..hooks.concerns import CONCERNS, Decided
+from ..hooks.model import ModelInfo
+from ..hooks.options import AUTO
 from ..hooks.payloads import DecisionValue, DecodeChoice
-from ..hooks.types import BackendStatus, EnvVar, Finding
+from ..hooks.plan import EnvSetting, Plan, PlannedDecision
+from ..hooks.request import NO_MODEL, Request
+from ..hooks.types import EnvVar, Finding
 from ..host.manager import PluginHost, get_host
 from .architecture import resolve, task_of
-from .concerns import CONCERNS, Concern
 from .detection import choose_backend, detect_backends
 from .diagnosis import floor_findings
-from .environment import EnvSetting, resolve_env
-from .model_source import ModelInfo, check_safety, resolve_model
-from .options import AUTO
-from .plan import Plan, PlannedDecision
-from .request import NO_MODEL, Request
+from .environment import resolve_env
+from .model_source import check_safety, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -50,29 +52,9 @@ def decide_task(request: Request, model: ModelInfo) -> PlannedDecision:
                     "task='text-generation', 'feature-extraction' or 'sequence-classification'")
 
 
-def decide_concern(host: PluginHost, concern: Concern, request: Request,
-                   kwargs: Mapping[str, Any]) -> PlannedDecision | None:
-    """Ask ``concern``'s hook; ``None`` when no plugin answered a concern that may stay undecided."""
-    assert concern.hook is not None
-    answer = host.select(concern.hook, concern.payload, **kwargs)
-    forced = any(request.is_forced(name) for name in concern.options)
-    if answer is None:
-        if not concern.required:
-            return None
-        raise PlanError(f"no plugin decided {concern.name} for backend {kwargs['backend'].name!r}; "
-                        "its plugin may be incomplete (see `intelrt plugins`)")
-    result, plugin = answer
-    wanted = getattr(request, concern.option) if concern.option else None
-    if forced and concern.verbatim and result.value != wanted:
-        raise PlanError(f"{host.describe(plugin)} changed your {concern.name}={wanted!r} "
-                        f"to {result.value!r}; intelrt never overrides what you set. Report it to the "
-                        "plugin's authors, or block the plugin with INTELRT_DISABLE_PLUGINS.")
-    return PlannedDecision(concern.name, result.value, result.reason, plugin, forced, result.claim, result.notes)
-
-
-def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, model: ModelInfo,
+def decide_all(host: PluginHost, *, backend: Backend, request: Request, model: ModelInfo,
                env: Mapping[str, str]) -> tuple[dict[str, PlannedDecision], ModelInfo]:
-    """Every concern the request calls for, in registry order (later hooks see earlier values);
+    """Every concern the request calls for, in registry order (later decisions see earlier values);
     and the model with its class resolved once the task is known."""
     decisions: dict[str, PlannedDecision] = {}
     values: dict[str, DecisionValue] = {}
@@ -81,12 +63,10 @@ def decide_all(host: PluginHost, *, backend: BackendStatus, request: Request, mo
             continue
         decided: PlannedDecision | None
         if concern.hook is None:
-            task = decide_task(request, model)
-            model = replace(model, architecture=resolve(model, str(task.value)))
-            decided = task
+            decided = decide_task(request, model)
+            model = replace(model, architecture=resolve(model, str(decided.value)))
         else:
-            kwargs = {"backend": backend, "request": request, "model": model, "env": env, "decisions": dict(values)}
-            decided = decide_concern(host, concern, request, kwargs)
+            decided = host.decide(concern, backend, Situation(request, model, env, Decided.of(values)))
         if decided is not None:
             check_class_support(host, decided, model)
             decided = check_warmup(host, decided, request)
@@ -125,12 +105,13 @@ def check_warmup(host: PluginHost, decision: PlannedDecision, request: Request) 
     return decision
 
 
-def plan_env(host: PluginHost, backend: BackendStatus, request: Request,
+def plan_env(host: PluginHost, backend: Backend, request: Request, model: ModelInfo,
              env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
-    """What ``intelrt_setup_env`` wants for the run, merged with ``env`` (the user's values win)."""
+    """What the backend and the plugins want for the run's environment, merged with ``env`` (the
+    user's values win)."""
     wanted: list[tuple[str, EnvVar]] = []
     findings: list[Finding] = floor_findings("warning")
-    for plugin, item in host.setup_env(backend, request, env):
+    for plugin, item in host.setup_env(backend, Situation(request, model, env)):
         if isinstance(item, EnvVar):
             wanted.append((plugin, item))
         else:
@@ -159,15 +140,15 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
         notes.append("backend-only plan: no model was given")
     detected = detect_backends(host, env)
     backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
-    settings, findings = plan_env(host, backend, request, env)
+    settings, findings = plan_env(host, backend, request, model, env)
     decisions, model = decide_all(host, backend=backend, request=request, model=model, env=env)
     _log_plan(model, detected, backend, backend_reason, decisions)
     return Plan(request=request, model=model, backend=backend, backend_reason=backend_reason,
                 backend_forced=backend_forced, decisions=decisions, env=tuple(settings),
-                findings=tuple(findings), detected=detected, notes=tuple(notes))
+                findings=tuple(findings), detected=tuple(b.status for b in detected), notes=tuple(notes))
 
 
-def _log_plan(model: ModelInfo, detected: tuple[BackendStatus, ...], backend: BackendStatus, reason: str,
+def _log_plan(model: ModelInfo, detected: tuple[Backend, ...], backend: Backend, reason: str,
               decisions: Mapping[str, PlannedDecision]) -> None:
     """What was decided, at INFO (``intelrt -v``): one line per backend seen and per decision."""
     if not log.isEnabledFor(logging.INFO):
@@ -189,7 +170,7 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
 
     Every argument defaults to ``"auto"`` (intelrt decides); any other value is forced and shows
-    as such in the plan. The options are described in :data:`intelrt.planning.options.REQUEST_OPTIONS`
+    as such in the plan. The options are described in :data:`intelrt.hooks.request.REQUEST_OPTIONS`
     (``intelrt plan --help`` prints them). Extra keyword arguments go to ``from_pretrained`` unchanged.
     """
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..hooks.types import BackendStatus
+from ..hooks.backend import Backend
+from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
-from ..planning.plan import Plan
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,7 +54,7 @@ def real_compile(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def install_compile_wrapper(backend: BackendStatus, host: PluginHost | None = None) -> str | None:
+def install_compile_wrapper(backend: Backend, host: PluginHost | None = None) -> str | None:
     """Install the backend's ``torch.compile`` replacement once; return the plugin that owns it.
 
     Idempotent: a second call (or a wrapper already installed by us) changes nothing, so the
@@ -69,10 +69,10 @@ def install_compile_wrapper(backend: BackendStatus, host: PluginHost | None = No
         if getattr(current, _WRAPPED_ATTR, None) == backend.name:
             return str(getattr(current, "__intelrt_plugin__", ""))
         original = real_compile(current)
-        answer = host.wrap_compile(backend, original)
-        if answer is None:
+        wrapper = host.compile_wrapper(backend, original)
+        if wrapper is None:
             return None
-        wrapper, plugin = answer
+        plugin = backend.plugin
         setattr(wrapper, _WRAPPED_ATTR, backend.name)
         setattr(wrapper, _ORIGINAL_ATTR, original)
         setattr(wrapper, "__intelrt_plugin__", plugin)  # noqa: B010 - a dunder on a function object
@@ -83,13 +83,13 @@ def install_compile_wrapper(backend: BackendStatus, host: PluginHost | None = No
 
 def compile(target: T, plan: Plan) -> T:  # noqa: A001 - mirrors torch.compile
     """Compile ``target`` (a model or function) as the plan decided; returns it unchanged when off."""
-    value = plan.compile_choice
+    value = plan.decided.compile
     if value is None or not value.enabled:
         return target
     import torch
 
     install_compile_wrapper(plan.backend)  # no-op when installed; drops a library wrapper put on top
-    options: dict[str, Any] = {"backend": value.backend or "inductor"}
+    options: dict[str, Any] = {"backend": value.compiler or "inductor"}
     if value.mode:
         options["mode"] = value.mode
     if isinstance(target, torch.nn.Module):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from ..decoding.tuning import DecodeTuning
 from ..errors import ConfigurationError
 from ..hooks.payloads import DecodeChoice, ParallelismChoice
+from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
-from ..planning.plan import Plan
 
 if TYPE_CHECKING:
     from ..decoding.engine import FastDecoder
@@ -142,11 +142,11 @@ class Loaded:
 
         decode = self.plan.decisions.get("decode")
         batching = self.plan.decisions.get("batching")
-        parallelism = self.plan.value("parallelism")
+        parallelism = self.plan.decided.parallelism
         generation = GenerationPlan(
-            decode=self.plan.decode_choice or DecodeChoice.plain_generate(),
+            decode=self.plan.decided.decode or DecodeChoice.plain_generate(),
             decode_reason=decode.reason if decode is not None else "the plan has no decode decision",
-            batching=self.plan.batching_choice,
+            batching=self.plan.decided.batching,
             batching_reason=batching.reason if batching is not None else "the plan has no batching decision",
             trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
             and parallelism.sharded_load)
@@ -154,10 +154,10 @@ class Loaded:
 
     def _graph_capturer(self) -> Callable[..., Any] | None:
         """The backend's capturer for the plan's device-graph kind (asked once, at the first fast call)."""
-        decode = self.plan.decode_choice
+        decode = self.plan.decided.decode
         if decode is None or not decode.graphs:
             return None
-        return (self.host or get_host()).decode_graph(self.plan.backend, decode.graphs)
+        return (self.host or get_host()).graph_capturer(self.plan.backend, decode.graphs)
 
     def stream(self, prompt: str, **generation_kwargs: Any) -> Iterator[str]:
         """Generate a continuation of ``prompt`` and yield its text as it comes, piece by piece

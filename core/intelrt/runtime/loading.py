@@ -7,19 +7,20 @@ import os
 from typing import Any
 
 from ..errors import ConfigurationError, IntelrtError, ModelSourceError
+from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
+from ..hooks.plan import Plan
+from ..hooks.request import Request, split_credentials
 from ..host.manager import PluginHost, get_host
 from ..planning.architecture import AUTO_CLASSES
-from ..planning.environment import apply_in_process
 from ..planning.model_source import require_weights, resolve_model
-from ..planning.options import AUTO
-from ..planning.plan import Plan
 from ..planning.planner import make_plan
-from ..planning.request import Request, split_credentials
 from ..support.distributed import is_distributed_launch, world_size
 from ..support.redaction import redact, redact_text
 from .compiling import compile as compile_with_plan
 from .compiling import install_compile_wrapper
+from .download import config_fetcher
+from .environment import apply_in_process
 from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
 
@@ -37,7 +38,7 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
 def check_ranks(plan: Plan) -> None:
     """Weights sharded as they load need every rank of the planned launch: refuse in a process that
     is not one of them (transformers would quietly load the whole model into it instead)."""
-    choice = plan.value("parallelism")
+    choice = plan.decided.parallelism
     if not isinstance(choice, ParallelismChoice) or not choice.sharded_load:
         return
     if not is_distributed_launch():
@@ -93,7 +94,7 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
     that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
     _, credentials = split_credentials(options)
     request = Request.build(model, **options)
-    info = resolve_model(request.model, download=True, token=credentials.get("token"))
+    info = resolve_model(request.model, fetch=config_fetcher(credentials.get("token")))
     require_weights(info)
     return make_plan(request, host=get_host(), model=info)
 

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..planning.options import AUTO
+from ..hooks.options import AUTO
 from .loaded import PIPELINE_TASKS
 from .loading import load
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hooks.payloads import ParallelismChoice, placement_kwargs
-from ..planning.plan import Plan
+from ..hooks.payloads import Placement
+from ..hooks.plan import Plan
 
 
 def _kernel_entry(value: Any) -> Any:
@@ -23,7 +23,7 @@ def kernel_config(plan: Plan) -> Any:
     ``inherit_mapping=False``: with transformers' default (True) its ``kernelize`` stacks the plan's
     mapping on its whole default mapping, so layers the plan keeps on their PyTorch forward would be
     kernelized too, and their kernels fetched from the hub at load time (SPEC C4)."""
-    value = plan.kernel_choice
+    value = plan.decided.kernels
     if value is None or not value.use_kernels or not value.kernel_mapping:
         return None
     from transformers import KernelConfig
@@ -34,7 +34,7 @@ def kernel_config(plan: Plan) -> Any:
 
 def quantization_config(plan: Plan) -> Any:
     """transformers ``BitsAndBytesConfig`` for the plan's quantization, or ``None``."""
-    value = plan.quantization_choice
+    value = plan.decided.quantization
     if value is None:
         return None
     import torch
@@ -51,8 +51,8 @@ def quantization_config(plan: Plan) -> Any:
 def distributed_config(plan: Plan) -> Any:
     """transformers ``DistributedConfig`` for weights sharded as they load (tensor parallel, or
     FSDP2 where accelerate cannot build it), or ``None``."""
-    value = plan.value("parallelism")
-    if not isinstance(value, ParallelismChoice) or value.distributed_config is None:
+    value = plan.decided.parallelism
+    if value is None or value.distributed_config is None:
         return None
     from transformers.distributed import DistributedConfig
 
@@ -62,14 +62,14 @@ def distributed_config(plan: Plan) -> Any:
 def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
     """Everything the plan decided, as ``from_pretrained`` keywords (plus the user's extras)."""
     kwargs: dict[str, Any] = {
-        "dtype": plan.value("dtype"),
-        **placement_kwargs(plan.value("placement")),
-        "attn_implementation": plan.value("attention"),
+        "dtype": plan.decided.dtype,
+        **(plan.decided.placement or Placement(None)).from_pretrained_kwargs(),
+        "attn_implementation": plan.decided.attention,
         "trust_remote_code": plan.request.trust_remote_code,
     }
     if not plan.request.allow_pickle:
         kwargs["use_safetensors"] = True
-    kernels = plan.kernel_choice
+    kernels = plan.decided.kernels
     if kernels is not None and kernels.use_kernels:
         kwargs["use_kernels"] = True
         config = kernel_config(plan)

@@ -13,7 +13,7 @@ DRAIN_TIMEOUT_S = 30.0
 
 if TYPE_CHECKING:
     from ..decoding.tuning import DecodeTuning
-    from ..planning.plan import Plan
+    from ..hooks.plan import Plan
     from ..runtime.loaded import Loaded
 
 DEFAULT_CONTEXT = 4096
@@ -77,7 +77,7 @@ def serving_limits(plan: Plan, config: Any, dtype_bytes: int, free_memory: int |
     max_batch, context_length = _count("max_batch", max_batch), _count("context_length", context_length)
     max_queue = _count("max_queue", max_queue)
     reasons: list[str] = []
-    batching = plan.batching_choice
+    batching = plan.decided.batching
     if max_batch is not None:
         rows = max_batch
         reasons.append(f"rows: {rows}, as asked (max_batch)")

@@ -19,13 +19,14 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigurationError, PluginError
+from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
+from ..hooks.plan import Plan
+from ..hooks.request import option
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import apply_in_process
-from ..planning.options import AUTO, option
-from ..planning.plan import Plan
 from ..planning.planner import make_plan, plan_backend
 from ..support.distributed import is_distributed_launch
+from ..support.environ import write as write_environment
 from ..support.redaction import MASK, is_secret_name
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def _check_layout(loaded: Plan, wanted: Plan) -> None:
 
 def parallelism_of(plan: Plan) -> ParallelismChoice:
     """The plan's parallelism decision (one process for a plan made without one)."""
-    value = plan.value("parallelism")
+    value = plan.decided.parallelism
     return value if isinstance(value, ParallelismChoice) else ParallelismChoice.single()
 
 
@@ -228,5 +229,5 @@ def training_arguments(output_dir: str | os.PathLike[str], *, plan: object = Non
         raise ConfigurationError(f"output_dir must be a directory path, got {output_dir!r}")
     resolved = resolve_plan(plan, backend, sharding)
     settings = training_settings(resolved, overrides)
-    apply_in_process(resolved)
+    write_environment(resolved.env_for_this_process())  # as load() does: the run's devices, before torch sees them
     return build_training_arguments(output_dir, resolved, settings)

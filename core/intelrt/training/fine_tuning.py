@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError, IntelrtError, SaveError
+from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
-from ..planning.options import AUTO
 from ..support.redaction import redact_text
 from .arguments import (
     USER,
@@ -271,7 +271,7 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
                                  "pass one of them")
     out = os.fspath(output_dir)
     plan = _sharding_plan(loaded, sharding, resume)
-    quantized = loaded.plan.quantization_choice is not None
+    quantized = loaded.plan.decided.quantization is not None
     _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, PlanError, PluginError
+from ..hooks.options import AUTO
+from ..hooks.plan import EnvSetting, Plan
 from ..hooks.types import EnvVar, Finding
 from ..host.manager import PluginHost, get_host
-from ..planning.environment import EnvSetting, child_env, resolve_env
-from ..planning.options import AUTO
-from ..planning.plan import Plan
+from ..planning.environment import resolve_env
 from ..planning.planner import plan_backend
+from ..support.environ import child as child_environment
 from ..support.tables import plural
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class LaunchCommand:
 
     @property
     def collective(self) -> str | None:
-        value = self.plan.value("collective")
+        value = self.plan.decided.collective
         return None if value is None else str(value)
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +126,11 @@ def _endpoint(endpoint: str) -> tuple[str, str]:
         raise ConfigurationError(f"--rdzv-endpoint {endpoint!r}: give HOST:PORT of the rank-0 node, "
                                  "e.g. node0.example:29400")
     return match["host"], match["port"]
+
+
+def child_env(settings: Sequence[EnvSetting], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a launched process: ``base`` plus what intelrt sets."""
+    return child_environment({s.name: s.value for s in settings if s.to_set}, base)
 
 
 def _merge_env(first: Sequence[EnvSetting], second: Sequence[EnvSetting], host: PluginHost) -> list[EnvSetting]:

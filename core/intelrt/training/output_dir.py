@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError, SaveError
-from ..planning.model_source import ModelInfo
+from ..hooks.model import ModelInfo
 from .saving import MARKERS, STAGING_PREFIX, checkpoints, remove_directories
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 from ..errors import ConfigurationError, IntelrtError, ModelSourceError
-from ..planning.model_source import SAFE_WEIGHTS, check_safetensors
+from ..hooks.model import SAFE_WEIGHTS
+from ..planning.model_source import check_safetensors
 from .saving import CHECKPOINT_COMPLETE, checkpoint_step, last_complete_checkpoint
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from intelrt.plugin import BackendStatus, hookimpl
-
-from .facts import COMPILE_BACKENDS, owns
+from .facts import COMPILE_BACKENDS
 from .probe import safe_in_process
 
 log = logging.getLogger(__name__)
@@ -63,11 +61,8 @@ def let_transformers_patch_first() -> bool:
     return bool(is_torch_hpu_available())
 
 
-@hookimpl
-def intelrt_wrap_compile(backend: BackendStatus, compile_fn: Callable[..., Any]) -> Callable[..., Any] | None:
+def compile_wrapper(compile_fn: Callable[..., Any]) -> Callable[..., Any]:
     """H9: the ``torch.compile`` replacement for Gaudi, wrapping ``compile_fn`` (the original)."""
-    if not owns(backend):
-        return None
     if let_transformers_patch_first():
         log.debug("transformers' Gaudi torch.compile switch ran first; intelrt's replaces it")
     return make_hpu_compile(compile_fn)

@@ -9,7 +9,6 @@ from intelrt.plugin import (
     BackendStatus,
     DeviceInfo,
     at_least,
-    hookimpl,
     package_version,
     parse_device_list,
 )
@@ -33,8 +32,8 @@ from .probe import probe
 
 
 def _unavailable(reason: str, versions: Mapping[str, str] | None = None,
-                 notes: tuple[str, ...] = ()) -> list[BackendStatus]:
-    return [BackendStatus(BACKEND, BACKEND, False, reason, PRIORITY, versions=dict(versions or {}), notes=notes)]
+                 notes: tuple[str, ...] = ()) -> BackendStatus:
+    return BackendStatus(BACKEND, BACKEND, False, reason, PRIORITY, versions=dict(versions or {}), notes=notes)
 
 
 def mode_note(env: Mapping[str, str], stack: str | None) -> str:
@@ -62,8 +61,7 @@ def visibility_note(env: Mapping[str, str]) -> str | None:
     return None
 
 
-@hookimpl
-def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
+def detect(env: Mapping[str, str]) -> BackendStatus:
     """H2/H4: the Gaudi stack must be importable and accelerate >= 1.5.0; H1 mode and H5
     visibility are reported. Devices are counted without loading the stack in this process
     before ``PT_ENABLE_INT64_SUPPORT`` is set (H3; see :mod:`intelrt_hpu.probe`)."""
@@ -96,5 +94,5 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
         versions[GENERATION_KEY] = answer.generation
     devices = tuple(DeviceInfo(i, name, answer.total_memory, True) for i, name in enumerate(answer.names))
     kind = GENERATION_NAMES.get(answer.generation or "", "Gaudi")
-    return [BackendStatus(BACKEND, BACKEND, True, f"{len(devices)} {kind} device(s) visible", PRIORITY,
-                          devices=devices, versions=versions, notes=tuple(notes))]
+    return BackendStatus(BACKEND, BACKEND, True, f"{len(devices)} {kind} device(s) visible", PRIORITY,
+                         devices=devices, versions=versions, notes=tuple(notes))

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-from intelrt.plugin import BackendStatus, Finding, at_least, hookimpl, package_version
+from intelrt.plugin import BackendStatus, Finding, at_least, package_version
 
 from .detection import mode_note
 from .environment import malformed_visibility
 from .facts import (
     ACCELERATE_FLOOR,
-    BACKEND,
     DEVICES_VAR,
     HL_SMI_MAP,
     INT64_VAR,
@@ -33,14 +32,11 @@ def probe_modules(env: Mapping[str, str]) -> Finding:
                    claim="H5")
 
 
-@hookimpl
-def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str], probe: bool
-                     ) -> list[Finding] | None:
+def diagnose(status: BackendStatus, env: Mapping[str, str], probe: bool) -> list[Finding]:
     """H4: accelerate < 1.5.0 is why transformers reports no Gaudi; H1 mode; H3 int64; H5 visibility;
     with ``probe`` (``intelrt doctor --probe``), hl-smi's index → module id map."""
-    status = next((b for b in backends if b.name == BACKEND), None)
-    if status is None or "accelerate" not in status.versions:
-        return None  # the Gaudi stack is not installed: nothing to say about Gaudi
+    if "accelerate" not in status.versions:
+        return []  # the Gaudi stack is not installed: nothing to say about Gaudi
     findings: list[Finding] = []
     accelerate = status.versions["accelerate"]
     if not at_least(accelerate, ACCELERATE_FLOOR):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
-from intelrt.plugin import BackendStatus, EnvVar, Finding, PlanError, hookimpl, parse_device_list
+from intelrt.plugin import Backend, EnvVar, Finding, Plan, PlanError, Request, parse_device_list
 
 from .facts import (
     DEVICES_VAR,
@@ -16,14 +15,10 @@ from .facts import (
     MODULES_VAR,
     format_ids,
     is_supported_set,
-    owns,
     parse_ids,
     supported_sets_text,
 )
 from .probe import stack_loaded
-
-if TYPE_CHECKING:
-    from intelrt.plugin import Request
 
 INT64_REASON = ("token ids are int64: the Gaudi stack needs int64 support, read once when habana_frameworks is "
                 "imported")
@@ -69,7 +64,7 @@ def malformed_visibility(env: Mapping[str, str], visible: int | None) -> Finding
                    "shows them, e.g. 0,1), or pass devices= to intelrt", claim="H5")
 
 
-def known_module_ids(backend: BackendStatus, env: Mapping[str, str]) -> tuple[int, ...] | None:
+def known_module_ids(backend: Backend, env: Mapping[str, str]) -> tuple[int, ...] | None:
     """Module ids visible to this process, when they can be known without hl-smi."""
     if env.get(MODULES_VAR) is not None:
         return parse_device_list(MODULES_VAR, env[MODULES_VAR]).ids  # what the stack keeps of it
@@ -89,12 +84,8 @@ def partial_server_item(ids: tuple[int, ...], request: Request, what: str) -> Fi
                                           fix=fix, claim="H5"))
 
 
-@hookimpl
-def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str, str]
-                      ) -> list[EnvVar | Finding] | None:
+def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     """H3 int64 support; H5 ``devices=`` are module ids → ``HABANA_VISIBLE_MODULES`` of the run."""
-    if not owns(backend):
-        return None
     items = int64_items(env)
     if request.devices is not None:
         ids = tuple(request.devices)
@@ -137,16 +128,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@hookimpl
-def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mapping[str, str]
-                       ) -> list[EnvVar | Finding] | None:
+def launch_environment(backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     """H5: a free ``MASTER_PORT`` per tenant, supported module sets; H10: one process per Gaudi."""
-    if not owns(backend):
-        return None
     items: list[EnvVar | Finding] = [
         EnvVar("MASTER_PORT", str(free_port()), "each tenant of a shared Gaudi server needs its own rendezvous port "
                "(torchrun's default 29500 would collide); this one is free on this host", claim="H5")]
-    chosen = {s.name: s.value for s in getattr(plan, "env", ())}.get(MODULES_VAR) or env.get(MODULES_VAR)
+    chosen = {s.name: s.value for s in plan.env}.get(MODULES_VAR) or env.get(MODULES_VAR)
     modules = parse_ids(chosen)
     count = len(modules) if modules is not None else backend.device_count
     if count and nproc > count:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from intelrt.plugin import BackendStatus, at_least, parse
+from intelrt.plugin import Backend, BackendStatus, at_least, parse
+
+Detected = Backend | BackendStatus
+"""The facts readers below take the backend object or its detection result (both carry them)."""
 
 BACKEND = "hpu"
 """Backend name and torch device type. Never ``hpu:N``: the device is ``hpu`` (SPEC H5)."""
@@ -55,18 +58,13 @@ def lazy_mode(env: Mapping[str, str], stack: str | None) -> tuple[bool, str]:
                        f"(eager from {EAGER_DEFAULT_STACK}, lazy before)")
 
 
-def stack_version(backend: BackendStatus) -> str | None:
+def stack_version(backend: Detected) -> str | None:
     """The ``habana-torch-plugin`` version detection read (``None`` when unknown)."""
     value = backend.versions.get(STACK_DISTRIBUTION)
     return value if value and value != "unknown" else None
 
 
-def owns(backend: BackendStatus) -> bool:
-    """Whether ``backend`` is this plugin's."""
-    return backend.name == BACKEND
-
-
-def generation(backend: BackendStatus) -> str | None:
+def generation(backend: Detected) -> str | None:
     """``gaudi1`` / ``gaudi2`` / ``gaudi3`` as detected, else ``None``."""
     value = backend.versions.get(GENERATION_KEY)
     return value if value in GENERATION_NAMES else None

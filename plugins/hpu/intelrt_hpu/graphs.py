@@ -15,42 +15,38 @@ stack's version: planning never imports the Gaudi stack (H3).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from intelrt.plugin import (
-    BackendStatus,
+    Backend,
     Decision,
-    DecisionValue,
-    ModelInfo,
-    Request,
+    Situation,
     begin_end,
     decode_attention_kernel,
     decode_blockers,
     decode_compile,
     decode_graphs,
     fast_decode,
-    hookimpl,
     stream_capturer,
 )
 
-from .facts import LAZY_VAR, lazy_mode, owns, stack_version
+from .facts import LAZY_VAR, lazy_mode, stack_version
 
 VLLM_GAUDI = ("as vLLM's Gaudi plugin does by default (vllm-gaudi hpu_model_runner.py: use_hpu_graph = not "
               "enforce_eager; HPU graphs in lazy mode, torch.compile with hpu_backend in eager mode); Optimum for "
               "Intel Gaudi keeps both opt-in (graphs='off' / compile='none' give that)")
 
 
-@hookimpl
-def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          env: Mapping[str, str], decisions: Mapping[str, DecisionValue]) -> Decision | None:
+def select_decode(backend: Backend, s: Situation) -> Decision | None:
     """Lazy mode → HPU graph of an uncompiled step; eager mode → step compiled with ``hpu_backend``."""
-    if not owns(backend) or decode_blockers(model, decisions) is not None:
-        return None
+    request, env = s.request, s.env
+    if decode_blockers(s.model, s.decided) is not None:
+        return None  # the generic rule explains the fallback
     # The step is the model's own forward: intelrt's Triton decode attention is not for Gaudi.
     decode_attention_kernel(request, False, "Gaudi runs no Triton kernels", "model")
     lazy, mode = lazy_mode(env, stack_version(backend))
-    graphs = decode_graphs(request, backend, "hpu" if lazy else None,
+    graphs = decode_graphs(request, "hpu" if lazy else None,
                            f"HPU graphs record lazy-mode work and this run is eager ({mode}); set {LAZY_VAR}=1")
     if lazy:
         if request.compile not in ("auto", "none"):
@@ -70,10 +66,9 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
     return fast_decode(None, compiled, reason, claim="H9" if compiled else "H1")
 
 
-@hookimpl
-def intelrt_decode_graph(backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
+def graph_capturer(kind: str) -> Callable[..., Any] | None:
     """The HPU graph capturer: ``HPUGraph.capture_begin()`` / ``capture_end()`` on a side stream."""
-    if not owns(backend) or kind != "hpu":
+    if kind != "hpu":
         return None
     hpu = importlib.import_module("habana_frameworks.torch.hpu")
     graphs = importlib.import_module("habana_frameworks.torch.hpu.graphs")

@@ -11,25 +11,14 @@ parallel maps ``hpu`` to ``hccl`` (``DISTRIBUTED_BACKEND_MAP``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from intelrt.plugin import (
-    BackendStatus,
-    Decision,
-    DecisionValue,
-    ModelInfo,
-    Request,
-    ShardingSupport,
-    decide_parallelism,
-    hookimpl,
-)
+from intelrt.plugin import ShardingSupport
 
 from .facts import (
     FIRST_GENERATION,
     HCCL_REDUCE_OPS,
     OPTIMUM_HABANA,
+    Detected,
     generation,
-    owns,
     stack_version,
 )
 
@@ -37,7 +26,7 @@ HABANA_DEEPSPEED = "https://github.com/HabanaAI/DeepSpeed"
 HABANA_FSDP = "https://docs.habana.ai/en/latest/PyTorch/PyTorch_FSDP/Pytorch_FSDP.html"
 
 
-def deepspeed_install(backend: BackendStatus) -> str:
+def deepspeed_install(backend: Detected) -> str:
     """Habana's DeepSpeed fork at the Gaudi software release (its tags are the release numbers)."""
     stack = stack_version(backend)
     release = ".".join(stack.split(".")[:3]) if stack else "<your Gaudi software release, e.g. 1.22.0>"
@@ -45,7 +34,7 @@ def deepspeed_install(backend: BackendStatus) -> str:
             "software; upstream DeepSpeed has no Gaudi build)")
 
 
-def sharding_support(backend: BackendStatus) -> ShardingSupport:
+def sharding_support(backend: Detected) -> ShardingSupport:
     first = generation(backend) == FIRST_GENERATION
     return ShardingSupport(
         "hccl", fsdp=None if first else "accelerate",
@@ -57,13 +46,3 @@ def sharding_support(backend: BackendStatus) -> ShardingSupport:
         notes=("one process per Gaudi (SPEC H6): intelrt launch starts them, each acquiring one Gaudi",
                f"HCCL reduces with {', '.join(HCCL_REDUCE_OPS)} only: the sums of DDP, FSDP and tensor parallel run; "
                f"Optimum for Intel Gaudi ({OPTIMUM_HABANA}) has Gaudi-tuned DeepSpeed recipes"))
-
-
-@hookimpl
-def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                               decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    """H6/H10: DeepSpeed ZeRO as Habana documents it (when installed), else FSDP2 on Gaudi 2 and
-    later; DDP; tensor parallel over ``hccl``."""
-    if not owns(backend):
-        return None
-    return decide_parallelism(backend, request, model, env, decisions, sharding_support(backend))

@@ -5,25 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from intelrt.plugin import BackendStatus, PlanError, Setting, hookimpl
+from intelrt.plugin import Backend, Plan, PlanError, Setting
 
-from .facts import COMPILE_BACKENDS, FIRST_GENERATION, generation, owns
+from .facts import COMPILE_BACKENDS, FIRST_GENERATION, generation
 
 
-@hookimpl
-def intelrt_training_arguments(backend: BackendStatus, plan: Any, overrides: Mapping[str, Any]
-                               ) -> list[Setting] | None:
+def training_arguments(backend: Backend, plan: Plan, overrides: Mapping[str, Any]) -> list[Setting]:
     """H8 bf16 on every generation; H9 ``torch_compile_backend="hpu_backend"``; H10 ``hccl``.
 
     The user's keywords win, except ones that cannot run on Gaudi (``PlanError``).
     """
-    if not owns(backend):
-        return None
     settings: list[Setting] = []
     if overrides.get("fp16") and generation(backend) == FIRST_GENERATION:
         raise PlanError("fp16=True: first-generation Gaudi has no float16; use bf16=True (every Gaudi generation "
                         "supports bfloat16)")
-    dtype = plan.value("dtype") if hasattr(plan, "value") else None
+    dtype = plan.decided.dtype
     if "bf16" not in overrides and "fp16" not in overrides and dtype != "float16":
         settings.append(Setting("bf16", True, "every Gaudi generation supports bfloat16", claim="H8"))
     backend_choice = overrides.get("torch_compile_backend")

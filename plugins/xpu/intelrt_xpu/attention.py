@@ -14,18 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from intelrt.plugin import (
-    BackendStatus,
+    Backend,
     Decision,
-    DecisionValue,
+    Endorsement,
     ModelInfo,
     PlanError,
-    Request,
+    Situation,
     attention_fallback,
-    hookimpl,
     kernels_problem,
 )
 
-from .facts import NATIVE_GQA_TORCH, mine, torch_at_least, torch_version
+from .facts import NATIVE_GQA_TORCH, torch_at_least, torch_version
 from .hubkernels import (
     FA2_REPO,
     NVIDIA_ONLY_REPOS,
@@ -46,7 +45,7 @@ def _uses_gqa(model: ModelInfo) -> bool | None:
     return int(kv_heads) < int(heads)
 
 
-def gqa_note(backend: BackendStatus, model: ModelInfo) -> str:
+def gqa_note(backend: Backend, model: ModelInfo) -> str:
     """X4: whether SDPA on XPU takes grouped-query attention natively with this torch."""
     version = torch_version(backend)
     gqa = _uses_gqa(model)
@@ -59,7 +58,7 @@ def gqa_note(backend: BackendStatus, model: ModelInfo) -> str:
             f"before SDPA on XPU (more memory); torch >= {NATIVE_GQA_TORCH} avoids it")
 
 
-def _fa2_status(backend: BackendStatus, env: Mapping[str, str]) -> tuple[bool, str]:
+def _fa2_status(backend: Backend, env: Mapping[str, str]) -> tuple[bool, str]:
     """(usable, why) for the FA2 hub kernel on this machine."""
     problem = kernels_problem()
     if problem is not None:
@@ -70,47 +69,43 @@ def _fa2_status(backend: BackendStatus, env: Mapping[str, str]) -> tuple[bool, s
     return True, source.describe()
 
 
-def _flash_attention_2(backend: BackendStatus, request: Request, env: Mapping[str, str],
-                       decisions: Mapping[str, DecisionValue]) -> Decision:
-    wanted = request.attention
-    usable, why = _fa2_status(backend, env)
+def _flash_attention_2(backend: Backend, value: str, s: Situation) -> Endorsement:
+    usable, why = _fa2_status(backend, s.env)
     if not usable:
-        raise PlanError(f"attention={wanted!r} on Intel GPUs runs the hub kernel {FA2_REPO}, which cannot be "
+        raise PlanError(f"attention={value!r} on Intel GPUs runs the hub kernel {FA2_REPO}, which cannot be "
                         f"loaded: {why}. Or use attention='sdpa' (the default)")
     notes = [f"transformers swaps flash_attention_2 for the hub kernel {FA2_REPO} on XPU (the flash_attn "
              "package is not used there)", f"kernel: {why}"]
-    if decisions.get("dtype") == "float32":
+    if s.decided.dtype == "float32":
         notes.append("FlashAttention computes in float16/bfloat16 only: with dtype float32 transformers warns; "
                      "pass dtype='bfloat16'")
-    return Decision(wanted, f"requested by the user; runs through the hub kernel {FA2_REPO}", claim="X5",
-                    notes=tuple(notes))
+    return Endorsement(f"runs through the hub kernel {FA2_REPO}", claim="X5", notes=tuple(notes))
 
 
-@hookimpl
-def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    """X4/X5: ``sdpa`` by default (with the GQA note for this torch); ``flash_attention_2`` only
-    when its hub kernel can be loaded; FlashAttention-3/-4 refused (NVIDIA only)."""
-    if not mine(backend):
-        return None
-    if not request.is_forced("attention"):
-        fallback = attention_fallback(model)
-        if fallback is not None:
-            return fallback
-        usable, why = _fa2_status(backend, env)
-        fa2 = (f"flash_attention_2 is not chosen automatically; it is available here ({why})" if usable
-               else f"flash_attention_2 is not available: {why}")
-        return Decision("sdpa", "SDPA is transformers' default and runs on every Intel GPU with stock PyTorch; "
-                                "FlashAttention-3/-4 run only on NVIDIA GPUs", claim="X4",
-                        notes=(gqa_note(backend, model), fa2))
-    wanted = request.attention
-    base = wanted.removeprefix("paged|")
+def select_attention(backend: Backend, s: Situation) -> Decision:
+    """X4/X5: ``sdpa`` by default (with the GQA note for this torch); ``flash_attention_2`` is not
+    chosen automatically."""
+    fallback = attention_fallback(s.model)
+    if fallback is not None:
+        return fallback
+    usable, why = _fa2_status(backend, s.env)
+    fa2 = (f"flash_attention_2 is not chosen automatically; it is available here ({why})" if usable
+           else f"flash_attention_2 is not available: {why}")
+    return Decision("sdpa", "SDPA is transformers' default and runs on every Intel GPU with stock PyTorch; "
+                            "FlashAttention-3/-4 run only on NVIDIA GPUs", claim="X4",
+                    notes=(gqa_note(backend, s.model), fa2))
+
+
+def check_attention(backend: Backend, value: str, s: Situation) -> Endorsement | None:
+    """X4/X5: ``flash_attention_2`` only when its hub kernel can be loaded; FlashAttention-3/-4
+    refused (NVIDIA only); ``sdpa`` with the GQA note; others left to the generic checks."""
+    base = value.removeprefix("paged|")
     if base in _NVIDIA_ONLY:
-        raise PlanError(f"attention={wanted!r}: {_NVIDIA_ONLY[base]} runs only on NVIDIA GPUs, not on Intel GPUs "
+        raise PlanError(f"attention={value!r}: {_NVIDIA_ONLY[base]} runs only on NVIDIA GPUs, not on Intel GPUs "
                         f"(xpu). Use attention='flash_attention_2' (hub kernel {FA2_REPO}, with the kernels extra) "
                         "or 'sdpa' (the default)")
     if base in ("flash_attention_2", FA2_REPO):
-        return _flash_attention_2(backend, request, env, decisions)
+        return _flash_attention_2(backend, value, s)
     if base == "sdpa":
-        return Decision(wanted, "requested by the user", claim="X4", notes=(gqa_note(backend, model),))
+        return Endorsement(claim="X4", notes=(gqa_note(backend, s.model),))
     return None  # eager, flex_attention, other kernels: the generic checks apply

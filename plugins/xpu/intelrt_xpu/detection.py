@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from intelrt.plugin import BackendStatus, DeviceInfo, at_least, hookimpl
+from intelrt.plugin import BackendStatus, DeviceInfo, at_least
 
 from .affinity import HIERARCHIES, hierarchy, read_mask
 from .facts import (
@@ -49,12 +49,11 @@ def hierarchy_note(mode: str, why: str) -> str:
             "ZE_AFFINITY_MASK and devices= take these device ids")
 
 
-def _unavailable(reason: str, versions: dict[str, str], notes: tuple[str, ...] = ()) -> list[BackendStatus]:
-    return [BackendStatus(NAME, "xpu", False, reason, PRIORITY, versions=versions, notes=notes)]
+def _unavailable(reason: str, versions: dict[str, str], notes: tuple[str, ...] = ()) -> BackendStatus:
+    return BackendStatus(NAME, "xpu", False, reason, PRIORITY, versions=versions, notes=notes)
 
 
-@hookimpl
-def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
+def detect(env: Mapping[str, str]) -> BackendStatus:
     """X1: available when ``torch.xpu.is_available()`` and ``torch.xpu.device_count() > 0``.
 
     Reports torch's XPU build, whether it has XCCL, every visible device's name, memory and
@@ -64,7 +63,7 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
     try:
         import torch
     except ImportError:
-        return [BackendStatus(NAME, "xpu", False, "torch is not installed", PRIORITY)]
+        return BackendStatus(NAME, "xpu", False, "torch is not installed", PRIORITY)
     version = str(torch.__version__)
     build = getattr(torch.version, "xpu", None)
     versions = {"torch": version, "xpu_build": str(build), XCCL_KEY: str(xccl_available(torch))}
@@ -101,5 +100,5 @@ def intelrt_detect(env: Mapping[str, str]) -> list[BackendStatus]:
               + ("native" if native else "emulated (no native bfloat16 conversions: has_bfloat16_conversions is False)"))
     if mask is not None:
         reason += f" (through {MASK_VAR}={mask})"
-    return [BackendStatus(NAME, "xpu", True, reason, PRIORITY, devices=devices, versions=versions,
-                          notes=(hierarchy_note(mode, why), *floors))]
+    return BackendStatus(NAME, "xpu", True, reason, PRIORITY, devices=devices, versions=versions,
+                         notes=(hierarchy_note(mode, why), *floors))

@@ -13,34 +13,31 @@ the device instead (:mod:`intelrt_xpu.placement`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from intelrt.plugin import (
-    BackendStatus,
+    Backend,
     EnvVar,
     Finding,
+    Plan,
     PlanError,
     Request,
-    hookimpl,
 )
 
 from .affinity import MaskReading, describe_problems, hierarchy, read_mask
+from .collective import xccl_missing, xccl_usable
 from .facts import (
     HIERARCHY_KEY,
     MARK_VAR,
     MASK_VAR,
     PCI_ORDER_VAR,
-    XCCL_TORCH_FLOOR,
-    mine,
-    torch_at_least,
-    xccl_built,
+    Detected,
 )
 
 SET_ON_COMMAND_LINE = (f"set it on the run's own command line ({MASK_VAR}=0,2 torchrun ...), or pass devices= to "
                         f"intelrt (CLI --devices); `unset {MASK_VAR}` if it is a leftover export")
 
 
-def mask_reading(env: Mapping[str, str], backend: BackendStatus | None = None) -> MaskReading | None:
+def mask_reading(env: Mapping[str, str], backend: Detected | None = None) -> MaskReading | None:
     """The environment's mask read in the hierarchy detection ran in (``None``: no mask)."""
     mask = env.get(MASK_VAR)
     if mask is None:
@@ -51,7 +48,7 @@ def mask_reading(env: Mapping[str, str], backend: BackendStatus | None = None) -
     return read_mask(mask, str(mode))
 
 
-def malformed_mask(env: Mapping[str, str], backend: BackendStatus | None, visible: int | None) -> Finding | None:
+def malformed_mask(env: Mapping[str, str], backend: Detected | None, visible: int | None) -> Finding | None:
     """A warning naming each entry of the environment's mask that the driver skips or misreads."""
     reading = mask_reading(env, backend)
     if reading is None:
@@ -66,7 +63,7 @@ def malformed_mask(env: Mapping[str, str], backend: BackendStatus | None, visibl
                        "to intelrt", claim="X2")
 
 
-def in_process_index(backend: BackendStatus, env: Mapping[str, str], device: int) -> int:
+def in_process_index(backend: Backend, env: Mapping[str, str], device: int) -> int:
     """Where device id ``device`` is in *this* process, whose driver enumerated the devices at
     detection (with the environment's mask, if any); ``PlanError`` when this process cannot reach it."""
     reading = mask_reading(env, backend)
@@ -97,7 +94,7 @@ def _order_note(what: str, ids: Sequence[int]) -> Finding:
                    f"{PCI_ORDER_VAR}=1), not in mask order: {mapping}", claim="X3")
 
 
-def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding] | None:
+def _inherited(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding] | None:
     mask = env.get(MASK_VAR)
     if mask is None:
         return None
@@ -121,7 +118,7 @@ def _inherited(backend: BackendStatus, request: Request, env: Mapping[str, str])
     return items
 
 
-def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
+def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     ids = list(request.devices or ())
     inherited = mask_reading(env, backend)
     items: list[EnvVar | Finding] = []
@@ -166,26 +163,18 @@ def _selected(backend: BackendStatus, request: Request, env: Mapping[str, str]) 
     return items
 
 
-@hookimpl
-def intelrt_setup_env(backend: BackendStatus, request: Request, env: Mapping[str, str]
-                      ) -> list[EnvVar | Finding] | None:
+def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding] | None:
     """X2/X3: ``devices=`` → ``ZE_AFFINITY_MASK`` (replacing an inherited one) and
     ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` (yours kept); an inherited mask gets a warning, a
     non-ascending one a note. Ids beyond the machine's devices → ``PlanError``."""
-    if not mine(backend):
-        return None
     if request.devices is None:
         return _inherited(backend, request, env)
     return _selected(backend, request, env)
 
 
-@hookimpl
-def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mapping[str, str]
-                       ) -> list[EnvVar | Finding] | None:
+def launch_environment(backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     """X11: one ``ZE_AFFINITY_MASK`` shared by every rank (a per-rank mask hangs XCCL
     collectives); each rank picks ``xpu:LOCAL_RANK``; one process per selected Intel GPU."""
-    if not mine(backend):
-        return None
     if not isinstance(nproc, int) or nproc < 1:
         raise PlanError(f"nproc={nproc!r}: launch at least one process (one per Intel GPU)")
     devices = plan.request.devices
@@ -199,9 +188,7 @@ def intelrt_launch_env(backend: BackendStatus, plan: Any, nproc: int, env: Mappi
                 if mask is not None and selected == 1 else "")
         raise PlanError(f"nproc={nproc}: intelrt launches one process per Intel GPU, and this run has {selected} "
                         f"({where}); pass --nproc {selected} or select more devices with --devices{hint}")
-    if nproc > 1 and not (torch_at_least(backend, XCCL_TORCH_FLOOR) and xccl_built(backend)):
-        from .training import xccl_missing
-
+    if nproc > 1 and not xccl_usable(backend):
         raise PlanError(f"nproc={nproc} needs the xccl collective backend: {xccl_missing(backend)}")
     items: list[EnvVar | Finding] = []
     if mask is not None:

@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from intelrt.plugin import (
     BackendStatus,
     Finding,
     at_least,
-    hookimpl,
     hub_kernels_problem,
     hub_offline,
     package_version,
 )
 
+from .collective import xccl_missing
 from .detection import XPU_INDEX
 from .devices import SET_ON_COMMAND_LINE, malformed_mask
 from .facts import (
     ACCELERATE_TORCH_FLOOR,
     MARK_VAR,
     MASK_VAR,
-    NAME,
     TRANSFORMERS_TORCH_FLOOR,
     XCCL_WHEELS_TORCH,
     torch_version,
     xccl_built,
 )
 from .hubkernels import FA2_REPO, fa2_version, fetch_hint, locate
-from .training import xccl_missing
 
 _INSTALL = f"pip install torch --index-url {XPU_INDEX} (then pip install 'transformers[torch]')"
 
@@ -94,13 +92,9 @@ def _fa2(status: BackendStatus, env: Mapping[str, str]) -> list[Finding]:
                     fix=fetch_hint(source), claim="X5")]
 
 
-@hookimpl
-def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str]) -> list[Finding] | None:
+def diagnose(status: BackendStatus, env: Mapping[str, str]) -> list[Finding]:
     """Missing XPU build of torch, torch too old, an inherited (possibly stale) mask, and the
     FlashAttention-2 kernel not cached."""
-    status = next((b for b in backends if b.name == NAME), None)
-    if status is None:
-        return None
     findings = _mask(env, status)
     if not status.available:
         return _build(status) + _floors(status) + findings if "torch" in status.versions else findings

@@ -3,7 +3,10 @@ detection recorded (so most hooks never import torch)."""
 
 from __future__ import annotations
 
-from intelrt.plugin import BackendStatus, at_least
+from intelrt.plugin import Backend, BackendStatus, at_least
+
+Detected = Backend | BackendStatus
+"""The facts readers below take the backend object or its detection result (both carry them)."""
 
 NAME = "xpu"
 PRIORITY = 60
@@ -38,25 +41,21 @@ MARK_VAR = "INTELRT_ZE_AFFINITY_MASK"
 the launched script) recognise the mask as the run's and do not warn about an inherited export."""
 
 
-def mine(backend: BackendStatus | None) -> bool:
-    return backend is not None and backend.name == NAME
-
-
-def torch_version(backend: BackendStatus) -> str:
+def torch_version(backend: Detected) -> str:
     """The torch version detection saw (``"unknown"`` when detection could not tell)."""
     return str(backend.versions.get("torch") or "unknown")
 
 
-def torch_at_least(backend: BackendStatus, floor: str) -> bool:
+def torch_at_least(backend: Detected, floor: str) -> bool:
     return at_least(backend.versions.get("torch"), floor)
 
 
-def xccl_built(backend: BackendStatus) -> bool:
+def xccl_built(backend: Detected) -> bool:
     """Whether detection found the ``xccl`` backend in this torch build."""
     return backend.versions.get(XCCL_KEY) == "True"
 
 
-def device_label(backend: BackendStatus, index: int = 0) -> str:
+def device_label(backend: Detected, index: int = 0) -> str:
     """``"Intel(R) Data Center GPU Max 1550 (xpu:0)"`` for messages that must name the device."""
     device = next((d for d in backend.devices if d.index == index), None)
     return f"{device.name} (xpu:{index})" if device else f"the Intel GPU xpu:{index}"

@@ -12,25 +12,23 @@ default. No Intel GPU here measures either: the choice is proven under simulatio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from intelrt.plugin import (
-    BackendStatus,
+    Backend,
     Decision,
-    DecisionValue,
-    ModelInfo,
     Request,
+    Situation,
     decode_attention_kernel,
     decode_blockers,
     decode_compile,
     decode_graphs,
     fast_decode,
-    hookimpl,
     stream_capturer,
 )
 
-from .facts import XPU_GRAPHS_DEFAULT_TORCH, mine, torch_at_least, torch_version
+from .facts import XPU_GRAPHS_DEFAULT_TORCH, torch_at_least, torch_version
 
 UPSTREAM_GRAPHS = ("vLLM keeps XPU graphs opt-in (VLLM_XPU_ENABLE_XPU_GRAPH=0 by default, vllm-project/vllm#38193: "
                    "not stable yet; single-GPU only, vllm#49419) until torch 2.14 moves them to Level Zero graphs "
@@ -44,11 +42,11 @@ def xpu_graphs_available() -> bool:
     return getattr(torch.xpu, "XPUGraph", None) is not None and getattr(torch.xpu, "graph", None) is not None
 
 
-def _graphs(backend: BackendStatus, request: Request) -> tuple[str | None, str]:
+def _graphs(backend: Backend, request: Request) -> tuple[str | None, str]:
     """(graph kind or None, why) for the decode step."""
     version = torch_version(backend)
     if not xpu_graphs_available():
-        graphs = decode_graphs(request, backend, None, f"torch {version} has no torch.xpu.XPUGraph (XPU graphs need "
+        graphs = decode_graphs(request, None, f"torch {version} has no torch.xpu.XPUGraph (XPU graphs need "
                                                        "torch >= 2.11)")
         return graphs, (f"no XPU graph: torch {version} has no torch.xpu.XPUGraph" if request.graphs != "off"
                         else "no XPU graph (graphs='off')")
@@ -63,13 +61,12 @@ def _graphs(backend: BackendStatus, request: Request) -> tuple[str | None, str]:
                   "graphs='on' captures the step anyway")
 
 
-@hookimpl
-def intelrt_select_decode(backend: BackendStatus, request: Request, model: ModelInfo,
-                          decisions: Mapping[str, DecisionValue]) -> Decision | None:
+def select_decode(backend: Backend, s: Situation) -> Decision | None:
     """Fast decode loop on XPU: static KV cache, inductor-compiled step; XPU graph by default only
     from torch 2.14 (``graphs="on"`` before)."""
-    if not mine(backend) or decode_blockers(model, decisions) is not None:
-        return None
+    request = s.request
+    if decode_blockers(s.model, s.decided) is not None:
+        return None  # the generic rule explains the fallback
     # The step is the model's own forward; intelrt's Triton decode attention is unmeasured on Intel GPUs.
     decode_attention_kernel(request, False, "intelrt's Triton decode attention is not measured on Intel GPUs",
                             "model")
@@ -82,10 +79,9 @@ def intelrt_select_decode(backend: BackendStatus, request: Request, model: Model
                        if compiled == "inductor" else ())
 
 
-@hookimpl
-def intelrt_decode_graph(backend: BackendStatus, kind: str) -> Callable[..., Any] | None:
-    """The XPU graph capturer (called on the decoding thread, never inside this hook)."""
-    if not mine(backend) or kind != "xpu":
+def graph_capturer(kind: str) -> Callable[..., Any] | None:
+    """The XPU graph capturer (called on the decoding thread)."""
+    if kind != "xpu":
         return None
     import torch
 

@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from intelrt.plugin import (
-    BackendStatus,
+    Backend,
     Decision,
+    Endorsement,
     KernelChoice,
     ModelInfo,
     PlanError,
-    Request,
-    hookimpl,
+    Situation,
     kernels_problem,
 )
 
-from .facts import mine
 from .hubkernels import KernelSource, fetch_hint, locate
 
 #: layer name → (kernel repo, layer in the repo, version): transformers 5.24's "xpu" entries.
@@ -80,16 +78,17 @@ def _entry(layer: str, source: KernelSource, local: bool) -> Any:
     return {"xpu": name if version == 1 else [name, {"version": version}]}
 
 
-@hookimpl
-def intelrt_select_kernels(backend: BackendStatus, request: Request, model: ModelInfo,
-                           env: Mapping[str, str]) -> Decision | None:
+def check_kernels(backend: Backend, value: KernelChoice, s: Situation) -> Endorsement:
+    """X8: ``kernels=False`` keeps every layer's PyTorch forward."""
+    return Endorsement(claim="X8")
+
+
+def select_kernels(backend: Backend, s: Situation) -> Decision:
     """X8: ``use_kernels`` with a ``KernelConfig`` mapping keyed by ``"xpu"``; on (auto) only when
-    ``kernels`` is usable by transformers and every mapped kernel loads offline."""
-    if not mine(backend):
-        return None
-    forced = request.kernels is True
-    if request.kernels is False:
-        return Decision(KernelChoice.off(), "turned off by the user", claim="X8")
+    ``kernels`` is usable by transformers and every mapped kernel loads offline; ``kernels=True``
+    maps every kernel that can load, or is refused naming the one that cannot."""
+    model, env = s.model, s.env
+    forced = s.request.kernels is True
     problem = kernels_problem()
     if problem is None and str(env.get("USE_HUB_KERNELS", "YES")).upper() not in ("1", "ON", "YES", "TRUE"):
         problem = (f"USE_HUB_KERNELS={env['USE_HUB_KERNELS']} turns transformers' hub-kernel layers off; "

@@ -9,28 +9,17 @@ strategy runs, and a forced one is refused with the fix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from intelrt.plugin import ShardingSupport
 
-from intelrt.plugin import (
-    BackendStatus,
-    Decision,
-    DecisionValue,
-    ModelInfo,
-    Request,
-    ShardingSupport,
-    decide_parallelism,
-    hookimpl,
-)
-
-from .facts import mine
-from .training import xccl_missing, xccl_usable
+from .collective import xccl_missing, xccl_usable
+from .facts import Detected
 
 #: DeepSpeed's XPU accelerator (``deepspeed/accelerator/xpu_accelerator.py``) imports these two.
 DEEPSPEED_XPU = ("pip install deepspeed intel-extension-for-pytorch oneccl_bind_pt (DeepSpeed's XPU accelerator "
                  "imports intel_extension_for_pytorch and oneccl_bindings_for_pytorch)")
 
 
-def sharding_support(backend: BackendStatus) -> ShardingSupport:
+def sharding_support(backend: Detected) -> ShardingSupport:
     """What the Intel GPUs of ``backend`` run: every strategy over ``xccl``, or none without it."""
     usable = xccl_usable(backend)
     return ShardingSupport(
@@ -40,12 +29,3 @@ def sharding_support(backend: BackendStatus) -> ShardingSupport:
         deepspeed_install=DEEPSPEED_XPU, claim="X11",
         notes=("every rank shares one ZE_AFFINITY_MASK and picks xpu:LOCAL_RANK (a per-rank mask hangs XCCL "
                "collectives)",))
-
-
-@hookimpl
-def intelrt_select_parallelism(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                               decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    """X11: DDP, FSDP2 (accelerate), DeepSpeed ZeRO or tensor parallel over ``xccl``."""
-    if not mine(backend):
-        return None
-    return decide_parallelism(backend, request, model, env, decisions, sharding_support(backend))

@@ -1,4 +1,4 @@
-"""X6, X7: where the weights go (``device_map``) and how a list of prompts is generated.
+"""X6: where the weights go (``device_map``).
 
 With ``devices=`` the plan is for this process, whose Level Zero driver enumerated the devices at
 detection: a mask can no longer select one here, so the placement names the device
@@ -12,30 +12,25 @@ from collections.abc import Mapping
 
 from intelrt.plugin import (
     FIT_HEADROOM,
-    BackendStatus,
-    BatchingChoice,
+    Backend,
     Decision,
-    DecisionValue,
-    ModelInfo,
+    Placement,
     PlanError,
     Request,
+    Situation,
     bytes_per_parameter,
-    fast_decode_planned,
     fits_one_device,
     format_bytes,
-    hookimpl,
-    limited_placement,
-    padded_generate_instead,
     rank_placement,
 )
 
 from .devices import in_process_index
-from .facts import MASK_VAR, mine
+from .facts import MASK_VAR
 
 _PIPELINE = "pipeline() without device= also picks the Intel GPU (transformers' default device order)"
 
 
-def _named(backend: BackendStatus, request: Request, env: Mapping[str, str], fits: bool | None,
+def _named(backend: Backend, request: Request, env: Mapping[str, str], fits: bool | None,
            room: str) -> Decision:
     """X2/X6 in this process: the named devices by index (a mask here would change nothing)."""
     ids = list(request.devices or ())
@@ -51,7 +46,7 @@ def _named(backend: BackendStatus, request: Request, env: Mapping[str, str], fit
                 raise PlanError(f"devices={ids}: the memory of xpu:{index} is unknown, so accelerate cannot be limited "
                                 "to the named devices; start the run with intelrt launch --devices instead")
             budgets[index] = int(memory / FIT_HEADROOM)
-        return Decision(limited_placement("auto", budgets),
+        return Decision(Placement.limited("auto", budgets),
                         f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the named "
                         f"devices only: max_memory lists {', '.join(f'xpu:{i}' for i in indices)} "
                         f"(memory / {FIT_HEADROOM} each), so it leaves the other devices of this process alone; {why}",
@@ -64,22 +59,19 @@ def _named(backend: BackendStatus, request: Request, env: Mapping[str, str], fit
         notes.insert(0, "quantization='4bit' (bitsandbytes) shrinks the weights about 4x (SPEC X9)")
     fit = (f"the weights fit one Intel GPU ({room})" if fits else
            f"the weights may not fit it ({room})" if fits is False else "device memory is unknown")
-    return Decision(f"xpu:{indices[0]}", f"{fit}; {why}", claim="X2", notes=tuple(notes))
+    return Decision(Placement(f"xpu:{indices[0]}"), f"{fit}; {why}", claim="X2", notes=tuple(notes))
 
 
-@hookimpl
-def intelrt_select_placement(backend: BackendStatus, request: Request, model: ModelInfo, env: Mapping[str, str],
-                             decisions: Mapping[str, DecisionValue]) -> Decision | None:
+def select_placement(backend: Backend, s: Situation) -> Decision:
     """X6: ``device_map="xpu"`` when the weights fit one Intel GPU, ``"auto"`` (accelerate splits
     them) when they do not and the run has several. With ``devices=``, the named device by index
     (``"xpu:2"``) or ``auto`` limited to the named devices (``max_memory``): X2. In a launched rank,
     its own ``xpu:LOCAL_RANK``, or none when the weights are sharded as they load (X11)."""
-    if not mine(backend):
-        return None
-    ranked = rank_placement(backend, decisions, env)
+    request, model, env, decided = s.request, s.model, s.env, s.decided
+    ranked = rank_placement(backend, decided, env)
     if ranked is not None:
         return Decision(ranked.value, ranked.reason, claim="X11", notes=ranked.notes)
-    per_param = bytes_per_parameter(decisions)
+    per_param = bytes_per_parameter(decided)
     need = model.parameter_count * per_param if per_param else model.weight_bytes
     memories = [d.total_memory for d in backend.devices if d.total_memory]
     room = (f"{format_bytes(need)} of weights, x{FIT_HEADROOM} headroom, vs {format_bytes(min(memories))} per device"
@@ -89,37 +81,10 @@ def intelrt_select_placement(backend: BackendStatus, request: Request, model: Mo
         return _named(backend, request, env, fits, room)
     count = backend.device_count
     if fits is False and count > 1:
-        return Decision("auto", f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the "
+        return Decision(Placement("auto"), f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the "
                                 f"{count} devices of the run", claim="X6", notes=(_PIPELINE,))
     if fits is False:
-        return Decision("xpu", f"the run has one Intel GPU and the weights may not fit it ({room})", claim="X6",
+        return Decision(Placement("xpu"), f"the run has one Intel GPU and the weights may not fit it ({room})", claim="X6",
                         notes=("quantization='4bit' (bitsandbytes) shrinks them about 4x (SPEC X9)", _PIPELINE))
     why = f"the weights fit one Intel GPU ({room})" if fits else "device memory is unknown; one Intel GPU"
-    return Decision("xpu", why, claim="X6", notes=(_PIPELINE,))
-
-
-@hookimpl
-def intelrt_select_batching(backend: BackendStatus, request: Request, model: ModelInfo,
-                            decisions: Mapping[str, DecisionValue]) -> Decision | None:
-    """X7: a list of prompts goes through transformers' continuous batching, which supports XPU
-    graphs and async batching and decides itself whether to use them (``None``) unless forced."""
-    if not mine(backend) or request.batching == "padded":
-        return None  # padded batches are not XPU-specific: the generic decision applies
-    fallback = padded_generate_instead(request, model, decisions)
-    if fallback is not None:
-        return fallback
-    graphs = {"on": True, "off": False}.get(request.graphs)
-    attention = str(decisions.get("attention") or "sdpa")
-    flash = "flash" in attention
-    if graphs is None:
-        auto = ("on: flash attention needs no attention mask" if flash else
-                f"off: attention={attention} needs an attention mask, which graphs would pad")
-        notes: tuple[str, ...] = (f"XPU graphs and async batching left to transformers' auto, which turns them {auto}",)
-    else:
-        notes = (f"XPU graphs forced {request.graphs} (ContinuousBatchingConfig.use_cuda_graph={graphs}); async "
-                 "batching left to transformers' auto",)
-    if fast_decode_planned(decisions) and request.batching == "auto":
-        notes += ("batching='padded' sends a list through the fast decode loop instead",)
-    reason = "requested by the user" if request.batching == "continuous" else (
-        "transformers' continuous batching (generate_batch) runs on Intel GPUs, with XPUGraph and async batching")
-    return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)
+    return Decision(Placement("xpu"), why, claim="X6", notes=(_PIPELINE,))

@@ -1,21 +1,25 @@
-"""The conformance checks: call a plugin's hooks the way intelrt does, on simulated machines, and
-record every rule it breaks.
+"""The conformance checks: call a plugin's hooks and its backends' methods the way intelrt does, on
+simulated machines, and record every rule it breaks.
 
-Each hook of the plugin under test is called directly (so a violation is attributed to it, not
-to whichever plugin answered first) with the arguments the host would pass, and the plugin is
-also planned with for real, next to every other installed plugin, so the checks see what a user
-would see.
+Each hook implementation of the plugin under test, and each method its backend classes override,
+is called directly (so a violation is attributed to it, not to whichever plugin answered first)
+with the arguments the host would pass, and the plugin is also planned with for real, next to
+every other installed plugin, so the checks see what a user would see. What a hook or a method
+must return is read from its annotation in the contract (``hookspecs.py``, ``Backend``).
 """
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -26,15 +30,17 @@ import pluggy
 
 from ...errors import IntelrtError, PluginError
 from ...hooks import hookspecs
+from ...hooks.backend import Backend, Situation
+from ...hooks.concerns import CONCERNS, Decided
 from ...hooks.payloads import CompileChoice, Payload
+from ...hooks.plan import Plan
+from ...hooks.request import Request
 from ...hooks.types import BackendStatus, Decision, EnvVar, Finding, Setting
-from ...host.manager import PluginHost
+from ...host.manager import HOOK_NAMES, PluginHost
 from ...host.settings import ALLOW_VAR, BLOCK_VAR, ENTRY_POINT_GROUP
-from ...planning.concerns import CONCERNS
 from ...planning.detection import detect_backends
 from ...planning.model_source import resolve_model
 from ...planning.planner import make_plan
-from ...planning.request import Request
 from .models import write_models
 from .report import Report
 from .scenarios import Scenario, default_scenarios
@@ -43,10 +49,15 @@ from .scenarios import Scenario, default_scenarios
 #: installed plugin for ``intelrt plugins``, which must stay fast.
 HEAVY_MODULES = ("torch", "transformers", "accelerate", "habana_frameworks", "intel_extension_for_pytorch",
                  "bitsandbytes", "kernels", "peft", "datasets", "triton", "deepspeed")
-#: Hooks that report rather than decide: they must not raise at all.
-NEVER_RAISE = ("intelrt_detect", "intelrt_diagnose")
-#: Selection hook → the concern it decides (the registry: what is verbatim, what the value's type is).
+#: Hooks and backend methods that report rather than decide: they must not raise at all.
+NEVER_RAISE = ("intelrt_diagnose", "detect", "diagnose")
+#: Selection hook (and backend ``select_``/``check_`` method) → the concern it decides (the registry).
 SELECTION = {c.hook: c for c in CONCERNS if c.hook is not None}
+CONCERN_OF_METHOD = {f"{kind}_{c.name}": c for c in CONCERNS for kind in ("select", "check")
+                     if hasattr(Backend, f"{kind}_{c.name}")}
+#: The backend methods a plugin may override (every public callable of the contract's Backend).
+BACKEND_METHODS = tuple(name for name, value in vars(Backend).items()
+                        if not name.startswith("_") and (callable(value) or isinstance(value, classmethod)))
 USER_VALUE = "set-by-the-user"
 _WEAK_REASONS = {"todo", "tbd", "n/a", "none", "ok", "because", "reason", "default", "auto"}
 
@@ -103,28 +114,52 @@ def _base_env() -> dict[str, str]:
 
 # -- result checks ----------------------------------------------------------------------------
 
-def _valid_type(hook: str, result: Any) -> str | None:
-    shape, types = hookspecs.RESULT_TYPES[hook]
-    if shape == "one":
-        ok = isinstance(result, types)
-        wanted = " or ".join(t.__name__ for t in types)
-        if ok and hook in SELECTION:
-            return _valid_value(hook, result.value)
-    elif shape == "callable":
-        ok = callable(result)
-        wanted = "a callable"
-    else:
-        ok = isinstance(result, (list, tuple)) and all(isinstance(r, types) for r in result)
-        wanted = "a list of " + " / ".join(t.__name__ for t in types)
-    return None if ok else f"returned {type(result).__name__} ({result!r:.100}); expected {wanted} or None"
+def _return_annotation(label: str) -> Any:
+    """What the contract says ``label`` (a hook, or ``Class.method`` of a backend) returns."""
+    name = label.rsplit(".", 1)[-1]
+    target = getattr(Backend, name) if "." in label else getattr(hookspecs, label)
+    namespace = {"Plan": Plan, "Situation": Situation, "Backend": Backend, "Decided": Decided}
+    return typing.get_type_hints(getattr(target, "__func__", target), localns=namespace)["return"]
 
 
-def _valid_value(hook: str, value: Any) -> str | None:
+def conforms(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` is of the annotated type (unions, sequences, callables, ``type[X]``)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if annotation is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, a) for a in args)
+    if origin in (collections.abc.Sequence, list, tuple):
+        return isinstance(value, (list, tuple)) and all(conforms(v, args[0]) for v in value)
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if origin is type:
+        return isinstance(value, type) and issubclass(value, args[0])
+    return isinstance(value, origin or annotation)
+
+
+def _describe(annotation: Any) -> str:
+    text = str(annotation).replace("collections.abc.", "").replace("intelrt.hooks.types.", "")
+    return text.replace("intelrt.hooks.backend.", "").replace("intelrt.hooks.", "")
+
+
+def _valid_type(label: str, result: Any) -> str | None:
+    annotation = _return_annotation(label)
+    if not conforms(result, annotation):
+        return f"returned {type(result).__name__} ({result!r:.100}); expected {_describe(annotation)}"
+    concern = SELECTION.get(label) or CONCERN_OF_METHOD.get(label.rsplit(".", 1)[-1] if "." in label else "")
+    if isinstance(result, Decision) and concern is not None:
+        return _valid_value(concern.name, concern.payload, result.value)
+    return None
+
+
+def _valid_value(name: str, payload: type[Payload] | None, value: Any) -> str | None:
     """A decision's value fits its concern: plain JSON, or the concern's payload (a dict with the
     payload's keys is accepted, as the host converts it)."""
-    payload = SELECTION[hook].payload
     if payload is None:
-        return (f"returned a Decision holding a {type(value).__name__}; {SELECTION[hook].name} takes a plain JSON "
+        return (f"returned a Decision holding a {type(value).__name__}; {name} takes a plain JSON "
                 "value") if isinstance(value, Payload) else None
     if value is None or isinstance(value, payload):
         return None
@@ -167,23 +202,37 @@ def _check_reasons(report: Report, hook: str, result: Any, scenario: str) -> Non
 
 
 class _Caller:
-    """Calls one plugin's hook implementations directly and checks every answer."""
+    """Calls one plugin's hook implementations, and the methods its backend classes override,
+    directly; checks every answer."""
 
     def __init__(self, plugin: _Plugin, report: Report) -> None:
         self.report = report
         pm = pluggy.PluginManager(hookspecs.PROJECT)
         pm.add_hookspecs(hookspecs)
         pm.register(plugin.obj, name=plugin.name)
-        self.impls = {hook: impl for hook in hookspecs.RESULT_TYPES
+        self.impls = {hook: impl for hook in HOOK_NAMES
                       for impl in getattr(pm.hook, hook).get_hookimpls() if impl.plugin_name == plugin.name}
-        report.hooks = tuple(sorted(self.impls))
         self.skipped: set[str] = set()
+        self.classes: list[type[Backend]] = []
+        ok, contributed = self.call("intelrt_backends", "start")
+        if ok and contributed:
+            self.classes = [c for c in contributed if isinstance(c, type) and issubclass(c, Backend)]
+        methods = [f"{cls.__name__}.{m}" for cls in self.classes for m in self.overridden(cls)]
+        report.hooks = tuple(sorted(self.impls)) + tuple(methods)
+
+    @staticmethod
+    def overridden(cls: type[Backend]) -> list[str]:
+        """The contract's methods ``cls`` implements itself (``detect`` always)."""
+        return [m for m in BACKEND_METHODS if getattr(cls, m) is not getattr(Backend, m)]
+
+    def owns(self, backend: Backend) -> bool:
+        return type(backend) in self.classes
 
     def has(self, hook: str) -> bool:
         return hook in self.impls
 
     def call(self, hook: str, scenario: str, **kwargs: Any) -> tuple[bool, Any]:
-        """Return (answered without refusing, result); record violations."""
+        """Call a hook implementation; return (answered without refusing, result); record violations."""
         impl = self.impls.get(hook)
         if impl is None:
             return False, None
@@ -193,33 +242,44 @@ class _Caller:
                 self.skipped.add(hook)
                 self.report.notes.append(f"{hook}: not exercised, the suite does not know argument(s) {missing}")
             return False, None
+        return self._checked(hook, hook, scenario, impl.function, *[kwargs[a] for a in impl.argnames])
+
+    def method(self, backend: Backend | type[Backend], name: str, scenario: str, *args: Any) -> tuple[bool, Any]:
+        """Call a backend method the class overrides (``None`` answers otherwise)."""
+        cls = backend if isinstance(backend, type) else type(backend)
+        if name not in self.overridden(cls):
+            return False, None
+        return self._checked(f"{cls.__name__}.{name}", name, scenario, getattr(backend, name), *args)
+
+    def _checked(self, label: str, kind: str, scenario: str, function: Callable[..., Any], *args: Any
+                 ) -> tuple[bool, Any]:
         before = dict(os.environ)
         try:
-            result = impl.function(*[kwargs[a] for a in impl.argnames])
+            result = function(*args)
         except IntelrtError as exc:
-            if hook in NEVER_RAISE:
+            if kind in NEVER_RAISE:
                 self.report.add("raises", f"raised {type(exc).__name__}: {exc}; report problems as results "
-                                          "(available=False with the reason, or a Finding)", hook, scenario)
+                                          "(available=False with the reason, or a Finding)", label, scenario)
             return False, None
         except Exception as exc:  # noqa: BLE001 - the violation names it
             self.report.add("raises", f"raised {type(exc).__name__}: {exc} — refuse with an intelrt error "
-                                      "(e.g. PlanError) that says what to do, or return None", hook, scenario)
+                                      "(e.g. PlanError) that says what to do, or return None", label, scenario)
             return False, None
         finally:
             changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
             if changed:
                 self.report.add("environ", f"wrote os.environ ({', '.join(changed)}); return EnvVar items "
-                                           "instead and let intelrt apply them", hook, scenario)
+                                           "instead and let intelrt apply them", label, scenario)
                 os.environ.clear()
                 os.environ.update(before)
         if result is None:
             return True, None
-        problem = _valid_type(hook, result)
+        problem = _valid_type(label, result)
         if problem:
-            self.report.add("result-types", problem, hook, scenario)
+            self.report.add("result-types", problem, label, scenario)
             return False, None
-        self.report.answered.add(hook)
-        _check_reasons(self.report, hook, result, scenario)
+        self.report.answered.add(label)
+        _check_reasons(self.report, label, result, scenario)
         return True, result
 
 
@@ -250,11 +310,11 @@ def _plan(request: Any, env: Mapping[str, str], host: PluginHost, model: Any, pl
             os.environ.update(before)
 
 
-def _variants(backend: BackendStatus) -> Iterator[tuple[str, dict[str, Any]]]:
+def _variants(backend: Backend) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "auto", {}
     yield "forced", {"dtype": "float32", "attention": "eager", "compile": "none"}
     forced: dict[str, Any] = {"dtype": "bfloat16", "attention": "sdpa"}
-    if backend.device_type != "cpu" and backend.devices:
+    if backend.ranks_are_devices and backend.devices:
         forced["devices"] = [0]
     yield "forced+devices" if "devices" in forced else "forced-2", forced
 
@@ -279,18 +339,27 @@ def _check_forced(report: Report, hook: str, request: Any, decision: Decision, s
         report.add("forced", "the user turned compile off (compile='none') and the plugin enabled it", hook, scenario)
 
 
-def _exercise_backend(caller: _Caller, plugin: _Plugin, report: Report, host: PluginHost, without: PluginHost,
-                      env: dict[str, str], backend: BackendStatus, models: Sequence[Any], scenario: str) -> None:
+def _exercise(caller: _Caller, plugin: _Plugin, report: Report, host: PluginHost, without: PluginHost,
+              env: dict[str, str], backend: Backend, models: Sequence[Any], scenario: str) -> None:
+    """Plan on ``backend`` for every model and request variant, asking the plugin's hooks — and, when
+    ``backend`` is one of the plugin's, its methods — on each plan's situation."""
     def compile_fn(model: Any = None, **kwargs: Any) -> Any:
         return model
 
+    ours = caller.owns(backend)
     for info in models:
         for variant, options in _variants(backend):
             where = f"{scenario}, backend {backend.name}, model {info.model_type}, {variant} request"
             request = Request.build(info.local_dir or info.source, backend=backend.name, **options)
             devices_asked = request.devices is not None
+            bare = Situation(request, info, env)
             ok, items = caller.call("intelrt_setup_env", where, backend=backend, request=request, env=env)
             _check_env_items(report, "intelrt_setup_env", _items(items), devices_asked, where)
+            if ours:
+                own_ok, own = caller.method(backend, "run_environment", where, bare)
+                ok, items = ok or own_ok, _items(items) + _items(own)
+                _check_env_items(report, f"{type(backend).__name__}.run_environment", _items(own), devices_asked,
+                                 where)
             plan = _plan(request, env, host, info, plugin.name, report, where)
             if variant == "auto" and ok and info is models[0]:
                 _check_user_env(caller, plugin, report, host, env, backend, request, info, _items(items), where)
@@ -302,32 +371,47 @@ def _exercise_backend(caller: _Caller, plugin: _Plugin, report: Report, host: Pl
                 continue
             values = {name: d.value for name, d in plan.decisions.items()}
             kwargs = {"backend": backend, "request": request, "model": info, "env": env, "plan": plan,
-                      "compile_fn": compile_fn, "nproc": 2, "kind": backend.device_type, "backends": plan.detected}
-            for hook in caller.impls:
-                if hook in SELECTION:
-                    decisions = {k: v for k, v in values.items() if k != SELECTION[hook].name}
-                    _, decision = caller.call(hook, where, decisions=decisions, **kwargs)
-                    if isinstance(decision, Decision):
-                        _check_forced(report, hook, request, decision, where)
+                      "nproc": 2, "backends": plan.detected}
+            for concern in CONCERNS:
+                if concern.hook is None:
+                    continue
+                earlier = Decided.of({k: v for k, v in values.items() if k != concern.name})
+                _, decision = caller.call(concern.hook, where, decided=earlier, **kwargs)
+                if isinstance(decision, Decision):
+                    _check_forced(report, concern.hook, request, decision, where)
+                if not ours:
+                    continue
+                s = Situation(request, info, env, earlier)
+                caller.method(backend, f"select_{concern.name}", where, s)
+                if concern.name in plan.decisions and plan.decisions[concern.name].forced \
+                        and hasattr(Backend, f"check_{concern.name}"):
+                    caller.method(backend, f"check_{concern.name}", where, plan.decisions[concern.name].value, s)
             if variant == "auto":
-                for hook in ("intelrt_wrap_compile", "intelrt_decode_graph"):
-                    caller.call(hook, where, **kwargs)
                 _, items = caller.call("intelrt_launch_env", where, **kwargs)
                 _check_env_items(report, "intelrt_launch_env", _items(items), devices_asked, where)
-                _check_training_arguments(caller, report, kwargs, where)
+                if ours:
+                    _, own = caller.method(backend, "launch_environment", where, plan, 2, env)
+                    _check_env_items(report, f"{type(backend).__name__}.launch_environment", _items(own),
+                                     devices_asked, where)
+                    caller.method(backend, "compile_wrapper", where, compile_fn)
+                    caller.method(backend, "graph_capturer", where, backend.device_type)
+                _check_training_arguments(caller, report, backend, plan, kwargs, where, ours)
 
 
 def _check_user_env(caller: _Caller, plugin: _Plugin, report: Report, host: PluginHost, env: dict[str, str],
-                    backend: BackendStatus, request: Any, info: Any, items: list[Any], where: str) -> None:
+                    backend: Backend, request: Any, info: Any, items: list[Any], where: str) -> None:
     """Plan again with the plugin's variables already set by the user: the user's values must stay."""
     wanted = [i for i in items if isinstance(i, EnvVar) and i.name not in env]
     if not wanted:
         return
     user_env = {**env, **{var.name: USER_VALUE for var in wanted}}
-    _, again = caller.call("intelrt_setup_env", where + " (variables set by the user)", backend=backend,
-                           request=request, env=user_env)
-    _check_env_items(report, "intelrt_setup_env", _items(again), False, where + " (variables set by the user)")
-    plan = _plan(request, user_env, host, info, plugin.name, report, where + " (variables set by the user)", "user-env")
+    again_where = where + " (variables set by the user)"
+    _, again = caller.call("intelrt_setup_env", again_where, backend=backend, request=request, env=user_env)
+    _check_env_items(report, "intelrt_setup_env", _items(again), False, again_where)
+    if caller.owns(backend):
+        _, own = caller.method(backend, "run_environment", again_where, Situation(request, info, user_env))
+        _check_env_items(report, f"{type(backend).__name__}.run_environment", _items(own), False, again_where)
+    plan = _plan(request, user_env, host, info, plugin.name, report, again_where, "user-env")
     if plan is None:
         return
     for setting in plan.env:
@@ -337,16 +421,25 @@ def _check_user_env(caller: _Caller, plugin: _Plugin, report: Report, host: Plug
                        "intelrt_setup_env", where)
 
 
-def _check_training_arguments(caller: _Caller, report: Report, kwargs: dict[str, Any], where: str) -> None:
-    ok, settings = caller.call("intelrt_training_arguments", where, overrides={}, **kwargs)
-    if not ok or not settings:
-        return
-    overrides = {s.name: s.value for s in settings}
-    _, again = caller.call("intelrt_training_arguments", where + " (user overrides)", overrides=overrides, **kwargs)
-    for s in _items(again):
-        if isinstance(s, Setting) and s.name in overrides:
-            report.add("forced", f"the user passed {s.name}={overrides[s.name]!r} and the plugin still contributes "
-                                 f"{s.name}={s.value!r}; the user's keywords win", "intelrt_training_arguments", where)
+def _check_training_arguments(caller: _Caller, report: Report, backend: Backend, plan: Plan, kwargs: dict[str, Any],
+                              where: str, ours: bool) -> None:
+    """The plugin's training keywords, asked again with each of them set by the user: the user's win."""
+    asks: list[tuple[str, Callable[[dict[str, Any], str], tuple[bool, Any]]]] = [
+        ("intelrt_training_arguments",
+         lambda overrides, at: caller.call("intelrt_training_arguments", at, overrides=overrides, **kwargs))]
+    if ours:
+        asks.append((f"{type(backend).__name__}.training_arguments",
+                     lambda overrides, at: caller.method(backend, "training_arguments", at, plan, overrides)))
+    for label, ask in asks:
+        ok, settings = ask({}, where)
+        if not ok or not settings:
+            continue
+        overrides = {s.name: s.value for s in settings}
+        _, again = ask(overrides, where + " (user overrides)")
+        for s in _items(again):
+            if isinstance(s, Setting) and s.name in overrides:
+                report.add("forced", f"the user passed {s.name}={overrides[s.name]!r} and the plugin still "
+                                     f"contributes {s.name}={s.value!r}; the user's keywords win", label, where)
 
 
 # -- the parts of the check -----------------------------------------------------------------
@@ -413,7 +506,8 @@ def _run_scenario(caller: _Caller, plugin: _Plugin, report: Report, scenario: Sc
                   models: Sequence[Any], seen_cpu: list[bool]) -> None:
     with scenario.start():
         env = _base_env()
-        caller.call("intelrt_detect", scenario.name, env=env)
+        for cls in caller.classes:
+            caller.method(cls, "detect", scenario.name, env)
         host = _host_with(plugin, env, report, scenario.name)
         if host is None:
             return
@@ -421,20 +515,23 @@ def _run_scenario(caller: _Caller, plugin: _Plugin, report: Report, scenario: Sc
             detected = detect_backends(host, env)
         except PluginError as exc:
             if exc.plugin == plugin.name:
-                report.add(_rule_of(exc), f"detection failed: {exc}", "intelrt_detect", scenario.name)
+                report.add(_rule_of(exc), f"detection failed: {exc}", "detect", scenario.name)
             else:
                 report.notes.append(f"{scenario.name}: another plugin failed in detection: {exc}")
             return
-        caller.call("intelrt_diagnose", scenario.name, backends=detected, env=env, probe=False)
+        caller.call("intelrt_diagnose", scenario.name, backends=[b.status for b in detected], env=env, probe=False)
+        for backend in detected:
+            if caller.owns(backend):
+                caller.method(backend, "diagnose", scenario.name, env, False)
         without = PluginHost({**env, BLOCK_VAR: plugin.name} if plugin.installed else env, on_error="record")
         for backend in detected:
             if not backend.available:
                 continue
-            if backend.device_type == "cpu":
+            if not caller.owns(backend) and not backend.ranks_are_devices:
                 if seen_cpu:
-                    continue
+                    continue  # the CPU is the same machine in every scenario: exercise the hooks there once
                 seen_cpu.append(True)
-            _exercise_backend(caller, plugin, report, host, without, env, backend, models, scenario.name)
+            _exercise(caller, plugin, report, host, without, env, backend, models, scenario.name)
 
 
 def _check_allow_block(plugin: _Plugin, report: Report, scenarios: Sequence[Scenario], models: Sequence[Any]) -> None:

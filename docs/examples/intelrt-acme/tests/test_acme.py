@@ -41,4 +41,4 @@ def test_devices_select_cards_through_the_visibility_variable(model: str) -> Non
 def test_the_plugin_conforms(check_conformance) -> None:  # type: ignore[no-untyped-def]
     report = check_conformance("acme", extra_scenarios=scenarios)
     report.raise_for_violations()
-    assert "intelrt_select_dtype" in report.answered
+    assert "AcmeBackend.select_dtype" in report.answered

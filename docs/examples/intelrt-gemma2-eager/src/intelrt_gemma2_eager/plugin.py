@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from intelrt.plugin import Decision, hookimpl
 
 if TYPE_CHECKING:
-    from intelrt.plugin import BackendStatus, ModelInfo, Request
+    from intelrt.plugin import Backend, ModelInfo, Request
 
 BACKEND = "xpu"
 FAMILIES = ("gemma2",)
@@ -31,7 +31,7 @@ FAMILIES = ("gemma2",)
 
 
 @hookimpl(tryfirst=True)
-def intelrt_select_attention(backend: BackendStatus, request: Request, model: ModelInfo) -> Decision | None:
+def intelrt_select_attention(backend: Backend, request: Request, model: ModelInfo) -> Decision | None:
     """Eager attention for Gemma 2 on Intel GPUs, unless the user chose an implementation."""
     if backend.name != BACKEND or model.model_type not in FAMILIES:
         return None

@@ -5,26 +5,46 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import Any
 
-from ..hooks.payloads import (
-    BatchingChoice,
-    CompileChoice,
-    DecisionValue,
-    DecodeChoice,
-    KernelChoice,
-    Payload,
-    QuantizationChoice,
-)
-from ..hooks.types import BackendStatus, Finding
 from ..support.redaction import redact, redact_text
 from ..support.tables import plural, table, terminal_width, wrap
-from .concerns import CONCERN_NAMES
-from .environment import EnvSetting
-from .model_source import ModelInfo
+from .backend import Backend
+from .concerns import CONCERN_NAMES, Decided
+from .model import ModelInfo
+from .payloads import DecisionValue, Payload
 from .request import Request
+from .types import BackendStatus, Finding
 
-P = TypeVar("P", bound=Payload)
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """One variable of the run's environment and its provenance."""
+
+    name: str
+    value: str
+    """The value the run gets."""
+    action: str
+    """``set`` (intelrt sets it), ``kept`` (the user's differing value is kept), ``same``
+    (the user already set intelrt's value), ``replaced`` (the user asked for a new value in this call)."""
+    reason: str
+    plugin: str
+    claim: str | None = None
+    wanted: str | None = None
+    """What intelrt would have set, when the user's value was kept."""
+    in_process: bool = True
+    """False: only for processes started with the plan's environment (see ``EnvVar.in_process``)."""
+
+    @property
+    def to_set(self) -> bool:
+        return self.action in ("set", "replaced")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "action": self.action, "reason": self.reason,
+                "plugin": self.plugin, "claim": self.claim, "wanted": self.wanted, "in_process": self.in_process}
+
+
 
 
 @dataclass(frozen=True)
@@ -52,7 +72,8 @@ class Plan:
 
     request: Request
     model: ModelInfo
-    backend: BackendStatus
+    backend: Backend
+    """The chosen backend (its facts, and its detection result as ``backend.status``)."""
     backend_reason: str
     backend_forced: bool
     decisions: Mapping[str, PlannedDecision]
@@ -70,45 +91,24 @@ class Plan:
     def task(self) -> str:
         return str(self.decisions["task"].value)
 
-    def value(self, concern: str) -> DecisionValue:
-        """The value of ``concern`` (``None`` when the plan has no such decision)."""
-        decision = self.decisions.get(concern)
-        return None if decision is None else decision.value
-
-    def _payload(self, concern: str, kind: type[P]) -> P | None:
-        value = self.value(concern)
-        if value is None:
-            return None
-        if not isinstance(value, kind):
-            raise TypeError(f"the plan's {concern} decision holds {type(value).__name__}, not {kind.__name__}")
-        return value
-
-    @property
-    def decode_choice(self) -> DecodeChoice | None:
-        return self._payload("decode", DecodeChoice)
-
-    @property
-    def batching_choice(self) -> BatchingChoice | None:
-        return self._payload("batching", BatchingChoice)
-
-    @property
-    def compile_choice(self) -> CompileChoice | None:
-        return self._payload("compile", CompileChoice)
-
-    @property
-    def kernel_choice(self) -> KernelChoice | None:
-        return self._payload("kernels", KernelChoice)
-
-    @property
-    def quantization_choice(self) -> QuantizationChoice | None:
-        return self._payload("quantization", QuantizationChoice)
+    @cached_property
+    def decided(self) -> Decided:
+        """Every decision's value, typed (``plan.decided.dtype``, ``plan.decided.decode`` …; ``None``
+        for a concern the plan does not hold)."""
+        return Decided.of({name: d.value for name, d in self.decisions.items()})
 
     @property
     def warnings(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity in ("warning", "error"))
 
     def env_to_set(self) -> dict[str, str]:
+        """The variables intelrt sets for the run (for processes started with the plan's environment)."""
         return {s.name: s.value for s in self.env if s.to_set}
+
+    def env_for_this_process(self) -> dict[str, str]:
+        """:meth:`env_to_set` without the variables only a started process can use (``in_process=False``:
+        a device mask this process's driver has already read)."""
+        return {s.name: s.value for s in self.env if s.to_set and s.in_process}
 
     # -- data ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Plan-time rules for the ``decode`` decision, shared by every backend's hooks.
+"""Plan-time rules for the ``decode`` and ``batching`` decisions, shared by every backend.
 
 Pure functions of the request, the model's config and earlier decisions: no torch, no device.
+The decode engine (``decoding/``) runs what they decide.
 """
 
 from __future__ import annotations
@@ -8,22 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
-from typing import TYPE_CHECKING
 
 from ..errors import PlanError
-from ..hooks.payloads import (
-    DecisionValue,
-    DecodeChoice,
-    ParallelismChoice,
-    QuantizationChoice,
-    placement_kwargs,
-)
-from ..hooks.types import BackendStatus, Decision
+from ..hooks.backend import Backend
+from ..hooks.concerns import Decided
+from ..hooks.model import ModelInfo
+from ..hooks.payloads import BatchingChoice, DecodeChoice
+from ..hooks.request import Request
+from ..hooks.types import Decision
 from .families import attention_kernel_blocker, compact_blocker
-
-if TYPE_CHECKING:
-    from ..planning.model_source import ModelInfo
-    from ..planning.request import Request
 
 #: Cache layer kinds the static-cache loop handles (transformers' ``config.layer_types``).
 STATIC_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -38,12 +32,11 @@ def layer_types(model: ModelInfo) -> tuple[str, ...]:
     return tuple(str(t) for t in (config.get("text_config") or config).get("layer_types") or ())
 
 
-def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue], *,
-                    four_bit: bool = False) -> str | None:
+def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = False) -> str | None:
     """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can.
     ``four_bit``: the backend runs bitsandbytes 4-bit models on the loop (the model's own forward,
     not compiled; see ``quantized_step``)."""
-    task = decisions.get("task")
+    task = decided.task
     if task is not None and task != "text-generation":
         return f"the task is {task}: only text generation decodes tokens"
     config = model.config
@@ -68,22 +61,22 @@ def decode_blockers(model: ModelInfo, decisions: Mapping[str, DecisionValue], *,
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which a static KV cache does not hold; "
                 "transformers' generate runs it")
-    quantization = decisions.get("quantization")
-    if isinstance(quantization, QuantizationChoice) and (quantization.bits != 4 or not four_bit):
+    quantization = decided.quantization
+    if quantization is not None and (quantization.bits != 4 or not four_bit):
         return (f"bitsandbytes {quantization.bits}-bit weights: the fast loop is not proven with them on this "
                 "backend" + (" (LLM.int8 splits outliers per call, data-dependent work a device graph cannot "
                              "hold)" if quantization.bits == 8 else "") + ", so transformers' generate runs them")
-    if placement_kwargs(decisions.get("placement"))["device_map"] == "auto":
+    if decided.placement is not None and decided.placement.device_map == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
-    return sharded_blocker(decisions)
+    return sharded_blocker(decided)
 
 
-def sharded_blocker(decisions: Mapping[str, DecisionValue]) -> str | None:
+def sharded_blocker(decided: Decided) -> str | None:
     """Why a model whose weights are sharded across ranks as they load decodes only through
     transformers' ``generate`` (``None`` when they are not): each step runs collectives between the
     ranks, which neither intelrt's loop nor continuous batching schedules."""
-    choice = decisions.get("parallelism")
-    if not isinstance(choice, ParallelismChoice) or not choice.sharded_load:
+    choice = decided.parallelism
+    if choice is None or not choice.sharded_load:
         return None
     how = "tensor parallel" if choice.inference == "tensor" else "FSDP2"
     return (f"the weights are sharded across {choice.world_size} ranks as they load ({how}): every step runs "
@@ -131,7 +124,7 @@ def decode_compile(request: Request, default: str | None) -> str | None:
     return str(choice)
 
 
-def decode_graphs(request: Request, backend: BackendStatus, kind: str | None, why_not: str) -> str | None:
+def decode_graphs(request: Request, kind: str | None, why_not: str) -> str | None:
     """The graph kind for the decode step: ``kind`` unless the user turned graphs off.
 
     ``graphs='on'`` where the backend has none is refused (``PlanError``) rather than ignored.
@@ -260,9 +253,9 @@ QUANTIZED_STEP = ("bitsandbytes 4-bit projections (Linear4bit) dequantize their 
                   "which the step runs over the loop's static KV cache")
 
 
-def quantized(decisions: Mapping[str, DecisionValue]) -> bool:
+def quantized(decided: Decided) -> bool:
     """Whether the plan quantizes the weights (bitsandbytes)."""
-    return isinstance(decisions.get("quantization"), QuantizationChoice)
+    return decided.quantization is not None
 
 
 def compact_step(model: ModelInfo) -> tuple[str, str]:
@@ -301,7 +294,40 @@ def plain_generate(reason: str, notes: tuple[str, ...] = ()) -> Decision:
     return Decision(DecodeChoice.plain_generate(), reason, notes=notes)
 
 
-def fast_decode_planned(decisions: Mapping[str, DecisionValue]) -> bool:
-    """Whether the decode decision made so far is intelrt's fast loop (batching hooks ask)."""
-    decode = decisions.get("decode")
-    return isinstance(decode, DecodeChoice) and decode.fast
+def fast_decode_planned(decided: Decided) -> bool:
+    """Whether the decode decision made so far is intelrt's fast loop (batching rules ask)."""
+    return decided.decode is not None and decided.decode.fast
+
+
+CONTINUOUS_ATTENTION = ("sdpa", "eager", "paged|eager")
+"""What transformers' continuous batching runs besides flash implementations
+(``ContinuousBatchingManager.switch_to_cb_friendly_attn``: eager becomes ``paged|eager``)."""
+
+
+def continuous_batching_blocker(decided: Decided) -> str | None:
+    """Why transformers' continuous batching cannot run the plan's attention (``None`` when it can)."""
+    attention = str(decided.attention or "sdpa")
+    if attention in CONTINUOUS_ATTENTION or "flash" in attention:
+        return None
+    return f"attention {attention!r}: it runs 'sdpa', 'eager', 'paged|eager' or a flash implementation"
+
+
+def padded_generate_instead(request: Request, model: ModelInfo, decided: Decided,
+                            max_batch: int = Backend.max_padded_batch) -> Decision | None:
+    """The batching decision when transformers' continuous batching cannot run the model while the
+    fast loop is off, or cannot run the plan's attention at all (``None`` when it can): padded
+    batches, through the fast loop when it is planned, else through transformers' ``generate``.
+    ``batching='continuous'`` forced for such a model is refused. A backend's batching rule asks this
+    before answering continuous batching."""
+    fast = fast_decode_planned(decided)
+    blocker = continuous_batching_blocker(decided) or (None if fast else sharded_blocker(decided)
+                                                       or continuous_blocker(model))
+    if blocker is None:
+        return None
+    if request.batching == "continuous":
+        raise PlanError(f"batching='continuous': transformers' continuous batching cannot run this model ({blocker}); "
+                        "use batching='padded' or leave batching to intelrt")
+    through = "the fast decode loop" if fast else "transformers' generate"
+    return Decision(BatchingChoice.padded("fast" if fast else "generate", max_batch),
+                    f"padded batches of up to {max_batch} prompts through {through}: continuous batching cannot run "
+                    f"this model ({blocker})" + ("" if fast else " and the fast decode loop is off"))

@@ -1,0 +1,112 @@
+"""The ``hpu`` backend (SPEC H1–H11): everything Intel Gaudi does differently, one method per concern.
+
+Each method hands its concern to the module that holds its rules; everything the class leaves out,
+intelrt's generic rules decide. Never ``hpu:N``: the device is ``hpu`` (H5), one per process (H6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from intelrt.plugin import (
+    Backend,
+    BackendStatus,
+    CompileChoice,
+    Decision,
+    Endorsement,
+    EnvVar,
+    Finding,
+    Plan,
+    QuantizationChoice,
+    Setting,
+    ShardingSupport,
+    Situation,
+)
+
+from . import (
+    attention,
+    collective,
+    compile_wrap,
+    compiler,
+    detection,
+    diagnosis,
+    environment,
+    graphs,
+    kernels,
+    parallelism,
+    placement,
+    precision,
+    quantization,
+    training,
+)
+from .facts import BACKEND, PRIORITY
+
+
+class HpuBackend(Backend):
+    """Intel Gaudi (Gaudi 1, 2, 3) through the Gaudi software stack (``habana_frameworks``)."""
+
+    name = BACKEND
+    device_type = BACKEND
+    priority = PRIORITY
+    compiler = "hpu_backend"
+    indexed_devices = False
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> BackendStatus:
+        return detection.detect(env)
+
+    @property
+    def sharding_support(self) -> ShardingSupport:
+        return parallelism.sharding_support(self)
+
+    def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding]:
+        return environment.run_environment(self, s.request, s.env)
+
+    def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding]:
+        return environment.launch_environment(self, plan, nproc, env)
+
+    def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting]:
+        return training.training_arguments(self, plan, overrides)
+
+    def diagnose(self, env: Mapping[str, str], probe: bool) -> Sequence[Finding]:
+        return diagnosis.diagnose(self.status, env, probe)
+
+    def compile_wrapper(self, compile_fn: Callable[..., Any]) -> Callable[..., Any]:
+        return compile_wrap.compile_wrapper(compile_fn)
+
+    def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
+        return graphs.graph_capturer(kind)
+
+    def select_dtype(self, s: Situation) -> Decision:
+        return precision.select_dtype(self, s)
+
+    def check_dtype(self, value: str, s: Situation) -> Endorsement | None:
+        return precision.check_dtype(self, value, s)
+
+    def select_placement(self, s: Situation) -> Decision:
+        return placement.select_placement(self, s)
+
+    def select_attention(self, s: Situation) -> Decision:
+        return attention.select_attention(self, s)
+
+    def check_attention(self, value: str, s: Situation) -> Endorsement | None:
+        return attention.check_attention(self, value, s)
+
+    def select_kernels(self, s: Situation) -> Decision:
+        return kernels.select_kernels(self, s)
+
+    def check_quantization(self, value: QuantizationChoice, s: Situation) -> Endorsement:
+        return quantization.check_quantization(self, value, s)
+
+    def select_compile(self, s: Situation) -> Decision:
+        return compiler.select_compile(self, s)
+
+    def check_compile(self, value: CompileChoice, s: Situation) -> Endorsement | None:
+        return compiler.check_compile(self, value, s)
+
+    def select_decode(self, s: Situation) -> Decision | None:
+        return graphs.select_decode(self, s)
+
+    def select_collective(self, s: Situation) -> Decision:
+        return collective.select_collective(self, s)
