@@ -84,7 +84,7 @@ def main() -> None:
     loaded = intelrt.load(workdir, backend=device)
     model = loaded.model
     kind = loaded.plan.decided.decode.graphs if loaded.plan.decided.decode else None
-    capturer = get_host().decode_graph(loaded.plan.backend, kind) if kind else None
+    capturer = get_host().graph_capturer(loaded.plan.backend, kind) if kind else None
     ids = torch.randint(2, 384, (1, 32), generator=torch.Generator().manual_seed(0)).to(model.device)
     mask = torch.ones_like(ids)
     options = DecodeOptions(256, False, 1.0, 0, 1.0, (), 1)

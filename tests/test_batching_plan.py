@@ -9,21 +9,20 @@ from typing import Any
 import pytest
 
 import intelrt
-from intelrt.backends import graphs
+from intelrt.backends.cuda import CudaBackend
 from intelrt.decoding.continuous import config_kwargs
-from intelrt.hooks.types import BackendStatus
 from intelrt.hooks.request import Request
-from intelrt.plugin import BatchingChoice, DecodeChoice
+from intelrt.plugin import BackendStatus, BatchingChoice, Decided, DecodeChoice, Situation
 
 PROMPTS = ["Intel GPUs are", "hello", "the cat sat on the mat and then", "x"]
-CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50)
-FAST = {"task": "text-generation", "decode": DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor")}
+CUDA = CudaBackend(BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50))
+FAST = Decided(task="text-generation", decode=DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor"))
 
 
 def test_batching_plan_on_cpu_pads_through_the_fast_loop(tiny_model: Path) -> None:
     batching = intelrt.plan(tiny_model).decisions["batching"]
     assert batching.value.method == "padded" and batching.value.engine == "fast"
-    assert batching.value.max_batch == 64 and batching.plugin == "graphs"
+    assert batching.value.max_batch == 64 and batching.plugin == "cpu"
     assert "padded batches of up to 64 prompts" in batching.reason
     assert any("batching='continuous'" in n for n in batching.notes)
 
@@ -39,14 +38,14 @@ def test_batching_forced_continuous_on_cpu_sizes_the_cache_from_the_requests_X7(
 
 def test_batching_cuda_pads_through_the_graph_step_or_configures_continuous(tiny_model: Path) -> None:
     model = intelrt.plan(tiny_model).model  # with its transformers class resolved
-    auto = graphs.intelrt_select_batching(CUDA, Request.build(model.source), model, FAST)
+    auto = CUDA.select_batching(Situation(Request.build(model.source), model, {}, FAST))
     assert auto is not None and auto.value.method == "padded" and auto.value.max_batch == 256
     assert "CUDA-graph decode step" in auto.reason
-    forced = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous"), model, FAST)
+    forced = CUDA.select_batching(Situation(Request.build(model.source, batching="continuous"), model, {}, FAST))
     assert forced is not None and forced.claim == "X7"
     assert (forced.value.use_graphs, forced.value.use_async_batching) == (True, True)
-    off = graphs.intelrt_select_batching(CUDA, Request.build(model.source, batching="continuous", graphs="off"),
-                                         model, FAST)
+    off = CUDA.select_batching(Situation(Request.build(model.source, batching="continuous", graphs="off"), model,
+                                         {}, FAST))
     assert off is not None and off.value.use_graphs is False and "graphs=off" in off.reason
 
 

@@ -45,7 +45,7 @@ def test_plugins_has_a_header_and_counts_hooks_in_words(capsys: pytest.CaptureFi
     records = {r["name"]: r for r in json.loads(capsys.readouterr().out)["plugins"]}
     assert main(["plugins"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["name", "distribution", "version", "status", "hooks"]
+    assert lines[0].split() == ["name", "distribution", "version", "status", "backends", "hooks"]
     for line in lines[1:]:
         name = line.split()[0]
         assert line.endswith(plural(len(records[name]["hooks"]), "hook")), line

@@ -25,6 +25,7 @@ import os
 from intelrt import hookimpl
 from intelrt.errors import PlanError
 from intelrt.hooks.types import BackendStatus, Decision, EnvVar, Finding
+from intelrt.plugin import Backend
 '''
 
 #: rule -> a plugin that breaks that rule and no other.
@@ -49,10 +50,17 @@ def intelrt_select_dtype(backend, request):
     return None
 ''',
     "raises": '''
+class Acme(Backend):
+    name = device_type = "acme"
+
+    @classmethod
+    def detect(cls, env):
+        import acme_sdk_that_is_not_installed  # raises ImportError instead of reporting available=False
+        return BackendStatus("acme", "acme", True, "never reached")
+
 @hookimpl
-def intelrt_detect(env):
-    import acme_sdk_that_is_not_installed  # raises ImportError instead of reporting available=False
-    return []
+def intelrt_backends():
+    return [Acme]
 ''',
     "reasons": '''
 @hookimpl(tryfirst=True)
@@ -132,7 +140,9 @@ def test_c6_conformance_passes_on_the_intel_plugins(plugin: str) -> None:
     report = check_plugin(plugin, import_check=plugin == "xpu")
     assert report.ok, report.format()
     # their backends were available in the simulated scenarios, so their decisions were checked
-    assert {"intelrt_detect", "intelrt_setup_env"} <= report.answered, report.notes
+    backend = f"{plugin.capitalize()}Backend"
+    assert {f"{backend}.detect", f"{backend}.run_environment", f"{backend}.select_placement"} <= report.answered, \
+        report.notes
 
 
 @pytest.mark.claim("C6")

@@ -16,29 +16,36 @@ from typing import Any
 import pytest
 
 import intelrt
+from intelrt.backends.cuda import CudaBackend
 from intelrt.errors import PlanError
-from intelrt.host.manager import get_host
 from intelrt.hooks.request import Request
-from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
+from intelrt.host.manager import get_host
+from intelrt.plugin import (
+    BackendStatus,
+    Decided,
+    DecodeChoice,
+    DeviceInfo,
+    Situation,
+    triton_installed,
+)
 from intelrt.testing.simulation import simulate
 
 #: The fast loop with an eager step of the model's own forward (what the engine tests vary).
 EAGER = DecodeChoice("fast", cache="static")
 
-CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
-                     devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),))
+CUDA = CudaBackend(BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
+                                 devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),)))
+TEXT = Decided(task="text-generation")
 
 
-def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
+def test_cuda_backend_plans_graphs_and_builds_the_capturer(tiny_model: Path) -> None:
     """The built-in cuda answers: CUDA graphs around an inductor-compiled step — the compact step
     for a Qwen3, the model's own forward with frozen weights for an architecture it does not cover."""
     import dataclasses
 
-    from intelrt.backends import graphs
-
     model = intelrt.plan(tiny_model).model  # with its transformers class resolved
     assert model.architecture is not None
-    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), model, {}, {"task": "text-generation"})
+    decision = CUDA.select_decode(Situation(Request.build(tiny_model), model, {}, TEXT))
     assert decision is not None
     assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
                                           compile_options={"coordinate_descent_tuning": True},
@@ -47,15 +54,15 @@ def test_hook_decode_graph_cuda_plan_and_capturer(tiny_model: Path) -> None:
     other = dataclasses.replace(model, config={**model.config, "model_type": "olmo"},
                                 architecture=dataclasses.replace(model.architecture, name="OlmoForCausalLM",
                                                                  module="transformers.models.olmo.modeling_olmo"))
-    fallback = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model), other, {}, {"task": "text-generation"})
+    fallback = CUDA.select_decode(Situation(Request.build(tiny_model), other, {}, TEXT))
     assert fallback is not None and fallback.value.step == "model"
     assert fallback.value.compile_options == {"coordinate_descent_tuning": True}
     assert "OlmoForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
-    off = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, graphs="off", compile="none"), model, {}, {})
+    off = CUDA.select_decode(Situation(Request.build(tiny_model, graphs="off", compile="none"), model, {}))
     assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason
-    assert callable(graphs.intelrt_decode_graph(CUDA, "cuda"))
-    assert graphs.intelrt_decode_graph(CUDA, "xpu") is None
+    assert callable(CUDA.graph_capturer("cuda"))
+    assert CUDA.graph_capturer("xpu") is None
 
 
 def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> None:
@@ -63,7 +70,7 @@ def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> Non
     with simulate("xpu", 1):  # the installed torch 2.13
         plan = intelrt.plan(tiny_model)
         asked = intelrt.plan(tiny_model, graphs="on").decisions["decode"]
-        capture = get_host().decode_graph(plan.backend, "xpu")
+        capture = get_host().graph_capturer(plan.backend, "xpu")
     decode = plan.decisions["decode"]
     assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", None, "inductor")
     assert "no XPU graph by default with torch 2.13" in decode.reason and "vllm-project/vllm#38193" in decode.reason
@@ -90,7 +97,7 @@ def test_decode_graphs_hpu_lazy_mode_captures_hpu_graphs(tiny_model: Path) -> No
         decode = plan.decisions["decode"]
         assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("hpu", "hpu", None)
         assert "habana_frameworks.import" not in sim.calls  # planning never loads the stack (H3)
-        capture = get_host().decode_graph(plan.backend, "hpu")
+        capture = get_host().graph_capturer(plan.backend, "hpu")
         assert capture is not None
         steps: list[int] = []
         replay = capture(lambda: steps.append(len(steps)), warmup=2)

@@ -18,20 +18,26 @@ import pytest
 from varied_weights import varied_copy
 
 import intelrt
+from intelrt.backends.cuda import CudaBackend
 from intelrt.errors import PlanError
 from intelrt.hooks.request import Request
-from intelrt.plugin import BackendStatus, DecodeChoice, DeviceInfo, triton_installed
+from intelrt.plugin import (
+    BackendStatus,
+    Decided,
+    DecodeChoice,
+    DeviceInfo,
+    Situation,
+    triton_installed,
+)
 
-CUDA = BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
-                     devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),))
+CUDA = CudaBackend(BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible", 50,
+                                 devices=(DeviceInfo(0, "NVIDIA H200", 141 * 2**30, True),)))
 
 
 def cuda_decode(tiny_model: Path, **options: object) -> tuple[DecodeChoice, str]:
-    from intelrt.backends import graphs
-
     model = intelrt.plan(tiny_model).model
-    decision = graphs.intelrt_select_decode(CUDA, Request.build(tiny_model, **options), model, {},
-                                            {"task": "text-generation"})
+    decision = CUDA.select_decode(Situation(Request.build(tiny_model, **options), model, {},
+                                            Decided(task="text-generation")))
     assert decision is not None
     return decision.value, decision.reason
 

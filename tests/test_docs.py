@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.machinery
+import importlib.util
 import inspect
 import json
 import os
@@ -21,26 +22,34 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pluggy
 import pytest
 
 import intelrt
 from intelrt.errors import BackendUnavailableError, PlanError
 from intelrt.hooks import hookspecs
-from intelrt.hooks.types import BackendStatus
+from intelrt.hooks.backend import Backend
+from intelrt.hooks.concerns import CONCERNS
+from intelrt.hooks.request import REQUEST_OPTIONS, Request
 from intelrt.host.manager import PluginHost
 from intelrt.planning.planner import make_plan
-from intelrt.hooks.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-HOOKS = sorted(hookspecs.RESULT_TYPES)
 #: Code whose findings and environment variables the docs must cover (intelrt and its Intel plugins).
 SOURCE_ROOTS = [ROOT / "core" / "intelrt", *sorted((ROOT / "plugins").glob("*/intelrt_*"))]
 
 
-def _page(hook: str) -> str:
-    return (DOCS / "hooks" / f"{hook}.md").read_text(encoding="utf-8")
+def _reference() -> types.ModuleType:
+    """docs/reference.py, the mkdocs hook that renders the reference pages from the code."""
+    spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE = _reference()
+HOOKS = REFERENCE.hook_names()
 
 
 def _section(text: str, heading: str) -> str:
@@ -48,42 +57,50 @@ def _section(text: str, heading: str) -> str:
     return match.group(1) if match else ""
 
 
-def _signature(hook: str) -> str:
-    sig = inspect.signature(getattr(hookspecs, hook))
-    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
-    return f"def {hook}({params}) -> {sig.return_annotation}"
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"\s+", "", text).replace(",)", ")")
-
-
 # -- the hook reference ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_every_hook_has_a_reference_page_that_matches_its_spec(hook: str) -> None:
-    path = DOCS / "hooks" / f"{hook}.md"
-    assert path.is_file(), f"{hook} has no reference page: write docs/hooks/{hook}.md (see the others)"
-    text = _page(hook)
-    code = re.search(r"```python\n(def .*?)```", text, re.S)
-    assert code and _squash(code.group(1)) == _squash(_signature(hook)), \
-        f"docs/hooks/{hook}.md: the signature block differs from hookspecs.py:\n{_signature(hook)}"
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    firstresult = bool(getattr(pm.hook, hook).spec.opts.get("firstresult"))
-    assert f"**firstresult:** {'yes' if firstresult else 'no'}" in text, f"{hook}: firstresult is {firstresult}"
-    for heading in ("When it is called", "What `None` means", "Arguments", "What to return", "Example"):
-        assert _section(text, heading).strip(), f"docs/hooks/{hook}.md lacks the section '## {heading}'"
-    for name in inspect.signature(getattr(hookspecs, hook)).parameters:
-        assert f"`{name}`" in _section(text, "Arguments"), f"{hook}: argument {name} is not described"
-    short = hook.removeprefix("intelrt_")
-    assert f"test_hook_{short}_reference_example" in text and f"test_hook_{short}_reference_example" in globals()
-    assert f"]({hook}.md)" in (DOCS / "hooks" / "index.md").read_text(), f"{hook} is missing from docs/hooks/index.md"
-    assert f"hooks/{hook}.md" in (ROOT / "mkdocs.yml").read_text(), f"{hook} is missing from the mkdocs.yml nav"
+def test_every_hook_has_a_generated_reference_page_with_a_running_example(hook: str) -> None:
+    page = REFERENCE.hook_page(hook)
+    params = inspect.signature(getattr(hookspecs, hook)).parameters
+    assert f"def {hook}(" in page and all(f"    {name}: " in page for name in params)
+    assert all(f"- `{name}` — " in _section(page, "Arguments") for name in params), \
+        f"the docstring of {hook} does not describe each argument with :param name:"
+    assert "**Returns:**" in page, f"the docstring of {hook} says no :returns:"
+    example = REFERENCE.example_of(hook)
+    assert (DOCS / "hooks" / "examples" / f"{example}.py").is_file()
+    test = f"test_hook_{hook.removeprefix('intelrt_')}_reference_example" if example == hook else \
+        "test_backend_reference_example"
+    assert test in page and test in globals(), f"no test runs the example of {hook}"
+
+
+def test_the_reference_says_which_hooks_stop_at_the_first_answer() -> None:
+    selection = [h for h in HOOKS if h.startswith("intelrt_select_")]
+    assert selection == sorted(c.hook for c in CONCERNS if c.hook)
+    assert all("**firstresult:** yes" in REFERENCE.hook_page(h) for h in selection)
+    assert all("**firstresult:** no" in REFERENCE.hook_page(h) for h in HOOKS if h not in selection)
+
+
+def test_the_backend_page_lists_every_fact_and_method_of_the_contract() -> None:
+    page = REFERENCE.backend_page()
+    facts = [name for name, value in vars(Backend).items() if not name.startswith("_") and not callable(value)
+             and not isinstance(value, (property, classmethod))] + ["name", "device_type"]
+    missing = [name for name in facts if f"| `{name}` |" not in page]
+    assert not missing, f"class attributes of Backend without a docstring under them: {missing}"
+    methods = [name for name, value in vars(Backend).items() if not name.startswith("_")
+               and (callable(value) or isinstance(value, classmethod)) and not isinstance(value, property)]
+    assert all(f"| `{name}(" in page for name in methods)
+
+
+def test_the_options_table_of_the_api_page_is_generated_from_the_request() -> None:
+    page = (DOCS / "api.md").read_text(encoding="utf-8")
+    assert "<!-- request-options -->" in page
+    table = REFERENCE.expand_markers("<!-- request-options -->")
+    assert all(f"| `{o.name}` |" in table for o in REQUEST_OPTIONS)
 
 
 def _test_functions() -> Iterator[tuple[str, str]]:
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
         source = path.read_text(encoding="utf-8")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
@@ -227,11 +244,10 @@ def test_embedding_page_training_loop_runs_on_the_tiny_model(tiny_model: Path, t
 
 # -- the reference examples, one test per hook --------------------------------------------------
 
-def _example(hook: str) -> types.ModuleType:
-    block = re.search(r"```python\n(.*?)```", _section(_page(hook), "Example"), re.S)
-    assert block is not None, f"docs/hooks/{hook}.md has no example"
-    module = types.ModuleType(f"docs_example_{hook}")
-    exec(compile(block.group(1), f"docs/hooks/{hook}.md", "exec"), module.__dict__)  # noqa: S102
+def _example(name: str) -> types.ModuleType:
+    path = DOCS / "hooks" / "examples" / f"{name}.py"
+    module = types.ModuleType(f"docs_example_{name}")
+    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)  # noqa: S102
     return module
 
 
@@ -268,17 +284,47 @@ def _vendor_module(name: str, **attrs: Any) -> Iterator[types.ModuleType]:
         sys.modules.pop(name, None)
 
 
-def test_hook_detect_reference_example(tmp_path: Path) -> None:
-    host = _host("intelrt_detect")
+def test_backend_reference_example(tmp_path: Path) -> None:
+    """The MyNPU backend of the Backend page: detected (unavailable without its runtime, with the
+    reason), planned on, its compile wrapper switching backends, its graph capturer recording once."""
+    host = _host("backend")
     model = _model(tmp_path / "m")
-    status = intelrt.detect(host=host, env={}).get("mynpu")
-    assert status is not None and not status.available and status.plugin == "example"
+    backend = intelrt.detect(host=host, env={}).get("mynpu")
+    assert backend is not None and not backend.available and backend.plugin == "example"
     with pytest.raises(BackendUnavailableError, match=r"MyNPU runtime \(module mynpu_runtime\) is not installed"):
         _plan(host, model, backend="mynpu")
-    with _vendor_module("mynpu_runtime", device_count=lambda: 2, device_name=lambda i: f"MyNPU {i}"):
-        plan = _plan(host, model, backend="mynpu")
+    log: list[str] = []
+
+    class Graph:
+        def replay(self) -> str:
+            log.append("replay")
+            return "replayed"
+
+    @contextlib.contextmanager
+    def graph_capture(graph: Graph) -> Iterator[None]:
+        log.append("capture")
+        yield
+
+    with _vendor_module("mynpu_runtime", device_count=lambda: 2, device_name=lambda i: f"MyNPU {i}", Graph=Graph,
+                        graph_capture=graph_capture):
+        plan = _plan(host, model, backend="mynpu", compile="on")
+        capture = host.graph_capturer(plan.backend, "mynpu")
+        assert capture is not None and host.graph_capturer(plan.backend, "cuda") is None
+        replay = capture(lambda: log.append("step"), warmup=2)
     assert plan.backend.name == "mynpu" and plan.backend.device_count == 2
-    assert plan.backend_reason == "forced by backend="
+    assert plan.backend_reason == "forced by backend=" and plan.decided.compile.compiler == "mynpu"
+    assert log == ["step", "step", "capture", "step"] and replay() == "replayed"
+    calls: list[dict[str, Any]] = []
+
+    def torch_compile(model: Any = None, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return model
+
+    wrapper = host.compile_wrapper(plan.backend, torch_compile)
+    assert wrapper is not None
+    wrapper("model", backend="inductor", mode="max-autotune")
+    wrapper("model", backend="eager")
+    assert calls == [{"backend": "mynpu", "mode": "max-autotune"}, {"backend": "eager"}]
 
 
 def test_hook_setup_env_reference_example(simulate, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -306,7 +352,7 @@ def test_hook_select_placement_reference_example(simulate, tmp_path: Path) -> No
     simulate("xpu", count=2)
     model = _model(tmp_path / "m")
     placement = _plan(host, model, {"MYLAB_LONG_CONTEXT": "1"}).decisions["placement"]
-    assert (placement.value, placement.plugin) == ("auto", "example")
+    assert (placement.value.device_map, placement.plugin) == ("auto", "example")
     assert _plan(host, model).decisions["placement"].plugin != "example"
 
 
@@ -375,51 +421,6 @@ def test_hook_select_parallelism_reference_example(tmp_path: Path) -> None:
         _plan(host, model, backend="cpu", sharding="fsdp")
     ddp = _plan(host, model, backend="cpu", sharding="ddp").decisions["parallelism"]
     assert (ddp.value.training, ddp.value.world_size, ddp.plugin) == ("ddp", 2, "example")
-
-
-def _mynpu() -> BackendStatus:
-    return BackendStatus("mynpu", "mynpu", True, "a test machine with one MyNPU")
-
-
-def test_hook_wrap_compile_reference_example() -> None:
-    host = _host("intelrt_wrap_compile")
-    calls: list[dict[str, Any]] = []
-
-    def torch_compile(model: Any = None, **kwargs: Any) -> Any:
-        calls.append(kwargs)
-        return model
-
-    answer = host.wrap_compile(_mynpu(), torch_compile)
-    assert answer is not None
-    wrapper, plugin = answer
-    assert plugin == "example"
-    wrapper("model", backend="inductor", mode="max-autotune")
-    wrapper("model", backend="eager")
-    assert calls == [{"backend": "mynpu", "mode": "max-autotune"}, {"backend": "eager"}]
-    cpu = BackendStatus("cpu", "cpu", True, "the CPU is always available")
-    assert host.wrap_compile(cpu, torch_compile) is None
-
-
-def test_hook_decode_graph_reference_example() -> None:
-    host = _host("intelrt_decode_graph")
-    log: list[str] = []
-
-    class Graph:
-        def replay(self) -> str:
-            log.append("replay")
-            return "replayed"
-
-    @contextlib.contextmanager
-    def graph_capture(graph: Graph) -> Iterator[None]:
-        log.append("capture")
-        yield
-
-    capture = host.decode_graph(_mynpu(), "mynpu")
-    assert capture is not None
-    with _vendor_module("mynpu_runtime", Graph=Graph, graph_capture=graph_capture):
-        replay = capture(lambda: log.append("step"), warmup=2)
-    assert log == ["step", "step", "capture", "step"] and replay() == "replayed"
-    assert host.decode_graph(_mynpu(), "cuda") is None
 
 
 def test_hook_training_arguments_reference_example(tmp_path: Path) -> None:

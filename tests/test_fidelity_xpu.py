@@ -26,11 +26,10 @@ from transformers.utils import is_torch_bf16_gpu_available, is_torch_xpu_availab
 import intelrt
 from intelrt.cli import main
 from intelrt.errors import PlanError
-from intelrt.planning.environment import child_env
 from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs
 from intelrt.testing.level_zero import PRODUCTS, enumerate_devices
 from intelrt.testing.simulation import simulate as start_simulation
-from intelrt.training.launching import launch, launch_command
+from intelrt.training.launching import child_env, launch, launch_command
 
 RANK_SCRIPT = Path(__file__).parent / "scripts" / "simulated_rank.py"
 MAX_1550 = PRODUCTS["max1550"]

@@ -1,16 +1,14 @@
-"""The package layout keeps its promises (issue 14): plugins import only the plugin API, the import
-graph has no cycle and follows the layers, each concern and each request option is declared once,
-and the host has one typed method per hook.
+"""The package layout keeps its promises (issues 14, 25): plugins import only the plugin API, the
+import graphs of intelrt and of its Intel plugins have no cycle, intelrt's follows the layers —
+``TYPE_CHECKING`` imports included — and the plan holds the registry's decisions in its order.
 
 The import graph is built by grimp (the library behind import-linter) from every import statement,
-those inside functions included; imports under ``if TYPE_CHECKING:`` are left out, since they never
-run.
+those inside functions included.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +16,10 @@ from pathlib import Path
 import pytest
 
 import intelrt
-from intelrt.hooks import hookspecs
+from intelrt.hooks.backend import Backend
+from intelrt.hooks.concerns import CONCERNS, Decided
+from intelrt.hooks.request import NO_MODEL, REQUEST_OPTIONS, Request
 from intelrt.host.manager import PluginHost
-from intelrt.hooks.concerns import CONCERNS, concern_named
-from intelrt.hooks.request import REQUEST_OPTIONS
-from intelrt.hooks.request import NO_MODEL, Request
-from intelrt.testing.conformance import checks
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_TREES = [*sorted((ROOT / "plugins").glob("*/intelrt_*")), *sorted((ROOT / "docs" / "examples").glob("*/src")),
@@ -31,9 +27,10 @@ PLUGIN_TREES = [*sorted((ROOT / "plugins").glob("*/intelrt_*")), *sorted((ROOT /
 #: What a plugin may import from intelrt (issue 14, docs/plugin-api.md).
 PLUGIN_MODULES = ("intelrt", "intelrt.plugin", "intelrt.testing")
 #: The layers, top to bottom: a module imports only from its own layer's package or the ones below.
-LAYERS = ["intelrt.cli", "intelrt.testing", "intelrt.serving", "intelrt.runtime", "intelrt.training", "intelrt.plugin",
-          "intelrt.planning", "intelrt.host", "intelrt.backends", "intelrt.decoding", "intelrt.hooks",
+LAYERS = ["intelrt.cli", "intelrt.testing", "intelrt.serving", "intelrt.runtime", "intelrt.decoding", "intelrt.training",
+          "intelrt.plugin", "intelrt.planning", "intelrt.host", "intelrt.backends", "intelrt.hooks",
           "intelrt.support", {"intelrt.tiny", "intelrt.errors", "intelrt._version"}]
+PACKAGES = ["intelrt", "intelrt_xpu", "intelrt_hpu"]
 
 
 # -- plugins import the plugin API only ---------------------------------------------------------
@@ -86,10 +83,15 @@ def test_the_plugin_api_exports_what_its_all_lists() -> None:
 
 # -- the import graph ---------------------------------------------------------------------------
 
+def _graph(package: str, *, type_checking: bool):  # type: ignore[no-untyped-def]
+    grimp = pytest.importorskip("grimp")
+    return grimp.build_graph(package, exclude_type_checking_imports=not type_checking)
+
+
 @pytest.fixture(scope="module")
 def graph():  # type: ignore[no-untyped-def]
-    grimp = pytest.importorskip("grimp")
-    return grimp.build_graph("intelrt", exclude_type_checking_imports=True)
+    """intelrt's import graph as it runs (``TYPE_CHECKING`` imports never run)."""
+    return _graph("intelrt", type_checking=False)
 
 
 def strongly_connected(graph) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -133,7 +135,9 @@ def test_the_import_graph_holds_the_function_level_imports(graph) -> None:  # ty
     assert graph.direct_import_exists(importer="intelrt.runtime.loaded", imported="intelrt.training.fine_tuning")
 
 
-def test_the_import_graph_has_no_cycle(graph) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_import_graph_has_no_cycle(package: str) -> None:
+    graph = _graph(package, type_checking=False)
     cycles = strongly_connected(graph)
     details = []
     for cycle in cycles:
@@ -152,8 +156,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert strongly_connected(made) == [["p.a", "p.b", "p.c"]]
 
 
-def test_each_layer_imports_only_the_layers_below_it(graph) -> None:  # type: ignore[no-untyped-def]
-    illegal = graph.find_illegal_dependencies_for_layers(layers=LAYERS)
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    # TYPE_CHECKING imports included: the contract's types live in hooks/, below every user of them
+    illegal = _graph("intelrt", type_checking=True).find_illegal_dependencies_for_layers(layers=LAYERS)
     shown = []
     for dependency in sorted(illegal, key=lambda d: (d.importer, d.imported)):
         for route in dependency.routes:
@@ -170,15 +175,6 @@ def test_every_subpackage_says_what_it_holds() -> None:
 
 # -- one declaration per concern and per request option ----------------------------------------
 
-def test_every_selection_hook_decides_exactly_one_concern() -> None:
-    selection = sorted(h for h in hookspecs.RESULT_TYPES if h.startswith("intelrt_select_"))
-    assert sorted(c.hook for c in CONCERNS if c.hook) == selection
-    assert len({c.name for c in CONCERNS}) == len(CONCERNS)
-    for declared in CONCERNS:
-        if declared.option is not None:
-            assert declared.option in {o.name for o in REQUEST_OPTIONS}, declared
-
-
 def test_plans_serialise_and_print_their_decisions_in_registry_order(tiny_model: Path) -> None:
     plan = intelrt.plan(tiny_model)
     names = [c.name for c in CONCERNS]
@@ -189,7 +185,7 @@ def test_plans_serialise_and_print_their_decisions_in_registry_order(tiny_model:
     assert printed == [n for n in names if n in plan.decisions]
     for declared in CONCERNS:
         if declared.payload is not None and declared.name in plan.decisions:
-            value = plan.value(declared.name)
+            value = getattr(plan.decided, declared.name)
             assert value is None or isinstance(value, declared.payload), declared.name
             if value is not None:
                 assert declared.payload.from_dict(plan.to_dict()["decisions"][declared.name]["value"]) == value
@@ -201,29 +197,16 @@ def test_a_plan_without_a_model_decides_exactly_the_concerns_that_need_none() ->
     plan = make_plan(Request.build(NO_MODEL))
     assert set(plan.decisions) <= {c.name for c in CONCERNS if not c.needs_model}
     assert {c.name for c in CONCERNS if not c.needs_model and c.required} <= set(plan.decisions)
+    assert plan.decided.placement is None and plan.decided.dtype == "float32"
 
 
-def test_the_conformance_suite_reads_the_registry() -> None:
-    assert checks.SELECTION == {c.hook: c for c in CONCERNS if c.hook}
-    assert {c.name for c in CONCERNS if c.verbatim} == {"dtype", "attention"}
-    assert concern("decode").payload is not None
-
-
-def test_request_fields_are_the_declared_options() -> None:
-    fields = {f.name: f.default for f in dataclasses.fields(Request)}
-    fields.pop("model")
-    fields.pop("from_pretrained_kwargs")
-    fields.pop("credentials")  # the names of token= and the like: kept out of from_pretrained_kwargs (issue 16)
-    assert list(fields) == [o.name for o in REQUEST_OPTIONS]
-    assert fields == {o.name: o.default for o in REQUEST_OPTIONS}
-    assert set(Request.build("m").to_dict()) == {"model", "from_pretrained_kwargs", "credentials", *fields}
-
-
-def test_the_api_page_describes_every_option() -> None:
-    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    section = page.split("### Request options", 1)[1].split("\n## ", 1)[0]
-    missing = [o.name for o in REQUEST_OPTIONS if f"| `{o.name}` |" not in section]
-    assert not missing, f"docs/api.md's request options table lacks {missing}"
+def test_every_concern_option_is_a_request_option_and_every_check_a_backend_method() -> None:
+    names = {o.name for o in REQUEST_OPTIONS}
+    for declared in CONCERNS:
+        assert set(declared.options) <= names, declared
+        assert declared.hook is None or hasattr(Backend, f"select_{declared.name}"), declared
+        if declared.answer is not None or declared.verbatim:
+            assert hasattr(Backend, f"check_{declared.name}"), f"a forced {declared.name} has no check_ method"
 
 
 @pytest.mark.parametrize("function", [intelrt.plan, intelrt.load], ids=["plan", "load"])
@@ -248,10 +231,25 @@ def test_the_cli_offers_every_option(command: str) -> None:
     assert not helpless
 
 
-# -- the typed host ------------------------------------------------------------------------------
+# -- the backends --------------------------------------------------------------------------------
 
-def test_the_host_has_a_typed_method_for_every_hook() -> None:
-    for hook in hookspecs.RESULT_TYPES:
-        method = "select" if hook.startswith("intelrt_select_") else hook.removeprefix("intelrt_")
-        assert callable(getattr(PluginHost, method, None)), f"PluginHost has no method for {hook}"
-        assert "return" in inspect.get_annotations(getattr(PluginHost, method)), method
+def test_no_plugin_or_backend_asks_which_backend_it_is() -> None:
+    """A backend's code runs only for its own backend: no guard on ``backend.name`` in intelrt's
+    backends or the Intel plugins (third-party selection hooks may still check)."""
+    guard = "backend.name" + " != "
+    roots = [ROOT / "core" / "intelrt" / "backends", *sorted((ROOT / "plugins").glob("*/intelrt_*"))]
+    found = [f"{path.relative_to(ROOT)}:{n}" for root in roots for path in sorted(root.rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if guard in line or "def mine(" in line or "def owns(" in line or "def _mine(" in line]
+    assert not found, "backend-name guards:\n" + "\n".join(found)
+
+
+def test_every_installed_backend_is_a_backend_object_with_its_facts() -> None:
+    host = PluginHost()
+    classes = dict((cls.name, (plugin, cls)) for plugin, cls in host.backend_classes())
+    assert {"cpu", "cuda", "xpu", "hpu"} <= set(classes)
+    for name, (_plugin, cls) in classes.items():
+        assert issubclass(cls, Backend) and cls.name == name and isinstance(cls.device_type, str)
+    assert (classes["hpu"][1].compiler, classes["hpu"][1].indexed_devices) == ("hpu_backend", False)
+    assert classes["cpu"][1].ranks_are_devices is False and classes["cuda"][1].max_padded_batch == 256
+    assert Decided().dtype is None

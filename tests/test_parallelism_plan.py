@@ -13,9 +13,9 @@ import pytest
 import intelrt
 from intelrt.errors import ConfigurationError, PlanError
 from intelrt.hooks.payloads import ParallelismChoice
+from intelrt.hooks.request import Request
 from intelrt.host.manager import get_host
 from intelrt.planning.planner import make_plan
-from intelrt.hooks.request import Request
 
 LAUNCHED = {"WORLD_SIZE": "2", "LOCAL_RANK": "0", "RANK": "0"}
 FSDP2 = {"version": 2, "reshard_after_forward": True, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",

@@ -48,14 +48,14 @@ def test_c6_lists_builtin_and_installed_plugins_with_distribution_and_version() 
     assert {"cpu", "cuda", "xpu", "hpu"} <= set(records)
     assert records["xpu"].distribution == "intelrt-xpu" and records["xpu"].version == "0.1.0"
     assert records["hpu"].distribution == "intelrt-hpu"
-    assert records["cpu"].builtin and "intelrt_detect" in records["cpu"].hooks
+    assert records["cpu"].builtin and records["cpu"].backends == ("cpu",) and records["xpu"].backends == ("xpu",)
 
 
 @pytest.mark.claim("C6")
 def test_c6_third_party_plugin_overrides_one_decision_and_is_named_in_the_plan(third_party, tiny_model) -> None:  # type: ignore[no-untyped-def]
     third_party("prefer_eager", GOOD)
-    from intelrt.planning.planner import make_plan
     from intelrt.hooks.request import Request
+    from intelrt.planning.planner import make_plan
 
     plan = make_plan(Request.build(tiny_model), host=PluginHost())
     assert plan.decisions["attention"].value == "eager"
@@ -107,14 +107,23 @@ def test_c6_plugin_failing_to_import_names_plugin_and_distribution(third_party) 
 def test_c6_plugin_raising_in_a_hook_is_named(third_party) -> None:  # type: ignore[no-untyped-def]
     third_party("raises", '''
 from intelrt import hookimpl
+from intelrt.plugin import Backend
+
+class Raising(Backend):
+    name = device_type = "raising"
+
+    @classmethod
+    def detect(cls, env):
+        raise KeyError("boom")
 
 @hookimpl
-def intelrt_detect(env):
-    raise KeyError("boom")
+def intelrt_backends():
+    return [Raising]
 ''')
     from intelrt.planning.detection import detect
 
-    with pytest.raises(PluginError, match=r"plugin 'raises' \(distribution intelrt-raises 1.0\) raised KeyError in intelrt_detect"):
+    with pytest.raises(PluginError, match=r"plugin 'raises' \(distribution intelrt-raises 1.0\) raised KeyError in "
+                                          r"Raising.detect"):
         detect(host=PluginHost())
 
 
@@ -127,10 +136,10 @@ from intelrt import hookimpl
 def intelrt_select_dtype(backend):
     return "bfloat16"
 ''')
-    from intelrt.planning.planner import make_plan
     from intelrt.hooks.request import Request
+    from intelrt.planning.planner import make_plan
 
-    with pytest.raises(PluginError, match=r"'wrongtype'.*returned str.*intelrt_select_dtype; expected Decision"):
+    with pytest.raises(PluginError, match=r"'wrongtype'.*returned str.*intelrt_select_dtype; expected a Decision"):
         make_plan(Request.build(tiny_model), host=PluginHost())
 
 
@@ -151,11 +160,18 @@ def intelrt_select_atention(backend):
 def test_c6_two_plugins_claiming_one_backend_are_both_named(third_party) -> None:  # type: ignore[no-untyped-def]
     third_party("fakexpu", '''
 from intelrt import hookimpl
-from intelrt.hooks.types import BackendStatus
+from intelrt.plugin import Backend, BackendStatus
+
+class OtherXpu(Backend):
+    name = device_type = "xpu"
+
+    @classmethod
+    def detect(cls, env):
+        return BackendStatus("xpu", "xpu", False, "another xpu plugin")
 
 @hookimpl
-def intelrt_detect(env):
-    return [BackendStatus("xpu", "xpu", False, "another xpu plugin")]
+def intelrt_backends():
+    return [OtherXpu]
 ''')
     from intelrt.planning.detection import detect
 
@@ -173,7 +189,8 @@ def test_c6_debug_traces_hook_calls_to_stderr(tiny_model, capfd) -> None:  # typ
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**__import__("os").environ, "INTELRT_DEBUG": "1"}, check=True)
     assert "intelrt-trace: call intelrt_select_attention" in result.stderr
-    assert "intelrt_select_attention <- defaults returned Decision(value='sdpa'" in result.stderr
+    assert "CpuBackend.select_attention <- cpu returned None" in result.stderr
+    assert "defaults.select_attention <- defaults returned Decision(value='sdpa'" in result.stderr
 
 
 @pytest.mark.claim("C6")
@@ -181,19 +198,26 @@ def test_c6_a_hanging_plugin_times_out_with_its_name(third_party, monkeypatch) -
     third_party("hangs", '''
 import threading
 from intelrt import hookimpl
+from intelrt.plugin import Backend
 
 _never = threading.Event()
 
+class Hanging(Backend):
+    name = device_type = "hanging"
+
+    @classmethod
+    def detect(cls, env):
+        _never.wait(30)
+
 @hookimpl
-def intelrt_detect(env):
-    _never.wait(30)
-    return []
+def intelrt_backends():
+    return [Hanging]
 ''')
     from intelrt.host.timeout import HookTimeoutError
     from intelrt.planning.detection import detect
 
     host = PluginHost({"INTELRT_HOOK_TIMEOUT": "0.5"})
-    with pytest.raises(HookTimeoutError, match=r"plugin 'hangs'.*intelrt_detect did not return within 0.5 s"):
+    with pytest.raises(HookTimeoutError, match=r"plugin 'hangs'.*Hanging.detect did not return within 0.5 s"):
         detect(host=host)
 
 

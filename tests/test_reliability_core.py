@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 import intelrt
 from intelrt.errors import BackendUnavailableError, ConfigurationError, IntelrtError, PlanError
+from intelrt.hooks.options import normalize_devices
+from intelrt.hooks.request import Request
 from intelrt.hooks.types import BackendStatus, DeviceInfo, Finding
 from intelrt.host.manager import PluginHost, trace_log
 from intelrt.planning.detection import choose_backend
-from intelrt.hooks.options import normalize_devices
-from intelrt.hooks.request import Request
 from intelrt.support.distributed import world_size
 from intelrt.support.hubcache import hub_offline
 from intelrt.support.visibility import parse_device_list

@@ -13,8 +13,8 @@ import pytest
 
 import intelrt
 from intelrt.errors import BackendUnavailableError, ConfigurationError, PlanError
-from intelrt.planning.diagnosis import diagnose
 from intelrt.hooks.options import normalize_devices
+from intelrt.planning.diagnosis import diagnose
 from intelrt.testing.simulation import simulate as start_simulation
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}  # keeps Gaudi detection in-process (no probe child)

@@ -12,10 +12,10 @@ import pytest
 
 from intelrt.cli import main
 from intelrt.errors import PlanError, PluginError
+from intelrt.hooks.request import Request
 from intelrt.host.manager import PluginHost
 from intelrt.planning.diagnosis import diagnose
 from intelrt.planning.planner import make_plan
-from intelrt.hooks.request import Request
 from intelrt.testing.distributions import install_plugin, uninstall
 
 Install = Callable[[str, str], None]
@@ -63,8 +63,8 @@ def intelrt_setup_env(backend):
 @pytest.mark.claim("C6")
 @pytest.mark.parametrize(("hook", "garbage", "expected"), [
     ("intelrt_setup_env(backend)", '{"VAR": "1"}', "a list of EnvVar / Finding"),
-    ("intelrt_select_attention(backend)", '("sdpa", "because")', "Decision"),
-    ("intelrt_detect(env)", '[BackendStatus("gpu9", "gpu9", True, "ok"), "gpu10"]', "a list of BackendStatus"),
+    ("intelrt_select_attention(backend)", '("sdpa", "because")', "a Decision"),
+    ("intelrt_backends()", '[BackendStatus("gpu9", "gpu9", True, "ok"), "gpu10"]', "a list of Backend subclasses"),
 ])
 def test_C6_a_plugin_returning_garbage_is_named_with_what_was_expected(third_party: Install, tiny_model: Path,
                                                                        hook: str, garbage: str, expected: str) -> None:
@@ -107,12 +107,19 @@ def intelrt_diagnose(backends, env):
 ''')
     third_party("sleepy", '''
 import threading
+from intelrt.plugin import Backend
 _never = threading.Event()
 
+class Sleepy(Backend):
+    name = device_type = "sleepy"
+
+    @classmethod
+    def detect(cls, env):
+        _never.wait(20)
+
 @hookimpl
-def intelrt_detect(env):
-    _never.wait(20)
-    return []
+def intelrt_backends():
+    return [Sleepy]
 ''')
     monkeypatch.setenv("INTELRT_HOOK_TIMEOUT", "0.3")
     report = diagnose()
@@ -153,10 +160,13 @@ def intelrt_diagnose(backends, env):
 
 
 def test_builtin_decisions_run_on_the_callers_thread_and_plugins_on_a_worker(third_party: Install,
-                                                                             tiny_model: Path) -> None:
-    """intelrt's own decision hooks are called directly (no thread hop per decision, which made
-    planning slower than loading needed); installed plugins' hooks keep the time limit."""
+                                                                             tiny_model: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """intelrt's own backends are asked directly (no thread hop per decision, which made planning
+    slower than loading needed); installed plugins' hooks keep the time limit."""
     import threading
+
+    from intelrt.backends.cpu import CpuBackend
 
     third_party("watcher", '''
 import threading
@@ -168,17 +178,14 @@ def intelrt_select_dtype(backend, request):
 ''')
     import intelrt_rel_watcher  # type: ignore[import-not-found]
 
-    from intelrt.backends import BUILTIN_PLUGINS
-
     seen: list[str] = []
-    host = PluginHost()
-    builtin = {name for name, _module in BUILTIN_PLUGINS}
-    for impl in host._pm.hook.intelrt_select_dtype.get_hookimpls():
-        if impl.plugin_name in builtin:  # record the thread each built-in answer is computed on
-            def spy(*args: object, _original: Any = impl.function, **kwargs: object) -> object:
-                seen.append(threading.current_thread().name)
-                return _original(*args, **kwargs)
-            impl.function = spy
-    make_plan(Request.build(tiny_model), host=host)
-    assert seen and set(seen) == {threading.current_thread().name}
+    original = CpuBackend.select_dtype
+
+    def spy(self: CpuBackend, s: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return original(self, s)
+
+    monkeypatch.setattr(CpuBackend, "select_dtype", spy)
+    make_plan(Request.build(tiny_model), host=PluginHost())
+    assert seen == [threading.current_thread().name]
     assert intelrt_rel_watcher.threads == ["intelrt-hook"]

@@ -42,7 +42,7 @@ def test_C5_remote_code_and_pickle_stay_off_unless_asked(tiny_model: Path) -> No
 def installed(tmp_path: Path) -> Iterator[list[str]]:
     """Three would-be plugins: one in the ``intelrt`` group, one in another group, one only importable."""
     source = ("import os\nos.environ['INTELRT_TEST_PLUGIN_RAN'] = __name__\n"
-              "from intelrt import hookimpl\n\n@hookimpl\ndef intelrt_detect(env):\n    return []\n")
+              "from intelrt import hookimpl\n\n@hookimpl\ndef intelrt_backends():\n    return []\n")
     install_plugin(tmp_path / "listed", distribution="intelrt-listed", entry_point="listed",
                    module="intelrt_test_listed", source=source)
     other = install_plugin(tmp_path / "other", distribution="intelrt-other", entry_point="other",

@@ -16,9 +16,9 @@ import pytest
 import intelrt
 from intelrt.errors import PlanError
 from intelrt.host.manager import get_host
-from intelrt.planning.environment import child_env
 from intelrt.planning.planner import plan_backend
 from intelrt.testing.simulation import simulate as start_simulation
+from intelrt.training.launching import child_env
 
 
 def _env(plan: Any) -> dict[str, Any]:

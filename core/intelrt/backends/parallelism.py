@@ -276,15 +276,17 @@ def _fsdp_way(s: _Spread) -> tuple[str, str]:
     return way, s.support.fsdp_source
 
 
-def decide_parallelism(backend: Backend, situation: Situation) -> Decision:
-    r"""The parallelism decision on ``backend`` with what its ``sharding_support`` runs: the user's
+def decide_parallelism(backend: Backend, situation: Situation, support: ShardingSupport | None = None) -> Decision:
+    r"""The parallelism decision on ``backend`` with what it runs (``support``, default its
+    ``sharding_support``; a plugin's override may pass its own): the user's
     ``sharding`` / ``parallel`` when forced (refused with the way out when this backend or this
     model cannot run it), else chosen from the training state, device memory and world size.
 
     The inference strategy decides how the weights load: tensor parallel leaves no training
     strategy (``Loaded.train`` refuses a tensor-parallel model), and FSDP2 built as the weights
     load serves generation too."""
-    request, model, decided, support = situation.request, situation.model, situation.decided, backend.sharding_support
+    request, model, decided = situation.request, situation.model, situation.decided
+    support = support or backend.sharding_support
     world, launched = planned_world_size(backend, request, situation.env)
     s = _Spread(backend, request, model, decided, support, world, launched)
     inference, inference_why = _inference(s)

@@ -64,9 +64,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     host = PluginHost(on_error="record")
     records = [r.to_dict() for r in host.records]
-    lines = table(("name", "distribution", "version", "status", "hooks"),
-                  [(r["name"], r["distribution"], r["version"], r["status"], plural(len(r["hooks"]), "hook"))
-                   for r in records], indent="")
+    lines = table(("name", "distribution", "version", "status", "backends", "hooks"),
+                  [(r["name"], r["distribution"], r["version"], r["status"], ", ".join(r["backends"]) or "-",
+                    plural(len(r["hooks"]), "hook")) for r in records], indent="")
     for r in records:
         if r["error"]:
             lines += wrap(f"{r['name']} failed: {r['error']}", terminal_width(), "", "  ")

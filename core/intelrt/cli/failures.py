@@ -31,7 +31,6 @@ from ..errors import (
     UnsafeModelError,
 )
 
-EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

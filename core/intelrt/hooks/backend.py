@@ -139,22 +139,27 @@ class Backend:
     # -- the detection result, for reading (facts every hook uses) ---------------------------------
     @property
     def available(self) -> bool:
+        """Whether detection found it usable here."""
         return self.status.available
 
     @property
     def reason(self) -> str:
+        """Why it is available or not, in words a user can act on."""
         return self.status.reason
 
     @property
     def devices(self) -> tuple[DeviceInfo, ...]:
+        """The devices this process sees (index, name, memory, bf16)."""
         return self.status.devices
 
     @property
     def device_count(self) -> int:
+        """How many devices this process sees."""
         return self.status.device_count
 
     @property
     def versions(self) -> Mapping[str, str]:
+        """The versions and build facts detection recorded (torch, the vendor stack …)."""
         return self.status.versions
 
     @property

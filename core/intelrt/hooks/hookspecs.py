@@ -23,6 +23,7 @@ as a fault of the plugin. ``env`` is the environment the plan is made for: read 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -116,7 +117,7 @@ def _selection_hook(declared: Concern) -> SelectionHook:
 
     assert declared.hook is not None
     spec.__name__ = spec.__qualname__ = declared.hook
-    spec.__doc__ = (f"{declared.doc}\n\n"
+    spec.__doc__ = (f"{inspect.cleandoc(declared.doc)}\n\n"
                     "Asked before the chosen backend's ``select_" + declared.name + "``: answer ``None`` for a "
                     "backend, a model or a request this plugin is not for. Stops at the first non-``None`` "
                     "result.\n\n"

@@ -91,6 +91,12 @@ class Plan:
     def task(self) -> str:
         return str(self.decisions["task"].value)
 
+    def value(self, concern: str) -> DecisionValue:
+        """The value of decision ``concern`` by name (``None`` when the plan has none); code that
+        knows the concern reads :attr:`decided` instead, typed."""
+        decision = self.decisions.get(concern)
+        return None if decision is None else decision.value
+
     @cached_property
     def decided(self) -> Decided:
         """Every decision's value, typed (``plan.decided.dtype``, ``plan.decided.decode`` …; ``None``

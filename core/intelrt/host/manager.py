@@ -54,17 +54,30 @@ class PluginRecord:
     """``enabled``, ``blocked`` (block-list), ``not allowed`` (allow-list) or ``failed``."""
     builtin: bool = False
     error: str | None = None
+    backends: tuple[str, ...] = ()
+    """The backends the plugin contributes (``intelrt_backends``), by name."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
-                "hooks": list(self.hooks), "status": self.status, "builtin": self.builtin,
-                "error": self.error}
+                "hooks": list(self.hooks), "backends": list(self.backends), "status": self.status,
+                "builtin": self.builtin, "error": self.error}
 
 
 def _names(value: str | None) -> set[str] | None:
     if value is None:
         return None
     return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _contributed(plugin: object) -> tuple[str, ...]:
+    """The names of the backends ``plugin`` contributes, for listings (a faulty answer is reported
+    when the host asks for the classes, with the plugin named)."""
+    contribute = getattr(plugin, "intelrt_backends", None)
+    try:
+        classes = contribute() if callable(contribute) else None
+    except Exception:  # noqa: BLE001 - reported by PluginHost.backend_classes
+        return ()
+    return tuple(str(getattr(c, "name", "?")) for c in classes or ())
 
 
 def _enable_tracing() -> None:
@@ -167,7 +180,8 @@ class PluginHost:
         self._owners[name] = (dist, version)
         if builtin:
             self._builtin.add(name)
-        self.records.append(PluginRecord(name, dist, version, hooks, "enabled", builtin=builtin))
+        self.records.append(PluginRecord(name, dist, version, hooks, "enabled", builtin=builtin,
+                                         backends=_contributed(plugin)))
 
     def _check_hook_names(self, name: str, plugin: object, dist: str) -> tuple[str, ...]:
         hooks: list[str] = []
@@ -259,12 +273,14 @@ class PluginHost:
         """``intelrt_backends``: every plugin's backend classes, each with the plugin contributing it."""
         classes: list[tuple[str, type[Backend]]] = []
         for plugin, result in self._hook("intelrt_backends", {}):
-            for cls in self._items(plugin, "intelrt_backends", result, (type,)):
-                if not issubclass(cls, Backend) or not isinstance(getattr(cls, "name", None), str) \
-                        or not isinstance(getattr(cls, "device_type", None), str):
-                    raise self._fault(plugin, f"contributed {cls!r} from intelrt_backends; expected a subclass of "
-                                              "intelrt.plugin.Backend with str class attributes name and device_type")
-                classes.append((plugin, cls))
+            good = isinstance(result, (list, tuple)) and all(
+                isinstance(c, type) and issubclass(c, Backend) and isinstance(getattr(c, "name", None), str)
+                and isinstance(getattr(c, "device_type", None), str) for c in result)
+            if not good:
+                raise self._fault(plugin, f"returned {type(result).__name__} ({result!r:.120}) from intelrt_backends; "
+                                          "expected a list of Backend subclasses (intelrt.plugin.Backend, with str "
+                                          "class attributes name and device_type) or None.")
+            classes += [(plugin, cls) for cls in result]
         return classes
 
     def detect(self, env: Mapping[str, str]) -> list[Backend]:
@@ -297,8 +313,10 @@ class PluginHost:
         plugin, what = backend.plugin, f"{type(backend).__name__}.select_{concern.name}"
         answer = self._run(plugin, what, getattr(backend, f"select_{concern.name}"), s)
         if answer is None:
-            plugin, what = GENERIC_PLUGIN, f"the generic rule for {concern.name}"
+            plugin, what = GENERIC_PLUGIN, f"{GENERIC_PLUGIN}.select_{concern.name}"
             answer = getattr(GENERIC, f"select_{concern.name}")(backend, s)
+            if self.tracing:
+                trace_log.debug("%s <- %s returned %r", what, plugin, answer)
         if answer is None:
             if not concern.required:
                 return None
@@ -326,9 +344,9 @@ class PluginHost:
                  forced: bool) -> PlannedDecision:
         if not concern.keeps(s.request, decision.value):
             wanted = ", ".join(f"{o}={getattr(s.request, o)!r}" for o in concern.options if s.request.is_forced(o))
-            raise PlanError(f"{self.describe(plugin)} changed your {wanted} ({concern.name} = {decision.value!r}); "
-                            "intelrt never overrides what you set. Report it to the plugin's authors, or block the "
-                            f"plugin with {BLOCK_VAR}.")
+            shown = f"{decision.value!r}" if concern.verbatim else f"{concern.name}={decision.value}"
+            raise PlanError(f"{self.describe(plugin)} changed your {wanted} to {shown}; intelrt never overrides what "
+                            f"you set. Report it to the plugin's authors, or block the plugin with {BLOCK_VAR}.")
         return PlannedDecision(concern.name, decision.value, decision.reason, plugin, forced, decision.claim,
                                decision.notes)
 

@@ -20,5 +20,5 @@ def is_repo_cached(repo_id: str, repo_type: str = "model") -> bool:
 
 
 def hub_offline(env: Mapping[str, str] | None = None) -> bool:
-    values = os.environ if env is None else env
-    return str(values.get("HF_HUB_OFFLINE", "")).lower() in ("1", "true", "yes", "on")
+    environ = os.environ if env is None else env
+    return str(environ.get("HF_HUB_OFFLINE", "")).lower() in ("1", "true", "yes", "on")

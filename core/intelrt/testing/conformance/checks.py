@@ -589,6 +589,22 @@ def _check_allow_block(plugin: _Plugin, report: Report, scenarios: Sequence[Scen
                     _plan(request, env, host, models[0], plugin.name, report, where, "allow-block")
 
 
+def _warm_up(model: Any) -> None:
+    """Plan once with intelrt's own backends only, leaving the environment as it was: the first plan
+    imports transformers' modeling code, and libraries it pulls in may set variables of their own
+    (torch's inductor sets ``TORCHINDUCTOR_CACHE_DIR`` when torchao is installed), which must not
+    count as the plugin's writes."""
+    before = dict(os.environ)
+    try:
+        make_plan(Request.build(model.local_dir or model.source, backend="cpu"), env=_base_env(),
+                  host=PluginHost(_base_env(), entry_points=False), model=model)
+    except IntelrtError:
+        pass  # a refusal still imported what planning imports
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 def check_plugin(plugin: object, *, name: str | None = None, scenarios: Sequence[Scenario] | None = None,
                  extra_scenarios: Sequence[Scenario] = (), models: Sequence[str | os.PathLike[str]] = (),
                  import_check: bool = True) -> Report:
@@ -619,6 +635,7 @@ def check_plugin(plugin: object, *, name: str | None = None, scenarios: Sequence
     with tempfile.TemporaryDirectory(prefix="intelrt-conformance-") as tmp:
         paths = write_models(Path(tmp)) + [Path(m) for m in models]
         infos = [resolve_model(str(p)) for p in paths]
+        _warm_up(infos[0])
         seen_cpu: list[bool] = []
         for scenario in chosen:
             _run_scenario(caller, resolved, report, scenario, infos, seen_cpu)
