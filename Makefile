@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-v2
 EXAMPLES := docs/examples/intelrt-gemma2-eager docs/examples/intelrt-acme
 
-.PHONY: install run test lint unit docs conformance clean
+.PHONY: install run check test lint unit docs conformance clean
 
 $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	touch $(STAMP)
 
 # The example plugins of docs/plugins.md are never installed into .venv (every plan would list
-# them): tests/test_examples.py installs them into a directory of its own, and `conformance`
+# them): tests/integration/test_examples.py installs them into a directory of its own, and `conformance`
 # into a temporary one.
 install: $(STAMP)
 
@@ -31,14 +31,26 @@ run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/intelrt train --demo
 
 lint: $(STAMP)
+	@echo "== test: ruff"
 	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples
+	@echo "== test: mypy"
 	$(VENV)/bin/mypy
 
+# The fast tier for the inner loop: ruff and the contract tests (plans under simulation, the host,
+# options, CLI parsing, the docs' checks) — no subprocesses, training or compiles.
+check: $(STAMP)
+	@echo "== check: ruff"
+	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples
+	@echo "== check: the contract tests (tests/contract)"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
+
 unit: $(STAMP)
+	@echo "== test: both tiers (tests/contract, tests/integration)"
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 # The docs site, warnings as errors (broken links, pages missing from the nav), into a temp dir.
 docs: $(STAMP)
+	@echo "== test: the docs site (mkdocs build --strict)"
 	@out=$$(mktemp -d); $(VENV)/bin/mkdocs build --strict -d $$out/site > $$out/log 2>&1; rc=$$?; \
 		grep -v '^INFO' $$out/log; rm -rf $$out; exit $$rc
 

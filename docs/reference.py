@@ -1,7 +1,7 @@
 """The reference pages the docs build generates from the code (an mkdocs hook, ``mkdocs.yml: hooks``).
 
 * ``hooks/<hook>.md`` for every hook, from its hookspec: signature, firstresult, docstring, and
-  the example in ``docs/hooks/examples/<hook>.py`` (which ``tests/test_docs.py`` runs);
+  the example in ``docs/hooks/examples/<hook>.py`` (which ``tests/contract/test_docs.py`` runs);
 * ``hooks/backend.md``: the ``Backend`` class — its facts and methods, from their docstrings;
 * the marker ``<!-- hook-table -->`` (a table of every hook) and ``<!-- request-options -->`` (a
   table of every request option, from ``Request``'s fields) in the pages that hold them.
@@ -112,7 +112,7 @@ def hook_page(hook: str) -> str:
         "test_backend_reference_example"
     return (f"# `{hook}`\n\n```python\n{signature(hook)}\n```\n\n**firstresult:** {order}.\n\n"
             f"{render_docstring(spec.__doc__ or '')}\n\n## Example\n\n```python\n{code}\n```\n\n"
-            f"This example is `docs/hooks/examples/{name}.py`, run by `tests/test_docs.py::{test}`.\n")
+            f"This example is `docs/hooks/examples/{name}.py`, run by `tests/contract/test_docs.py::{test}`.\n")
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:
@@ -159,7 +159,7 @@ def backend_page() -> str:
             + "\n\n## Methods (each optional: `None` leaves the concern to the generic rule)\n\n"
             "| method | returns | what it answers |\n| --- | --- | --- |\n" + "\n".join(methods)
             + f"\n\n## Example\n\n```python\n{code}\n```\n\nThis example is "
-            "`docs/hooks/examples/backend.py`, run by `tests/test_docs.py::test_backend_reference_example`.\n")
+            "`docs/hooks/examples/backend.py`, run by `tests/contract/test_docs.py::test_backend_reference_example`.\n")
 
 
 def hook_table() -> str:

@@ -1,4 +1,10 @@
-"""Suite-wide settings: offline, a clean intelrt-relevant environment, the tiny model."""
+"""Suite-wide settings: offline, a clean intelrt-relevant environment, the tiny model, and each
+tier's time limit per test.
+
+Two tiers, by directory: ``tests/contract/`` (plans under simulation, the host, options, CLI parsing,
+docs checks — ``make check``) and ``tests/integration/`` (subprocesses, loading, generation,
+training, compile, serving, the zoo, packaging). ``make test`` runs both.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +20,25 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # SPEC C4: no test reaches the hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 #: tests/interpreted/ runs only under Triton's interpreter, in the process that
-#: tests/test_decode_attention_kernel.py starts with TRITON_INTERPRET=1.
+#: tests/integration/test_decode_attention_kernel.py starts with TRITON_INTERPRET=1.
 collect_ignore = [] if os.environ.get("TRITON_INTERPRET") == "1" else ["interpreted"]
 
 #: Variables from the developer's shell that would change what intelrt decides (INTELRT_CACHE
 #: only says where the tiny model is built, so it is kept).
 _LEAKY_PREFIXES = ("INTELRT_", "ZE_", "HABANA_", "PT_HPU_", "PT_ENABLE_INT64", "CUDA_VISIBLE", "LOCAL_RANK",
                    "MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK")
+
+
+#: Seconds one test may take, per tier (pytest-timeout); a test that needs longer says so with its
+#: own ``@pytest.mark.timeout(...)``. Both stay well below the suite's own budget (30 minutes).
+TIER_TIMEOUTS = {"contract": 120, "integration": 300}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = next((t for t in TIER_TIMEOUTS if t in item.path.parts), None)
+        if tier is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIER_TIMEOUTS[tier]))
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +103,7 @@ def train_until_killed() -> ModuleType:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The model zoo's counts (tests/test_model_zoo.py), when it ran."""
+    """The model zoo's counts (tests/integration/test_model_zoo.py), when it ran."""
     zoo = __import__("sys").modules.get("test_model_zoo")
     summary = getattr(zoo, "SUMMARY", None)
     if not summary:

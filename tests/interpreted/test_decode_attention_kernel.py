@@ -3,7 +3,7 @@ the CPU through Triton's interpreter: against attention written in torch operati
 the decode loop against plain ``model.generate`` (issue 6).
 
 Collected only in a process started with ``TRITON_INTERPRET=1`` (Triton reads it when it is first
-imported): ``tests/test_decode_attention_kernel.py`` starts that process. float32 only: the
+imported): ``tests/integration/test_decode_attention_kernel.py`` starts that process. float32 only: the
 interpreter's bfloat16 dot is not faithful (numpy has no bfloat16); bfloat16 is checked on a GPU
 by ``benchmarks/profile_decode.py`` (docs/performance.md)."""
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from varied_weights import vary
 
-assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/test_decode_attention_kernel.py"
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through tests/integration/test_decode_attention_kernel.py"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ HEADER = """# Model zoo
 Every causal-LM architecture of the installed transformers, built as a tiny random float32 model,
 generates the same tokens through intelrt as through plain transformers — one prompt and a
 left-padded batch of three — and every text encoder classifies and embeds as plain transformers
-does (`tests/test_model_zoo.py`, in every CI run). This table is generated from intelrt's plans for
+does (`tests/integration/test_model_zoo.py`, in every CI run). This table is generated from intelrt's plans for
 those models (`PYTHONPATH=tests python -m zoo.table --write`; a test fails when it is out of date).
 
 Paths: **compact step** — intelrt's fast decode loop running its compact step; **model forward** —

@@ -143,9 +143,9 @@ class CpuBackend(Backend):
                             f"padded batches of up to {self.max_padded_batch} prompts through the fast decode loop: on "
                             "the CPU one padded batch through the decode loop skips continuous batching's per-step "
                             "scheduling", notes=("batching='continuous' uses transformers' generate_batch instead",))
-        user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
+        why = "" if request.batching == "continuous" else "the fast decode loop is off; "
         return Decision(BatchingChoice.continuous(use_graphs=False, use_async_batching=False, kv_sizing="requests"),
-                        f"{user}; continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
+                        f"{why}continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
                         "sized from the requests (sizing it from free memory takes seconds)", claim="X7")
 
 

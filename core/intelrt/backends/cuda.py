@@ -154,10 +154,10 @@ class CudaBackend(Backend):
                             "step), so one padded batch beats continuous batching's per-step scheduling "
                             "(docs/performance.md)",
                             notes=("batching='continuous' uses transformers' generate_batch instead",))
-        user = "requested by the user" if request.batching == "continuous" else "the fast decode loop is off"
+        why = "" if request.batching == "continuous" else "the fast decode loop is off; "
         graphs = request.graphs != "off"
         return Decision(BatchingChoice.continuous(use_graphs=graphs, use_async_batching=True),
-                        f"{user}; continuous batching with CUDA graphs "
+                        f"{why}continuous batching with CUDA graphs "
                         f"{'on' if graphs else 'off (graphs=off)'} and async double-buffering (H200-class memory "
                         "affords the doubled buffers)", claim="X7")
 

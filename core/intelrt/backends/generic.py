@@ -190,7 +190,7 @@ class GenericRules:
             problem = kernels_problem()
             if problem:
                 raise PlanError(f"kernels=True cannot work: {problem}; or leave kernels to intelrt")
-            return Decision(KernelChoice(True), "requested by the user")
+            return Decision(KernelChoice(True), "transformers' own hub-kernel mapping for the model's layers")
         return Decision(KernelChoice.off(), f"no hub-kernel mapping is known for {backend.name} that works offline")
 
     def select_compile(self, backend: Backend, s: Situation) -> Decision:
@@ -219,10 +219,10 @@ class GenericRules:
         if request.batching == "padded":
             size = Backend.max_padded_batch
             return Decision(BatchingChoice.padded("fast" if fast else "generate", size),
-                            f"requested by the user; padded batches of up to {size} prompts "
+                            f"padded batches of up to {size} prompts "
                             f"through {'the fast decode loop' if fast else 'transformers generate'}")
-        reason = "requested by the user" if request.batching == "continuous" else (
-            "transformers' continuous batching schedules many prompts better than one padded batch")
+        reason = ("transformers' continuous batching (generate_batch)" if request.batching == "continuous" else
+                  "transformers' continuous batching schedules many prompts better than one padded batch")
         notes: tuple[str, ...] = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
         if fast and request.batching == "auto":
             notes += ("batching='padded' sends a list through the fast decode loop instead",)

@@ -247,7 +247,7 @@ def _inference(s: _Spread) -> tuple[str, str]:
             raise PlanError(f"parallel='tensor' loads the weights split for inference, and sharding="
                             f"{s.request.sharding!r} trains a model each rank loads whole or as FSDP shards: pass one "
                             "of them (to train, parallel='none')")
-        return "tensor", f"requested by the user: transformers' tensor parallel plan across {s.where}"
+        return "tensor", f"parallel='tensor': transformers' tensor parallel plan across {s.where}"
     if forced == "none":
         return "none", "parallel='none': each process holds the whole model"
     fits = fits_one_device(s.backend, s.model, bytes_per_parameter(s.decided)) if s.request.has_model else None
@@ -293,7 +293,7 @@ def decide_parallelism(backend: Backend, situation: Situation, support: Sharding
     if inference == "tensor":
         training, why = "none", "the weights load tensor-parallel, for inference; to train, load with parallel='none'"
     elif request.sharding != "auto":
-        training, why = request.sharding, "requested by the user"
+        training, why = request.sharding, f"sharding={request.sharding!r}"
         _check_training(s, training, forced=True)
     else:
         training, why = _auto_training(s)

@@ -163,6 +163,11 @@ class Backend:
         return self.status.versions
 
     @property
+    def notes(self) -> tuple[str, ...]:
+        """What detection found worth saying next to the backend."""
+        return self.status.notes
+
+    @property
     def plugin(self) -> str:
         """The plugin that contributed this backend (filled in by the host)."""
         return self.status.plugin

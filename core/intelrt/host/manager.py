@@ -37,6 +37,8 @@ from .settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, ENTRY_POINT_GROUP, TIMEOU
 from .timeout import call_with_timeout, parse_timeout
 
 T = TypeVar("T")
+USERS = "requested by the user"
+"""How a plan says a decision keeps what the user forced: written here only."""
 
 trace_log = logging.getLogger("intelrt.trace")
 HOOK_NAMES = tuple(sorted(name for name in dir(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")))
@@ -334,21 +336,23 @@ class PluginHost:
             endorsement = getattr(GENERIC, check)(backend, value, s) or Endorsement()
         if not isinstance(endorsement, Endorsement):
             raise self._fault(plugin, f"returned {endorsement!r:.120} from {check}; expected an Endorsement or None")
-        reason = "requested by the user" + (f"; {endorsement.reason}" if endorsement.reason else "")
-        if isinstance(value, CompileChoice) and not value.enabled or isinstance(value, KernelChoice) and not \
-                value.use_kernels:
-            reason = reason.replace("requested by the user", "turned off by the user", 1)
+        off = isinstance(value, CompileChoice) and not value.enabled or isinstance(value, KernelChoice) and not \
+            value.use_kernels
+        reason = ("turned off by the user" if off else USERS) + (f"; {endorsement.reason}" if endorsement.reason else "")
         return PlannedDecision(concern.name, value, reason, plugin, True, endorsement.claim, endorsement.notes)
 
     def _planned(self, concern: Concern, plugin: str, decision: Decision, s: Situation,
                  forced: bool) -> PlannedDecision:
+        """A proposal checked against what the user forced, and said to be theirs when forced."""
         if not concern.keeps(s.request, decision.value):
             wanted = ", ".join(f"{o}={getattr(s.request, o)!r}" for o in concern.options if s.request.is_forced(o))
             shown = f"{decision.value!r}" if concern.verbatim else f"{concern.name}={decision.value}"
             raise PlanError(f"{self.describe(plugin)} changed your {wanted} to {shown}; intelrt never overrides what "
                             f"you set. Report it to the plugin's authors, or block the plugin with {BLOCK_VAR}.")
-        return PlannedDecision(concern.name, decision.value, decision.reason, plugin, forced, decision.claim,
-                               decision.notes)
+        reason = decision.reason
+        if forced and not reason.startswith(USERS):
+            reason = f"{USERS}; {reason}"
+        return PlannedDecision(concern.name, decision.value, reason, plugin, forced, decision.claim, decision.notes)
 
     def _decision(self, concern: Concern, plugin: str, what: str, answer: object) -> Decision:
         """An answer checked: a ``Decision`` whose value is the concern's payload (a plugin's dict with
@@ -389,9 +393,9 @@ class PluginHost:
                            ) -> list[tuple[str, Setting]]:
         """Every plugin's ``intelrt_training_arguments``, the backend's ``training_arguments``, then the
         generic keywords — in the order a keyword's first answer wins."""
-        generic = [(GENERIC_PLUGIN, item) for item in GENERIC.training_arguments(backend, plan, overrides)]
-        return (self._collect("intelrt_training_arguments", (Setting,), backend=backend, plan=plan, overrides=overrides)
-                + self._own(backend, "training_arguments", (Setting,), plan, overrides) + generic)
+        hooks = self._collect("intelrt_training_arguments", (Setting,), backend=backend, plan=plan, overrides=overrides)
+        own = self._own(backend, "training_arguments", (Setting,), plan, overrides)  # its refusals come first
+        return hooks + own + [(GENERIC_PLUGIN, item) for item in GENERIC.training_arguments(backend, plan, overrides)]
 
     def diagnose(self, backends: Sequence[Backend], env: Mapping[str, str], probe: bool = False
                  ) -> list[tuple[str, Finding]]:

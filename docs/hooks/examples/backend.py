@@ -1,4 +1,4 @@
-"""The example of the ``Backend`` reference page (run by tests/test_docs.py): a backend for a
+"""The example of the ``Backend`` reference page (run by tests/contract/test_docs.py): a backend for a
 fictional accelerator, MyNPU, whose vendor ships the runtime module ``mynpu_runtime``."""
 
 import importlib

@@ -1,4 +1,4 @@
-"""The example of the ``intelrt_select_parallelism`` reference page (run by tests/test_docs.py)."""
+"""The example of the ``intelrt_select_parallelism`` reference page (run by tests/contract/test_docs.py)."""
 
 from intelrt.plugin import ShardingSupport, Situation, decide_parallelism, hookimpl
 

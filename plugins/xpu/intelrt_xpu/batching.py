@@ -37,6 +37,5 @@ def select_batching(backend: Backend, s: Situation) -> Decision | None:
                  "batching left to transformers' auto",)
     if fast_decode_planned(decided) and request.batching == "auto":
         notes += ("batching='padded' sends a list through the fast decode loop instead",)
-    reason = "requested by the user" if request.batching == "continuous" else (
-        "transformers' continuous batching (generate_batch) runs on Intel GPUs, with XPUGraph and async batching")
+    reason = "transformers' continuous batching (generate_batch) runs on Intel GPUs, with XPUGraph and async batching"
     return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)

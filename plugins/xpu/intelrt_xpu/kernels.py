@@ -113,7 +113,7 @@ def select_kernels(backend: Backend, s: Situation) -> Decision:
             first = next(iter(blocked.values()))
             raise PlanError(f"kernels=True: {'; '.join(s.describe() for s in blocked.values())}. "
                             f"{fetch_hint(first)}")
-        chosen, reason = sources, "requested by the user"
+        chosen, reason = sources, f"hub kernels for {', '.join(sources)}: each loads here"
     else:
         if not ready:
             first = next(iter(missing.values()))

@@ -31,7 +31,7 @@ def _settings(plan: intelrt.Plan, **overrides: Any) -> dict[str, list[Setting]]:
 def test_H6_device_map_is_hpu(simulate, tiny_model: Path, generation: str) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, generation=generation, env=INT64)
     placement = intelrt.plan(tiny_model).decisions["placement"]
-    assert placement.value == "hpu" and placement.plugin == "hpu" and placement.claim == "H6"
+    assert placement.value.device_map == "hpu" and placement.plugin == "hpu" and placement.claim == "H6"
     assert "'hpu:N' is not supported" in placement.reason
 
 

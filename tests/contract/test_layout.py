@@ -21,7 +21,7 @@ from intelrt.hooks.concerns import CONCERNS, Decided
 from intelrt.hooks.request import NO_MODEL, REQUEST_OPTIONS, Request
 from intelrt.host.manager import PluginHost
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_TREES = [*sorted((ROOT / "plugins").glob("*/intelrt_*")), *sorted((ROOT / "docs" / "examples").glob("*/src")),
                 *sorted((ROOT / "docs" / "examples").glob("*/tests"))]
 #: What a plugin may import from intelrt (issue 14, docs/plugin-api.md).

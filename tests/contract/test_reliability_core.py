@@ -33,14 +33,16 @@ from intelrt.testing.simulation import (
 )
 from intelrt_hpu import diagnosis as hpu_diagnosis
 from intelrt_hpu import environment as hpu_environment
+from intelrt_hpu.backend import HpuBackend
 from intelrt_hpu.detection import mode_note, visibility_note
 from intelrt_hpu.facts import parse_ids
 from intelrt_xpu import devices as xpu_devices
+from intelrt_xpu.backend import XpuBackend
 from intelrt_xpu import diagnosis as xpu_diagnosis
 from intelrt_xpu.affinity import HIERARCHIES, read_mask
 from intelrt_xpu.hubkernels import local_kernels
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 id_lists = st.lists(st.integers(min_value=0, max_value=64), min_size=1, max_size=8, unique=True)
 #: What an environment variable can hold (anything but NUL, which no OS environment carries).
 env_text = st.text(st.characters(blacklist_characters="\x00"), max_size=30)
@@ -197,12 +199,12 @@ def _status(name: str, count: int) -> BackendStatus:
 def test_xpu_environment_hooks_never_crash_on_any_mask(env: dict[str, str], devices: list[int] | None, strict: bool,
                                                        count: int) -> None:
     request = Request.build("m", devices=devices, strict=strict)
-    findings = xpu_diagnosis.intelrt_diagnose(backends=[BackendStatus("xpu", "xpu", False, "test")], env=env)
+    findings = xpu_diagnosis.diagnose(BackendStatus("xpu", "xpu", False, "test"), env)
     assert all(isinstance(f, Finding) for f in findings or ())
     malformed = xpu_devices.malformed_mask(env, _status("xpu", count), count)
     assert malformed is None or "ZE_AFFINITY_MASK" in malformed.detail
     try:
-        items = xpu_devices.intelrt_setup_env(backend=_status("xpu", count), request=request, env=env)
+        items = xpu_devices.run_environment(XpuBackend(_status("xpu", count)), request, env)
     except PlanError:
         return
     assert items is None or all(isinstance(i, (Finding, intelrt.EnvVar)) for i in items)
@@ -219,13 +221,12 @@ def test_gaudi_environment_hooks_never_crash_on_any_visibility(env: dict[str, st
     assert isinstance(mode_note(env, "1.22.0.740"), str)
     assert visibility_note(env) is None or isinstance(visibility_note(env), str)
     try:
-        items = hpu_environment.intelrt_setup_env(backend=status, request=request, env=env)
+        items = hpu_environment.run_environment(HpuBackend(status), request, env)
     except PlanError:
         return
     assert items is not None and all(isinstance(i, (Finding, intelrt.EnvVar)) for i in items)
     accelerate = dict(status.versions, accelerate="1.15.0")
-    findings = hpu_diagnosis.intelrt_diagnose(backends=[BackendStatus("hpu", "hpu", count > 0, "test",
-                                                                      versions=accelerate)], env=env, probe=False)
+    findings = hpu_diagnosis.diagnose(BackendStatus("hpu", "hpu", count > 0, "test", versions=accelerate), env, False)
     assert all(isinstance(f, Finding) for f in findings or ())
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "scripts" / "ddp_tiny.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ddp_tiny.py"
 INTELRT = shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"
 STEPS, BATCH = 20, 16
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "contract.md"
 EXPECTED = [f"X{i}" for i in range(1, 12)] + [f"H{i}" for i in range(1, 12)] + [f"C{i}" for i in range(1, 7)]
 #: How claims are cited: [X6] in plan text, SPEC X6 in docs and comments, claim="X6" in decisions,

@@ -22,7 +22,7 @@ from intelrt.testing.simulation import simulate as start_simulation
 from intelrt.training.launching import launch, launch_command
 
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}  # the stack may load in this process (as the Gaudi guide exports it)
-RANK_SCRIPT = Path(__file__).parent / "scripts" / "simulated_rank.py"
+RANK_SCRIPT = Path(__file__).parents[1] / "scripts" / "simulated_rank.py"
 #: A 70B-class Llama: its weights need about 130 GiB in bfloat16 — more than one Gaudi 2 (96 GiB).
 BIG_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
              "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,

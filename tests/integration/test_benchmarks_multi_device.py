@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 
 from intelrt.tiny import BUILD_VERSION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
 NEEDS_HUB = "<!-- needs the hub -->"
 INTELRT = shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"

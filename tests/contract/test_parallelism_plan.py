@@ -35,7 +35,7 @@ def _choice(plan: Any) -> ParallelismChoice:
 def test_hook_select_parallelism_one_process_plans_nothing_sharded(tiny_model: Path) -> None:
     plan = _cpu_plan(tiny_model)
     decision = plan.decisions["parallelism"]
-    assert (decision.value, decision.plugin, decision.forced) == (ParallelismChoice.single(), "cpu", False)
+    assert (decision.value, decision.plugin, decision.forced) == (ParallelismChoice.single(), "defaults", False)
     assert plan.decided.placement.device_map == "cpu"
     assert "parallelism" in str(plan)
 
@@ -100,7 +100,7 @@ def test_xpu_auto_shards_a_training_state_too_big_for_one_device(simulate, tiny_
     plan = intelrt.plan(tiny_model)
     decision = plan.decisions["parallelism"]
     assert (decision.value.training, decision.value.fsdp_config, decision.plugin, decision.claim) == (
-        "fsdp", FSDP2, "xpu", "X11")
+        "fsdp", FSDP2, "defaults", "X11")
     assert "does not fit one device, so it is sharded across the 2 launched rank(s)" in decision.reason
     assert plan.decided.placement.device_map == "xpu:0" and plan.decided.collective == "xccl"
     assert "fsdp_config={'version':" in str(plan)  # the generated config is shown (wrapped to the terminal)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-INTERPRETED = Path(__file__).parent / "interpreted"
+INTERPRETED = Path(__file__).parents[1] / "interpreted"
 
 
 @pytest.mark.slow

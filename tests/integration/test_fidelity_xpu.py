@@ -31,7 +31,7 @@ from intelrt.testing.level_zero import PRODUCTS, enumerate_devices
 from intelrt.testing.simulation import simulate as start_simulation
 from intelrt.training.launching import child_env, launch, launch_command
 
-RANK_SCRIPT = Path(__file__).parent / "scripts" / "simulated_rank.py"
+RANK_SCRIPT = Path(__file__).parents[1] / "scripts" / "simulated_rank.py"
 MAX_1550 = PRODUCTS["max1550"]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from varied_weights import varied_copy
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 TRAIN, GENERATE = SCRIPTS / "sharded_train.py", SCRIPTS / "tensor_generate.py"
 INTELRT = shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

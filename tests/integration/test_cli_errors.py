@@ -26,7 +26,7 @@ from intelrt.cli import main
 #: The installed `intelrt` script, as users run it. (Run as `python -m intelrt.cli`, CPython 3.11 now
 #: and then ends an interrupted process by SIGINT after main() returned 130.)
 INTELRT = [shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"]
-SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_tiny.py")
+SCRIPT = str(Path(__file__).parents[1] / "scripts" / "ddp_tiny.py")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from intelrt.host.manager import reset_host
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 #: distribution -> entry-point name
 PLUGINS = {"intelrt-gemma2-eager": "gemma2_eager", "intelrt-acme": "acme"}

@@ -74,7 +74,7 @@ def exercise(model: Path, options: Mapping[str, Any]) -> None:
     planned = intelrt.plan(model, **options).decided.parallelism
     if isinstance(planned, ParallelismChoice) and planned.sharded_load:
         # weights sharded as they load need every rank of a launched job: this one process is refused,
-        # before anything loads, with the launch line (tests/test_sharded_training.py runs the ranks)
+        # before anything loads, with the launch line (tests/integration/test_sharded_training.py runs the ranks)
         with pytest.raises(ConfigurationError, match=r"start it with intelrt launch --nproc \d"):
             intelrt.load(model, **options)
         return

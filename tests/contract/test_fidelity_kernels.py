@@ -23,7 +23,7 @@ import intelrt
 from intelrt.plugin import hub_kernels_problem
 from intelrt.runtime.pretrained_kwargs import kernel_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_KERNELS = {"kernels-community/rmsnorm": 1, "kernels-community/activation": 1, "kernels-community/rotary": 2}
 
 

@@ -18,7 +18,7 @@ from intelrt.hooks.types import EnvVar, Finding
 from intelrt.host.manager import PluginHost
 from intelrt.training.launching import launch_command
 
-SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_tiny.py")
+SCRIPT = str(Path(__file__).parents[1] / "scripts" / "ddp_tiny.py")
 
 
 def dry_run(capsys: pytest.CaptureFixture[str], *options: str, script_args: tuple[str, ...] = ("--out", "x"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = {"intelrt": ".", "intelrt_xpu": "plugins/xpu", "intelrt_hpu": "plugins/hpu"}
 #: site-packages entries that belong to this repository's own (editable) installs.
 OURS = ("intelrt", "__editable__", "_intelrt")
