@@ -58,10 +58,10 @@ def main() -> None:
     import torch
 
     import intelrt
+    from intelrt.backends.decode_rules import triton_installed
     from intelrt.cli.bench import build_model, timed_median
     from intelrt.decoding.engine import FastDecoder
     from intelrt.decoding.keywords import DecodeOptions
-    from intelrt.backends.decode_rules import triton_installed
     from intelrt.decoding.tuning import DecodeTuning
     from intelrt.host.manager import get_host
     from intelrt.plugin import DecodeChoice

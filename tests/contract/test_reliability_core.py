@@ -37,9 +37,9 @@ from intelrt_hpu.backend import HpuBackend
 from intelrt_hpu.detection import mode_note, visibility_note
 from intelrt_hpu.facts import parse_ids
 from intelrt_xpu import devices as xpu_devices
-from intelrt_xpu.backend import XpuBackend
 from intelrt_xpu import diagnosis as xpu_diagnosis
 from intelrt_xpu.affinity import HIERARCHIES, read_mask
+from intelrt_xpu.backend import XpuBackend
 from intelrt_xpu.hubkernels import local_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
