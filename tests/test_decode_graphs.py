@@ -85,7 +85,7 @@ def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: P
 
 @pytest.mark.claim("H1")
 def test_decode_graphs_hpu_lazy_mode_captures_hpu_graphs(tiny_model: Path) -> None:
-    with simulate("hpu", 1, env={"PT_HPU_LAZY_MODE": "1"}) as sim:
+    with simulate("hpu", 1, torch_fork=True, env={"PT_HPU_LAZY_MODE": "1"}) as sim:  # lazy mode needs Gaudi's fork
         plan = intelrt.plan(tiny_model)
         decode = plan.decisions["decode"]
         assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("hpu", "hpu", None)

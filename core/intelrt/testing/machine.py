@@ -151,18 +151,22 @@ class Machine:
     def reported_torch_version(self, installed: str) -> str | None:
         """The version torch reports on this machine, given the ``installed`` one; ``None``: unchanged.
 
-        A version with a local label (``+cpu``, ``+git…``) is reported as given. One without gets
-        the build's label, as the real wheels carry it: ``+xpu`` on torch's XPU wheels
-        (``2.6.0+xpu``, download.pytorch.org/whl/xpu), ``a0+git…`` on Gaudi's fork. ``None`` means
-        the installed torch's base version with that label (unchanged on a plain Gaudi machine)."""
-        version = self.torch_version if self.torch_version is not None else installed.split("+")[0]
-        if "+" in version:
-            return version
-        if self.kind == "xpu" and self.xpu_build:
-            return f"{version}+{XPU_LOCAL_LABEL}"
+        An explicit :attr:`torch_version` is reported as given (``"2.6.0+xpu"`` is the XPU wheel,
+        ``"2.6.0"`` a build without a local label), except that :attr:`torch_fork` adds the fork's
+        label to one that has none. Unset, the installed base version gets the build's label as the
+        real wheels carry it: ``+xpu`` on torch's XPU wheels (``2.6.0+xpu``,
+        download.pytorch.org/whl/xpu), ``a0+git…`` on Gaudi's fork; a plain Gaudi machine keeps
+        the installed (stock) torch."""
         if self.kind == "hpu" and self.torch_fork:
-            return f"{version}{GAUDI_FORK_LABEL}"
-        return self.torch_version
+            if self.torch_version is None and installed.endswith(GAUDI_FORK_LABEL):
+                return installed  # already this machine's (a process that reads it again)
+            version = self.torch_version or installed.split("+")[0]
+            return version if "+" in version else f"{version}{GAUDI_FORK_LABEL}"
+        if self.torch_version is not None:
+            return self.torch_version
+        if self.kind == "xpu" and self.xpu_build:
+            return f"{installed.split('+')[0]}+{XPU_LOCAL_LABEL}"
+        return None
 
     def environment(self) -> dict[str, str | None]:
         """The variables the simulation sets: :attr:`env`, and ``PT_HPU_LAZY_MODE`` for :attr:`mode`."""

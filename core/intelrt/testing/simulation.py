@@ -406,8 +406,8 @@ def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = No
     :param tiles: XPU tiles per card (default: the product's).
     :param memory_gib: XPU memory per tile; HPU memory per Gaudi.
     :param bf16: XPU native bfloat16 (``has_bfloat16_conversions``, default True).
-    :param torch_version: the torch version reported by ``torch.__version__`` and package metadata
-        (an XPU build adds ``+xpu`` to a version without a local label, as its wheels do).
+    :param torch_version: the torch version reported by ``torch.__version__`` and package metadata,
+        as given (default: the installed torch's, ``+xpu`` on an XPU build as its wheels name it).
     :param torch_fork: HPU: Gaudi's PyTorch fork (``…a0+git…``), the only torch lazy mode runs on.
     :param packages: distribution → version to report, or ``None`` to make it not installed.
     :param env: environment variables to set (``None`` unsets) for the simulation's duration.

@@ -23,8 +23,10 @@ import torch as _torch  # noqa: E402
 from packaging.version import Version as _Version  # noqa: E402
 
 from habana_frameworks.torch.utils.internal import is_lazy  # noqa: E402
+from intelrt.testing.simulation import current as _current  # noqa: E402
 
-run_time_ver = _Version(str(_torch.__version__))
+# the simulated torch build's version (a child process of the simulation runs the real torch)
+run_time_ver = _Version(_current().machine.reported_torch_version(str(_torch.__version__)) or str(_torch.__version__))
 is_torch_fork = run_time_ver.local.startswith("git")  # type: ignore[union-attr]
 
 if is_lazy():
