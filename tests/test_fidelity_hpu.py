@@ -365,3 +365,48 @@ def test_H5_hl_smi_on_a_default_server_lists_module_ids_out_of_index_order(simul
     assert rows == list(enumerate(GAUDI_SERVER_MODULE_IDS)) and rows[1] == (1, 4)
     detail = {f["title"]: f for f in diagnose(probe=True)["findings"]}["Gaudi module ids (hl-smi)"]["detail"]
     assert "index 1 is module 4" in detail and "index 2 is module 1" in detail
+
+
+_TENSOR_PARALLEL_RANK = """
+import torch
+from intelrt.testing.simulation import inherited
+
+with inherited():
+    import habana_frameworks.torch as ht  # lazy mode: no autoload, the script imports the stack
+    import torch.distributed as dist
+
+    dist.init_process_group("hccl")
+    try:
+        ht.hpu.wrap_in_hpu_graph(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+        print("captured")
+    except RuntimeError as exc:
+        print("refused:", exc)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.claim("H10")
+@pytest.mark.parametrize(("lazy_collectives", "outcome"), [(None, "refused"), ("true", "captured")])
+def test_H10_hpu_graphs_in_a_two_card_group_need_lazy_collectives(lazy_collectives: str | None, outcome: str) -> None:
+    """Two ranks of a lazy-mode run join an ``hccl`` group and capture an HPU graph: the bridge
+    loads lazy collectives only with ``PT_HPU_ENABLE_LAZY_COLLECTIVES=true``, which vLLM's Gaudi
+    plugin sets for multi-card HPU-graph inference (vllm-gaudi ``platform.py`` l.432-436)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with start_simulation("hpu", 8, mode="lazy", torch_fork=True,
+                          env={"PT_HPU_ENABLE_LAZY_COLLECTIVES": lazy_collectives}):
+        base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+        ranks = [subprocess.Popen([sys.executable, "-c", _TENSOR_PARALLEL_RANK], text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)})
+                 for r in (0, 1)]
+        outputs = [rank.communicate(timeout=120) for rank in ranks]
+    for rank, (out, err) in zip(ranks, outputs, strict=True):
+        assert rank.returncode == 0, err
+        assert out.startswith(outcome), out + err
+        if outcome == "refused":
+            assert "PT_HPU_ENABLE_LAZY_COLLECTIVES=true" in out
