@@ -97,6 +97,44 @@ def test_fused_sdpa_trains_with_the_gradients_of_sdpa_and_recompute_on_by_defaul
         FusedSDPA.apply(q, k, v, None, 0.0, False, None, "fast", True)
 
 
+@pytest.mark.claim("H11")
+def test_fused_sdpa_behind_transformers_attention_interface_generates_what_sdpa_generates(
+        simulate: Any, tiny_model: Path) -> None:
+    """The way the hpu plugin can run FusedSDPA unchanged models with (docs/backends/gaudi-performance.md):
+    a function registered in transformers' own ``AttentionInterface`` calling the kernel as Optimum
+    Habana does, with sdpa's mask function in ``AttentionMaskInterface``; the tiny Qwen3
+    (grouped-query attention) gives sdpa's logits, left-padded batch included."""
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    sim = simulate("hpu", 1, mode="eager")
+    from habana_frameworks.torch.hpex.kernels import FusedSDPA
+
+    def fused_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                   is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        causal = query.shape[2] > 1 and attention_mask is None and getattr(module, "is_causal", True)
+        out = FusedSDPA.apply(query, key, value, attention_mask, dropout, bool(is_causal if is_causal is not None
+                                                                              else causal), scaling, "None", False)
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("test_hpu_fused_sdpa", fused_sdpa)
+    AttentionMaskInterface.register("test_hpu_fused_sdpa", sdpa_mask)
+    try:
+        ids = torch.tensor([[5, 9, 11, 3, 7], [1, 1, 4, 8, 2]])
+        mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+        logits = {}
+        for name in ("sdpa", "test_hpu_fused_sdpa"):
+            model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation=name).eval()
+            with torch.no_grad():
+                logits[name] = model(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(logits["test_hpu_fused_sdpa"], logits["sdpa"])
+        assert any(c.startswith("hpex.FusedSDPA:") for c in sim.calls)
+    finally:
+        AttentionInterface._global_mapping.pop("test_hpu_fused_sdpa", None)
+        AttentionMaskInterface._global_mapping.pop("test_hpu_fused_sdpa", None)
+
+
 @pytest.mark.claim("H1")
 def test_hpu_graphs_capture_once_per_shape_so_unbucketed_lengths_recompile(simulate: Any) -> None:
     """``wrap_in_hpu_graph`` keys its graphs by input shapes: every new prompt length is a new
