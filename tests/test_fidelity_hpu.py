@@ -311,6 +311,31 @@ def test_H3_eager_mode_loads_the_stack_at_import_torch_with_int64_on_except_gaud
     assert sim.int64_support() is int64
 
 
+@pytest.mark.claim("H3")
+def test_H3_lazy_mode_import_torch_imports_the_autoload_module_but_not_the_stack(simulate: Any) -> None:
+    """torch loads every ``torch.backends`` entry point at import, so ``habana_frameworks.autoload``
+    (and its package) is imported in lazy mode too; the entry point then returns without loading
+    ``habana_frameworks.torch`` (bridge ``autoload/__init__.py`` l.31-44)."""
+    sim = simulate("hpu", 8, mode="lazy", torch_fork=True)
+    assert sys.modules.get("habana_frameworks.autoload") is not None
+    assert sys.modules.get("habana_frameworks.torch") is None and sim.import_env is None
+    assert "habana_frameworks.autoload" not in sim.calls  # the entry point ran and loaded nothing
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.probe.stack_loaded() checks sys.modules for "
+                   "'habana_frameworks', which torch's autoload imports at every `import torch`; in lazy mode detection "
+                   "then loads the stack in this process before PT_ENABLE_INT64_SUPPORT is set; pending: check "
+                   "'habana_frameworks.torch'")
+@pytest.mark.claim("H3")
+def test_H3_lazy_mode_detection_leaves_the_stack_unloaded_in_this_process(simulate: Any) -> None:
+    sim = simulate("hpu", 8, mode="lazy", torch_fork=True)
+    status = intelrt.detect().get("hpu")
+    assert status is not None and status.available
+    assert sim.import_env is None, "detection loaded the Gaudi stack in this process before int64 support was set"
+    [probe] = [c for c in sim.children() if c["import_env"] is not None]
+    assert probe["import_env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
+
+
 @pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.environment.int64_items warns that "
                    "PT_ENABLE_INT64_SUPPORT came too late although eager mode on Gaudi 2/3 has int64 on by default; "
                    "pending: say so (a note), and warn only on first-generation Gaudi or in lazy mode")

@@ -1,6 +1,7 @@
 """Stand-in for ``habana_frameworks.torch`` (gaudi-pytorch-bridge 1.19 ``habana_frameworks/torch/__init__.py``).
 
-Importing it, like the real one: sets ``TORCHINDUCTOR_COMPILE_THREADS=1`` in the process
+Importing it loads the stack: the environment is recorded (``Simulation.import_env``). Like the
+real one, it then sets ``TORCHINDUCTOR_COMPILE_THREADS=1`` in the process
 (l.23, so inductor starts no compile-worker pool); marks the autoload entry point as done
 (l.26-28); refuses lazy mode on stock PyTorch — the bridge tells Gaudi's fork by a local version
 label starting with ``git`` (l.40-48: ``Stock PyTorch version ... is not supported in Lazy mode``;
@@ -12,6 +13,13 @@ torch runs) and the ``.so`` the real one loads.
 """
 
 import os
+
+from intelrt.testing.simulation import current as _current
+
+_sim = _current()
+if _sim.import_env is None:
+    _sim.import_env = dict(os.environ)  # what the stack's flags (PT_ENABLE_INT64_SUPPORT …) are read from
+_sim.record("habana_frameworks.import")
 
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 
