@@ -298,6 +298,9 @@ class _Patcher:
         else:
             mapping[key] = value
 
+    def undo_with(self, action: Any) -> None:
+        self._undo.append(action)
+
     def undo(self) -> None:
         while self._undo:
             self._undo.pop()()
@@ -368,6 +371,10 @@ def _install_gaudi(sim: Simulation, patcher: _Patcher, root: Path) -> None:
         patcher.setattr(target, attr, getattr(target, attr))
     patcher.setattr(checkpoint.DefaultDeviceType, "_default_device_type",
                     checkpoint.DefaultDeviceType.get_device_type())
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:  # a config module: its values live outside vars(), so undo by hand
+        threads = inductor.compile_threads
+        patcher.undo_with(lambda: setattr(inductor, "compile_threads", threads))
     assert sim.state_dir is not None
     gaudi_modules.mark_busy(sim.state_dir, sim.machine.busy_modules)
 
