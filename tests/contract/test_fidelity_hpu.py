@@ -1,14 +1,18 @@
 """Fidelity on Intel Gaudi: upstream's code and tools, run on the simulated Gaudi stack, agree with the plan.
 
-transformers (``is_torch_hpu_available``, ``TrainingArguments``) and accelerate (``PartialState``)
-run unmodified on the stand-in ``habana_frameworks`` (gaudi-pytorch-bridge 1.19's rules) and a
-simulated ``hl-smi`` (docs/backends/fidelity.md).
+transformers (``is_torch_hpu_available``, ``TrainingArguments``) and accelerate (``PartialState``,
+``is_hpu_available``) run unmodified on the stand-in ``habana_frameworks`` (gaudi-pytorch-bridge
+1.19's rules) and a simulated ``hl-smi`` (docs/backends/fidelity.md). Tests marked
+``xfail(strict=True, reason="issue 30: ...")`` show what the stricter simulator found that the hpu
+plugin still gets wrong; each reason names the plugin change it waits for.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,8 @@ import intelrt
 from intelrt.cli import main
 from intelrt.errors import PlanError
 from intelrt.planning.diagnosis import diagnose
+from intelrt.testing.gaudi_modules import ALREADY_ACQUIRED, NOT_FOUND
+from intelrt.testing.machine import GAUDI_SERVER_MODULE_IDS
 from intelrt.testing.simulation import simulate as start_simulation
 from intelrt.training.launching import launch, launch_command
 
@@ -74,7 +80,9 @@ def test_H6_hpu8_with_a_model_too_big_for_one_gaudi_is_refused_with_the_way_out(
 ])
 def test_H1_the_execution_mode_follows_the_installed_stack_as_the_stack_itself_reads_it(
         simulate: Any, tiny_model: Path, stack: str, lazy_env: str | None, lazy: bool) -> None:
-    simulate("hpu", 8, packages={"habana-torch-plugin": stack}, env={**INT64, "PT_HPU_LAZY_MODE": lazy_env})
+    # lazy mode runs on Gaudi's PyTorch fork only (the bridge refuses stock torch there)
+    simulate("hpu", 8, packages={"habana-torch-plugin": stack}, torch_fork=lazy,
+             env={**INT64, "PT_HPU_LAZY_MODE": lazy_env})
     decode = intelrt.plan(tiny_model).decisions["decode"]
     from habana_frameworks.torch.utils.internal import is_lazy
 
@@ -142,3 +150,288 @@ def test_H10_launched_ranks_each_drive_the_module_at_their_local_rank_with_hccl(
     assert all(r["distributed_type"] == "MULTI_HPU" and r["world_size"] == 2 for r in ranks)
     assert acquired == ["hpu.acquire:4", "hpu.acquire:5"]
     assert os.environ.get("HLS_MODULE_ID") is None
+
+
+# -- issue 30: the stack as strict as the bridge ------------------------------------------------
+
+_ACQUIRE = """
+import os, sys
+import torch  # eager mode: torch's backend autoload imports habana_frameworks.torch
+import habana_frameworks.torch.hpu as hthpu
+try:
+    hthpu.init()
+except RuntimeError as exc:
+    print("refused:", exc)
+    sys.exit(3)
+print("acquired")
+"""
+
+
+def _child(extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A second process on the simulated machine that asks the stack for a Gaudi (upstream's own calls)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **extra_env}
+    return subprocess.run([sys.executable, "-c", _ACQUIRE], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.mark.claim("H6")
+def test_H6_a_gaudi_is_held_by_one_process_a_second_process_is_refused(simulate: Any) -> None:
+    """The driver gives a Gaudi to one process (optimum-habana#367, tgi-gaudi#54: "Device already
+    acquired"): while this process holds a module, another process that asks for that module is
+    refused; one free to take any device gets another; the module is free again when its holder ends."""
+    sim = simulate("hpu", 8, env=INT64)
+    import torch
+
+    torch.hpu.init()  # the bridge's _lazy_init: this process acquires a Gaudi
+    held = sim.acquired
+    assert held == GAUDI_SERVER_MODULE_IDS[0] and sim.holder(held) == str(os.getpid())
+    same = _child({"HABANA_VISIBLE_MODULES": str(held), "HLS_MODULE_ID": str(held)})
+    assert same.returncode == 3 and ALREADY_ACQUIRED in same.stdout, same.stdout + same.stderr
+    other = _child({})
+    assert other.returncode == 0 and "acquired" in other.stdout, other.stdout + other.stderr
+    [seen] = [c for c in sim.children() if c.get("acquired") is not None]
+    assert seen["acquired"] != held and f"hpu.acquire:{seen['acquired']}" in seen["calls"]
+
+
+@pytest.mark.claim("H6")
+def test_H6_a_module_another_tenant_holds_cannot_be_acquired(simulate: Any) -> None:
+    sim = simulate("hpu", 8, busy_modules=tuple(range(8)), env=INT64)
+    import torch
+
+    assert torch.hpu.is_available() and torch.hpu.device_count() == 8  # counting acquires nothing
+    with pytest.raises(RuntimeError, match=r"synStatus=8 \[Device not found\] Device acquire failed"):
+        torch.hpu.get_device_name()
+    assert sim.acquired is None and NOT_FOUND.startswith("synStatus=8")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H5 — detection acquires a Gaudi (intelrt_hpu.probe._ask_stack calls "
+                   "get_device_name() and mem_get_info()); pending detection by non-acquiring queries "
+                   "(is_available, device_count, utils.experimental._get_device_type) or a child probe that does "
+                   "not acquire")
+@pytest.mark.claim("H5")
+@pytest.mark.parametrize("busy", [(0, 4, 1, 5, 2, 6), tuple(range(8))])  # two Gaudis free; none
+def test_H5_planning_on_a_busy_shared_server_works_and_holds_no_gaudi(simulate: Any, tiny_model: Path,
+                                                                      busy: tuple[int, ...]) -> None:
+    sim = simulate("hpu", 8, busy_modules=busy, env=INT64)
+    plan = intelrt.plan(tiny_model, devices=[3, 7])
+    assert plan.backend.name == "hpu" and plan.backend.device_count == 8, plan.backend_reason
+    assert sim.acquired is None, f"planning acquired module {sim.acquired} in this process"
+    assert [sim.holder(m) for m in range(8)].count(None) == 8 - len(busy)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H5 — in-process detection acquires module 0 before devices=[5] is "
+                   "applied, and HABANA_VISIBLE_MODULES written later changes nothing; pending: detection that does "
+                   "not acquire, and an in-process device choice the bridge reads at acquisition (HLS_MODULE_ID=5, "
+                   "gaudi-pytorch-bridge device.cpp l.393-420)")
+@pytest.mark.claim("H5")
+def test_H5_devices_5_in_this_process_lands_on_module_5(simulate: Any, tiny_model: Path) -> None:
+    sim = simulate("hpu", 8, env=INT64)
+    plan = intelrt.plan(tiny_model, devices=[5])
+    intelrt.setup_env(plan)
+    import torch
+
+    torch.hpu.current_device()  # the first device use: what from_pretrained(device_map="hpu") does
+    assert sim.acquired == 5
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H5/H10 — `intelrt launch` plans in the launcher, whose detection "
+                   "acquires module 0 that rank 0 of --devices 0,1 then cannot get; pending detection that does not "
+                   "acquire")
+@pytest.mark.claim("H10")
+def test_H10_planning_a_launch_holds_no_gaudi_the_ranks_need(simulate: Any) -> None:
+    sim = simulate("hpu", 8, env=INT64)
+    command = launch_command(str(RANK_SCRIPT), nproc=2, devices=[0, 1])
+    assert command.environment()["HABANA_VISIBLE_MODULES"] == "0,1"
+    assert [sim.holder(m) for m in (0, 1)] == [None, None], "the launcher holds a Gaudi a rank needs"
+
+
+@pytest.mark.claim("H1")
+def test_H1_lazy_mode_on_stock_torch_is_refused_by_the_stack_and_the_plan_says_why(simulate: Any) -> None:
+    """gaudi-pytorch-bridge 1.19 ``habana_frameworks/torch/__init__.py`` l.47-48: lazy mode needs
+    Gaudi's PyTorch fork. transformers' own check then fails inside the stack, and intelrt reports
+    the Gaudi as unusable with the bridge's words."""
+    simulate("hpu", 8, mode="lazy", env=INT64)
+    from transformers.utils.import_utils import is_torch_hpu_available
+
+    with pytest.raises(AssertionError, match="Stock PyTorch version .* is not supported in Lazy mode"):
+        is_torch_hpu_available()
+    status = intelrt.detect().get("hpu")
+    assert status is not None and not status.available
+    assert "is not supported in Lazy mode" in status.reason
+
+
+@pytest.mark.claim("H1")
+def test_H1_hpu_backend_compiles_in_eager_mode_and_refuses_lazy_mode(simulate: Any) -> None:
+    """The bridge registers ``hpu_backend`` when ``habana_frameworks.torch.core`` is imported (in
+    both modes); torch.compile with it runs in eager mode only (Intel's Support Matrix)."""
+    import torch
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with start_simulation("hpu", 1, mode="eager") as sim:
+        assert torch.equal(torch.compile(double, backend="hpu_backend")(torch.ones(3)), torch.full((3,), 2.0))
+        assert "hpu_backend.compile" in sim.calls
+    torch._dynamo.reset()
+    with start_simulation("hpu", 1, mode="lazy", torch_fork=True) as sim:
+        import habana_frameworks.torch  # noqa: F401 - lazy mode: no autoload, the user imports it
+
+        with pytest.raises(Exception, match="does not run in lazy mode"):
+            torch.compile(double, backend="hpu_backend")(torch.ones(3))
+    torch._dynamo.reset()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H1 — intelrt_hpu.decisions.intelrt_select_compile plans "
+                   "hpu_backend in lazy mode and intelrt_hpu.graphs.intelrt_select_decode asks for a compiled step "
+                   "plus an HPU graph; the lazy plan's compile reason says 'Gaudi runs PyTorch eagerly by default'")
+@pytest.mark.claim("H1")
+def test_H1_lazy_mode_with_compile_on_is_refused_and_the_lazy_plan_says_lazy(simulate: Any, tiny_model: Path) -> None:
+    simulate("hpu", 8, mode="lazy", torch_fork=True, env=INT64)
+    auto = intelrt.plan(tiny_model)
+    assert "eagerly by default" not in auto.decisions["compile"].reason
+    assert "lazy" in auto.decisions["compile"].reason
+    with pytest.raises(PlanError, match="lazy mode"):
+        intelrt.plan(tiny_model, compile="on")
+
+
+@pytest.mark.claim("H3")
+@pytest.mark.parametrize(("generation", "int64"), [("gaudi2", True), ("gaudi3", True), ("gaudi1", False)])
+def test_H3_eager_mode_loads_the_stack_at_import_torch_with_int64_on_except_gaudi1(
+        simulate: Any, generation: str, int64: bool) -> None:
+    """``PT_HPU_LAZY_MODE=0``: the wheel's ``torch.backends`` entry point (autoload) imports
+    ``habana_frameworks.torch`` when torch is imported, so transformers' ``is_torch_hpu_available()``
+    (which imports the stack itself only in lazy mode) finds ``torch.hpu``; int64 is then on by
+    default except on first-generation Gaudi (bridge ``common/eager/utils.cpp`` l.29-42)."""
+    sim = simulate("hpu", 8, generation=generation, mode="eager")
+    assert "habana_frameworks.autoload" in sim.calls and sys.modules.get("habana_frameworks.torch") is not None
+    assert sim.import_env is not None and "PT_ENABLE_INT64_SUPPORT" not in sim.import_env
+    from transformers.utils.import_utils import is_torch_hpu_available
+
+    assert is_torch_hpu_available() is True
+    assert sim.int64_support() is int64
+
+
+@pytest.mark.claim("H3")
+def test_H3_lazy_mode_import_torch_imports_the_autoload_module_but_not_the_stack(simulate: Any) -> None:
+    """torch loads every ``torch.backends`` entry point at import, so ``habana_frameworks.autoload``
+    (and its package) is imported in lazy mode too; the entry point then returns without loading
+    ``habana_frameworks.torch`` (bridge ``autoload/__init__.py`` l.31-44)."""
+    sim = simulate("hpu", 8, mode="lazy", torch_fork=True)
+    assert sys.modules.get("habana_frameworks.autoload") is not None
+    assert sys.modules.get("habana_frameworks.torch") is None and sim.import_env is None
+    assert "habana_frameworks.autoload" not in sim.calls  # the entry point ran and loaded nothing
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.probe.stack_loaded() checks sys.modules for "
+                   "'habana_frameworks', which torch's autoload imports at every `import torch`; in lazy mode detection "
+                   "then loads the stack in this process before PT_ENABLE_INT64_SUPPORT is set; pending: check "
+                   "'habana_frameworks.torch'")
+@pytest.mark.claim("H3")
+def test_H3_lazy_mode_detection_leaves_the_stack_unloaded_in_this_process(simulate: Any) -> None:
+    sim = simulate("hpu", 8, mode="lazy", torch_fork=True)
+    status = intelrt.detect().get("hpu")
+    assert status is not None and status.available
+    assert sim.import_env is None, "detection loaded the Gaudi stack in this process before int64 support was set"
+    [probe] = [c for c in sim.children() if c["import_env"] is not None]
+    assert probe["import_env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.environment.int64_items warns that "
+                   "PT_ENABLE_INT64_SUPPORT came too late although eager mode on Gaudi 2/3 has int64 on by default; "
+                   "pending: say so (a note), and warn only on first-generation Gaudi or in lazy mode")
+@pytest.mark.claim("H3")
+def test_H3_eager_gaudi2_plan_notes_int64_is_on_by_default_rather_than_warning(simulate: Any, tiny_model: Path) -> None:
+    simulate("hpu", 8, generation="gaudi2", mode="eager")
+    plan = intelrt.plan(tiny_model)
+    h3 = [f for f in plan.findings if f.claim == "H3"]
+    assert not [f for f in h3 if f.severity == "warning"]
+    assert any("on by default in eager mode" in f.detail for f in h3)
+
+
+@pytest.mark.claim("H5")
+def test_H5_the_stack_writes_its_own_environment_as_the_bridge_does(simulate: Any) -> None:
+    """Importing the stack sets ``TORCHINDUCTOR_COMPILE_THREADS=1`` (so torch's inductor picks one
+    compile thread), ``MASTER_ADDR``/``MASTER_PORT`` defaults, and — in a rank of a multi-process
+    run — ``HLS_MODULE_ID`` = the ``HABANA_VISIBLE_MODULES`` entry at ``LOCAL_RANK``, the module the
+    rank then acquires. accelerate's ``is_hpu_available(init_hccl=True)`` is what imports it."""
+    sim = simulate("hpu", 8, mode="lazy", torch_fork=True,
+                   env={"LOCAL_RANK": "1", "WORLD_SIZE": "2", "RANK": "1", "HABANA_VISIBLE_MODULES": "4,5"})
+    from accelerate.utils.imports import is_hpu_available
+    from torch._inductor.config import decide_compile_threads
+
+    assert is_hpu_available(init_hccl=True) is True
+    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1" and decide_compile_threads() == 1
+    assert os.environ["HLS_MODULE_ID"] == "5" and os.environ["ID"] == "1"
+    import torch
+
+    torch.hpu.init()
+    assert sim.acquired == 5
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30: H5 — after the stack loaded in the launcher, its MASTER_PORT=12345 "
+                   "default is kept as if the user set it (intelrt_hpu.environment.intelrt_launch_env); pending: plan "
+                   "the launch without loading the stack, or tell the values the stack wrote from the user's")
+@pytest.mark.claim("H5")
+def test_H5_a_launch_gets_its_own_port_not_the_bridges_default(simulate: Any) -> None:
+    simulate("hpu", 8, mode="eager")  # eager: `import torch` loaded the stack in this (launcher) process
+    assert os.environ.get("MASTER_PORT") == "12345"  # what the bridge's hccl module wrote
+    command = launch_command(str(RANK_SCRIPT), nproc=2, devices=[0, 1])
+    assert command.environment()["MASTER_PORT"] != "12345"
+
+
+@pytest.mark.claim("H5")
+def test_H5_hl_smi_on_a_default_server_lists_module_ids_out_of_index_order(simulate: Any) -> None:
+    """An 8-Gaudi server's indices and module ids differ (the order quoted in optimum-habana#1089);
+    intelrt's `doctor --probe` maps them as hl-smi prints them."""
+    simulate("hpu", 8, env=INT64)
+    done = subprocess.run(["hl-smi", "-Q", "index,module_id", "-f", "csv"], capture_output=True, text=True,
+                          check=True, env=os.environ.copy())
+    rows = [tuple(int(x) for x in line.split(", ")) for line in done.stdout.strip().splitlines()[1:]]
+    assert rows == list(enumerate(GAUDI_SERVER_MODULE_IDS)) and rows[1] == (1, 4)
+    detail = {f["title"]: f for f in diagnose(probe=True)["findings"]}["Gaudi module ids (hl-smi)"]["detail"]
+    assert "index 1 is module 4" in detail and "index 2 is module 1" in detail
+
+
+_TENSOR_PARALLEL_RANK = """
+import torch
+from intelrt.testing.simulation import inherited
+
+with inherited():
+    import habana_frameworks.torch as ht  # lazy mode: no autoload, the script imports the stack
+    import torch.distributed as dist
+
+    dist.init_process_group("hccl")
+    try:
+        ht.hpu.wrap_in_hpu_graph(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+        print("captured")
+    except RuntimeError as exc:
+        print("refused:", exc)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.claim("H10")
+@pytest.mark.parametrize(("lazy_collectives", "outcome"), [(None, "refused"), ("true", "captured")])
+def test_H10_hpu_graphs_in_a_two_card_group_need_lazy_collectives(lazy_collectives: str | None, outcome: str) -> None:
+    """Two ranks of a lazy-mode run join an ``hccl`` group and capture an HPU graph: the bridge
+    loads lazy collectives only with ``PT_HPU_ENABLE_LAZY_COLLECTIVES=true``, which vLLM's Gaudi
+    plugin sets for multi-card HPU-graph inference (vllm-gaudi ``platform.py`` l.432-436)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with start_simulation("hpu", 8, mode="lazy", torch_fork=True,
+                          env={"PT_HPU_ENABLE_LAZY_COLLECTIVES": lazy_collectives}):
+        base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+        ranks = [subprocess.Popen([sys.executable, "-c", _TENSOR_PARALLEL_RANK], text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)})
+                 for r in (0, 1)]
+        outputs = [rank.communicate(timeout=120) for rank in ranks]
+    for rank, (out, err) in zip(ranks, outputs, strict=True):
+        assert rank.returncode == 0, err
+        assert out.startswith(outcome), out + err
+        if outcome == "refused":
+            assert "PT_HPU_ENABLE_LAZY_COLLECTIVES=true" in out

@@ -38,6 +38,9 @@ def _findings(plan: intelrt.Plan, claim: str) -> list[Finding]:
     return [f for f in plan.findings if f.claim == claim]
 
 
+@pytest.mark.xfail(strict=True, reason="issue 30: H3 — in eager mode `import torch` autoloads the Gaudi stack, so "
+                   "this process has it before detection; intelrt_hpu.probe/environment must say int64 is on by "
+                   "default in eager mode (except Gaudi 1) and test this in lazy mode or a child process")
 @pytest.mark.claim("H3")
 def test_H3_detection_counts_gaudis_without_loading_the_stack_here(simulate) -> None:  # type: ignore[no-untyped-def]
     sim = simulate("hpu", 8, generation="gaudi3")
@@ -51,6 +54,9 @@ def test_H3_detection_counts_gaudis_without_loading_the_stack_here(simulate) -> 
     assert any("child process with PT_ENABLE_INT64_SUPPORT=1" in n for n in status.notes)
 
 
+@pytest.mark.xfail(strict=True, reason="issue 30: H3 — eager autoload imports the stack at `import torch`, before "
+                   "load() sets PT_ENABLE_INT64_SUPPORT; pending the intelrt_hpu.environment change (eager: int64 on "
+                   "by default except Gaudi 1; lazy: set before the stack loads)")
 @pytest.mark.claim("H3")
 def test_H3_load_sets_int64_before_the_stack_is_imported(simulate, tiny_model: Path, restore_environ: None) -> None:  # type: ignore[no-untyped-def]
     sim = simulate("hpu", 2, generation="gaudi2")

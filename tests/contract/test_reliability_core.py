@@ -383,7 +383,7 @@ def test_the_catalogue_covers_every_fault_the_issue_lists() -> None:
 
 def test_every_reliability_test_is_in_the_catalogue() -> None:
     named = {name for row in _catalogue_rows() for _path, name in NODE.findall(row)}
-    ours = {name for path in (ROOT / "tests").glob("test_reliability_*.py") for name in _test_names(path)}
+    ours = {name for path in (ROOT / "tests").rglob("test_reliability_*.py") for name in _test_names(path)}
     helpers = {"test_every_row_of_the_reliability_catalogue_names_a_test_that_exists",
                "test_the_catalogue_covers_every_fault_the_issue_lists", "test_every_reliability_test_is_in_the_catalogue"}
     assert sorted(ours - named - helpers) == []

@@ -38,6 +38,16 @@ class Product:
     default_hierarchy: str
     """What the driver uses when ``ZE_FLAT_DEVICE_HIERARCHY`` is unset or not one of its values."""
     native_bf16: bool = True
+    max_allocation: int | None = None
+    """Bytes one allocation may take (``maxMemAllocSize``) without relaxed allocation limits;
+    ``None``: no limit below the memory size."""
+
+
+ARC_MAX_ALLOCATION = 4294959104
+"""Arc's single-allocation limit, 4 GiB less 8 KiB (``CL_DEVICE_MAX_MEM_ALLOC_SIZE``; intel/compute-runtime#627:
+"Too low 4GB allocation limit on Intel Arc GPUs"). Stock torch then fails a 4 GiB tensor with
+"XPU out of memory. Tried to allocate 4.00 GiB" although the card has 15.11 GiB free
+(intel/intel-xpu-backend-for-triton#7477, intel/intel-extension-for-pytorch#863)."""
 
 
 PRODUCTS: dict[str, Product] = {
@@ -45,7 +55,8 @@ PRODUCTS: dict[str, Product] = {
     "max1550": Product("Intel(R) Data Center GPU Max 1550", 2, 65520 / 1024, "FLAT"),
     # Xe HPC, one stack of 56 Xe cores, 48 GB.
     "max1100": Product("Intel(R) Data Center GPU Max 1100", 1, 48.0, "FLAT"),
-    "arc-a770": Product("Intel(R) Arc(TM) A770 Graphics", 1, 16.0, "COMPOSITE"),
+    # Client Xe HPG: 16 GB, which torch reports as a total capacity of 15.11 GiB (intel/intel-xpu-backend-for-triton#7477).
+    "arc-a770": Product("Intel(R) Arc(TM) A770 Graphics", 1, 15.11, "COMPOSITE", max_allocation=ARC_MAX_ALLOCATION),
 }
 DEFAULT_PRODUCT = "max1550"
 

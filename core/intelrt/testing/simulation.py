@@ -10,10 +10,15 @@ fixture::
 
     with simulate("xpu", count=2, env={"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE"}):
         plan = intelrt.plan(path)
+    with simulate(Machine("hpu", 8, generation="gaudi3", busy_modules=(0, 1))):
+        ...
 
-Like the real drivers, a simulated driver reads its visibility variables (``ZE_AFFINITY_MASK``,
+The machine is a :class:`~intelrt.testing.machine.Machine` (plain data); the simulation is as
+strict as the real stacks: a driver reads its visibility variables (``ZE_AFFINITY_MASK``,
 ``ZE_FLAT_DEVICE_HIERARCHY``; ``HABANA_VISIBLE_MODULES``) once, when it first initialises in the
-process, and ignores later changes until the simulation ends. docs/backends/fidelity.md lists
+process; a Gaudi is held by one process at a time, across processes; in eager mode the Gaudi
+stack is loaded by ``import torch`` (this process imported torch before the simulation began, so
+the simulation runs torch's backend autoload when it starts). docs/backends/fidelity.md lists
 every simulated behaviour with the upstream source it follows.
 
 A simulated machine also reaches child processes (a detection probe, a launched rank): its
@@ -32,120 +37,106 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from .level_zero import DEFAULT_PRODUCT, PRODUCTS, Product
+from . import gaudi_modules
+from .machine import (
+    GAUDI_GENERATIONS,
+    GAUDI_STACK,
+    KINDS,
+    MAX_SIMULATED_DEVICES,
+    XCCL_TORCH,
+    XPU_GRAPHS_TORCH,
+    XPU_PRODUCTS,
+    Machine,
+)
 
-KINDS = ("xpu", "hpu")
-GAUDI_GENERATIONS = ("gaudi1", "gaudi2", "gaudi3")
-MAX_SIMULATED_DEVICES = 64
-"""More devices than one node holds (8 Gaudis; up to 8 cards x 2 tiles of Intel GPUs): ``--simulate`` refuses more."""
-XPU_PRODUCTS = tuple(PRODUCTS)
-GAUDI_STACK = "1.22.0.740"
-"""The simulated ``habana-torch-plugin`` version (``RELEASE.BUILD``, as the real wheels name it)."""
-GAUDI_MEMORY_GIB = 96.0
-OTHER_XPU_MEMORY_GIB = 16.0
-#: The first torch versions with XPU graphs (torch.xpu.XPUGraph) and, in Intel's XPU wheels, XCCL.
-XPU_GRAPHS_TORCH = "2.11"
-XCCL_TORCH = "2.8"
+__all__ = ["CHILD_VAR", "GAUDI_GENERATIONS", "GAUDI_STACK", "KINDS", "MAX_SIMULATED_DEVICES", "XPU_PRODUCTS",
+           "Machine", "Simulation", "current", "inherited", "parse_spec", "simulate"]
+
 _STUBS = Path(__file__).parent / "_vendor_stubs"
 _HL_SMI = Path(__file__).parent / "hl_smi.py"
 # Which module each distribution provides, for hiding an uninstalled one.
 _MODULE_OF = {"habana-torch-plugin": "habana_frameworks"}
+#: The entry point the real wheel declares (gaudi-pytorch-bridge ``python_packages/setup.py`` l.91-93):
+#: torch runs it at ``import torch`` (``torch/__init__.py`` l.3017-3077, ``_import_device_backends``).
+_GAUDI_ENTRY_POINTS = "[torch.backends]\ndevice_backend = habana_frameworks.autoload:__autoload\n"
 #: Carries a simulated machine to child processes (see :func:`current`).
 CHILD_VAR = "INTELRT_SIMULATION"
 #: What the real Gaudi stack (and transformers' ``is_torch_hpu_available``) patches on torch;
 #: a Gaudi simulation puts them back when it ends.
 _TORCH_PATCHED_BY_GAUDI = (("", "compile"), ("", "gather"), ("", "take_along_dim"), ("", "scatter"),
                            ("Tensor", "gather"), ("Tensor", "scatter"), ("linalg", "cholesky"))
+#: Variables the Gaudi stack writes into its own process (``habana_frameworks/torch/__init__.py`` l.23,
+#: ``core/__init__.py`` l.121-125, ``hpu/__init__.py`` l.356, ``distributed/hccl/__init__.py``
+#: l.27-104): put back when the simulation ends, as a process's environment ends with it.
+_ENV_WRITTEN_BY_GAUDI = ("HLS_MODULE_ID", "TORCHINDUCTOR_COMPILE_THREADS", "HABANA_PROFILE", "MASTER_ADDR",
+                         "MASTER_PORT", "ID", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 #: Modules whose cached answers ("is there a Gaudi?", "which torch?") depend on the simulated machine.
 _CACHED_PROBES = ("transformers.utils.import_utils", "accelerate.utils.imports")
 #: torch.xpu's per-process state, reset so each simulation starts with an uninitialised runtime.
 _XPU_STATE: dict[str, Any] = {"_initialized": False, "_cached_device_count": None, "default_generators": (),
               "_cached_zes_device_infos": []}
-_DESCRIBED = ("kind", "count", "generation", "product", "name", "tiles", "memory_gib", "bf16", "torch_version",
-              "packages", "xpu_build", "xccl", "module_ids", "child_log")
 
 
-@dataclass
 class Simulation:
-    """The facts of a simulated machine; the simulated runtimes read them while it is active."""
+    """One process's view of a simulated :class:`~intelrt.testing.machine.Machine`: the machine's
+    facts (read through, ``sim.count``), and what the vendor runtime did in this process."""
 
-    kind: str
-    count: int
-    """XPU: cards (GPUs as ``xpu-smi discovery`` lists them); HPU: Gaudi modules."""
-    generation: str | None = None
-    product: str | None = None
-    """XPU: a key of :data:`~intelrt.testing.level_zero.PRODUCTS` (default ``max1550``)."""
-    name: str | None = None
-    tiles: int | None = None
-    """XPU: tiles per card (default: the product's; a Max 1550 has 2)."""
-    memory_gib: float | None = None
-    """XPU: memory per tile (a FLAT device); HPU: per Gaudi."""
-    bf16: bool = True
-    """XPU: native bfloat16 (``has_bfloat16_conversions``); torch emulates it where it is False."""
-    torch_version: str | None = None
-    packages: Mapping[str, str | None] = field(default_factory=dict)
-    env: Mapping[str, str | None] = field(default_factory=dict)
-    xpu_build: bool = True
-    """False simulates a torch build without XPU support (``torch.version.xpu is None``)."""
-    xccl: bool = True
-    """Whether this torch build has the ``xccl`` collective backend (``is_xccl_available()``)."""
-    module_ids: tuple[int, ...] | None = None
-    """HPU: the module id of each device index, in ``hl-smi`` order (default: index = module id)."""
-    calls: list[str] = field(default_factory=list)
-    """Every vendor-runtime call made while active (``"xpu.device_count"`` …): tests can check
-    what touched the device."""
-    import_env: dict[str, str] | None = None
-    """For ``hpu``: a copy of ``os.environ`` taken when ``habana_frameworks`` was first imported
-    in this process (``None``: this process never imported it)."""
-    child_log: str | None = None
-    """Where child processes of the simulation report what their Gaudi stack saw."""
-    _visible: list[int] | None = None
+    def __init__(self, machine: Machine | None = None, /, **facts: Any) -> None:
+        self.machine: Machine = machine if machine is not None else Machine(**facts)
+        self.calls: list[str] = []
+        """Every vendor-runtime call made while active (``"xpu.device_count"`` …): tests can
+        check what touched the device."""
+        self.import_env: dict[str, str] | None = None
+        """For ``hpu``: a copy of ``os.environ`` taken when ``habana_frameworks`` was first imported
+        in this process (``None``: this process never imported it)."""
+        self.acquired: int | None = None
+        """For ``hpu``: the module id this process acquired (``None``: none yet)."""
+        self.child_log: str | None = None
+        """Where child processes of the simulation report what their Gaudi stack saw."""
+        self.xpu_driver: Any = None
+        """For ``xpu``: the simulated driver of this process (:class:`~intelrt.testing.xpu_runtime.XpuDriver`)."""
+        self.state_dir: str | None = None
+        """Shared by every process of the simulation: which Gaudi modules are held (lock files)."""
+        self.packages: dict[str, str | None] = dict(self.machine.packages)
+        """The distributions the simulation reports (the machine's, plus torch and the Gaudi stack)."""
+        self._visible: list[int] | None = None
 
-    # -- the machine -----------------------------------------------------------------------
-    def product_info(self) -> Product:
-        """The XPU product: a known one by key or name, else a one-tile GPU named :attr:`name`."""
-        if self.product is not None:
-            return PRODUCTS[self.product]
-        if self.name is None:
-            return PRODUCTS[DEFAULT_PRODUCT]
-        known = next((p for p in PRODUCTS.values() if p.name == self.name), None)
-        return known or Product(self.name, 1, OTHER_XPU_MEMORY_GIB, "COMPOSITE")
+    def __getattr__(self, name: str) -> Any:
+        # The machine's facts and derived facts read through (sim.count, sim.device_name()).
+        if name.startswith("_") or name == "machine":
+            raise AttributeError(name)
+        return getattr(self.machine, name)
 
-    def device_name(self) -> str:
-        if self.name:
-            return self.name
-        if self.kind == "hpu":
-            return (self.generation or "gaudi2").upper()
-        return self.product_info().name
-
-    def tile_memory(self) -> int:
-        """XPU: bytes per tile."""
-        gib = self.memory_gib if self.memory_gib is not None else self.product_info().tile_memory_gib
-        return int(gib * 1024**3)
-
-    def total_memory(self) -> int:
-        """HPU: bytes per Gaudi."""
-        gib = self.memory_gib if self.memory_gib is not None else GAUDI_MEMORY_GIB
-        return int(gib * 1024**3)
-
-    def gaudi_stack(self) -> str | None:
-        """The simulated ``habana-torch-plugin`` version (``None``: not installed)."""
-        return self.packages.get("habana-torch-plugin", GAUDI_STACK) if self.kind == "hpu" else None
+    def __repr__(self) -> str:
+        return f"Simulation({self.machine!r})"
 
     def visible_ids(self) -> list[int]:
-        """HPU: device indices the stack counts, fixed at its first count (``HABANA_VISIBLE_MODULES``
-        lists module ids; ``HABANA_VISIBLE_DEVICES`` only selects what a container mounts)."""
+        """HPU: module ids the stack counts, fixed at its first count: ``HABANA_VISIBLE_MODULES``'s,
+        else every module in device-index order (``HABANA_VISIBLE_DEVICES`` only selects what a
+        container mounts)."""
         if self._visible is None:
-            self._visible = _parse_visibility(os.environ.get("HABANA_VISIBLE_MODULES"), self.count)
+            listed = os.environ.get("HABANA_VISIBLE_MODULES")
+            self._visible = (_parse_visibility(listed, self.machine.count) if listed is not None
+                             else list(self.machine.modules()))
         return self._visible
 
-    def modules(self) -> tuple[int, ...]:
-        return self.module_ids if self.module_ids is not None else tuple(range(self.count))
+    def int64_support(self) -> bool | None:
+        """HPU: whether the stack this process imported computes in int64 (``None``: not imported).
+
+        ``PT_ENABLE_INT64_SUPPORT`` at import wins; unset, eager mode has it on except on
+        first-generation Gaudi, lazy mode off (gaudi-pytorch-bridge 1.19 ``common/eager/utils.cpp``
+        l.29-42, ``common/lazy/utils.cpp`` l.33-35, ``scripts/env_flags.yaml`` l.624-635)."""
+        if self.import_env is None:
+            return None
+        value = self.import_env.get("PT_ENABLE_INT64_SUPPORT")
+        if value is not None:
+            return value.strip().lower() in ("1", "true", "yes", "on", "y")
+        lazy = self.import_env.get("PT_HPU_LAZY_MODE", self.machine.stack_default_mode()) != "0"
+        return not lazy and self.machine.gaudi_generation() != "gaudi1"
 
     def record(self, call: str) -> None:
         self.calls.append(call)
@@ -158,11 +149,25 @@ class Simulation:
         with open(self.child_log, encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]
 
+    def holder(self, module: int) -> str | None:
+        """HPU: who holds ``module`` now — a pid, ``"tenant"`` (another tenant), or ``None`` (free)."""
+        return gaudi_modules.holder(self.state_dir, module) if self.state_dir else None
+
+    def allocate(self, device: int, size: int) -> int:
+        """XPU: hold ``size`` bytes on device ``device`` the way the tensors of a load would (the
+        caching allocator's path, limits and errors included); returns a handle for :meth:`free`."""
+        if self.xpu_driver is None:
+            raise RuntimeError("allocate() needs an active simulation of an XPU build (kind='xpu')")
+        return int(self.xpu_driver.allocate(device, size))
+
+    def free(self, handle: int) -> None:
+        """XPU: release what :meth:`allocate` holds."""
+        self.xpu_driver.release(handle)
+
     def describe(self) -> str:
-        """The machine as JSON, for :data:`CHILD_VAR`."""
-        facts = {name: getattr(self, name) for name in _DESCRIBED}
-        facts["packages"] = dict(self.packages)
-        return json.dumps(facts)
+        """The machine and where its processes meet, as JSON, for :data:`CHILD_VAR`."""
+        return json.dumps({"machine": self.machine.to_json(), "child_log": self.child_log,
+                           "state_dir": self.state_dir})
 
 
 def _parse_visibility(value: str | None, count: int) -> list[int]:
@@ -195,34 +200,37 @@ def current() -> Simulation:
     return _active
 
 
-def _facts(description: str) -> dict[str, Any]:
+def _from_parent(description: str) -> Simulation:
+    """The simulation :meth:`Simulation.describe` wrote; anything else → ConfigurationError."""
     try:
         facts = json.loads(description)
-        if not isinstance(facts, dict):
-            raise TypeError("not an object")
-        Simulation(**{k: facts[k] for k in _DESCRIBED if k in facts})
-        kind, count = facts["kind"], facts["count"]
+        if not isinstance(facts, dict) or not isinstance(facts.get("machine"), dict):
+            raise TypeError("not an object with a 'machine'")
+        machine = Machine.from_json(facts["machine"])
+        for name in ("packages", "env"):
+            mapping = getattr(machine, name)
+            if not isinstance(mapping, dict) or not all(
+                    isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in mapping.items()):
+                raise TypeError(f"{name} must map names to strings")
+        for name in ("child_log", "state_dir"):
+            if facts.get(name) is not None and not isinstance(facts[name], str):
+                raise TypeError(f"{name} must be a path")
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ConfigurationError(
             f"{CHILD_VAR}={description[:80]!r} does not describe a simulated machine ({type(exc).__name__}: {exc}); "
             f"intelrt.testing.simulate sets it for its child processes only: unset {CHILD_VAR}") from None
-    if kind not in KINDS or not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise ConfigurationError(f"{CHILD_VAR}={description[:80]!r}: kind must be one of {KINDS} and count an "
-                                 f"int >= 0; unset {CHILD_VAR}")
-    return {k: facts[k] for k in _DESCRIBED if k in facts}
-
-
-def _from_parent(description: str) -> Simulation:
-    facts = _facts(description)
-    if facts.get("module_ids") is not None:
-        facts["module_ids"] = tuple(facts["module_ids"])
-    return Simulation(**facts)
+    sim = Simulation(machine)
+    sim.child_log, sim.state_dir = facts.get("child_log"), facts.get("state_dir")
+    return sim
 
 
 def _report_at_exit(sim: Simulation) -> None:
     def report() -> None:
+        if sim.state_dir:
+            gaudi_modules.release_mine(sim.state_dir)
         if sim.child_log and (sim.import_env is not None or sim.calls):
-            line = json.dumps({"pid": os.getpid(), "import_env": sim.import_env, "calls": sim.calls})
+            line = json.dumps({"pid": os.getpid(), "import_env": sim.import_env, "calls": sim.calls,
+                               "acquired": sim.acquired})
             with open(sim.child_log, "a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
 
@@ -290,13 +298,17 @@ class _Patcher:
         else:
             mapping[key] = value
 
+    def undo_with(self, action: Any) -> None:
+        self._undo.append(action)
+
     def undo(self) -> None:
         while self._undo:
             self._undo.pop()()
 
 
 def _fake_distributions(packages: Mapping[str, str | None], patcher: _Patcher, root: Path) -> None:
-    """Make ``importlib.metadata`` report the given versions; ``None`` hides a package."""
+    """Make ``importlib.metadata`` report the given versions; ``None`` hides a package. The Gaudi
+    stack's distribution also declares its ``torch.backends`` entry point, as the real wheel does."""
     for dist, version in packages.items():
         module = _MODULE_OF.get(dist, dist.replace("-", "_"))
         if version is None:
@@ -305,29 +317,33 @@ def _fake_distributions(packages: Mapping[str, str | None], patcher: _Patcher, r
         info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        if dist == "habana-torch-plugin":
+            (info / "entry_points.txt").write_text(_GAUDI_ENTRY_POINTS)
     sys.path.insert(0, str(root))
 
 
-def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool) -> None:
+def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool, xccl: bool) -> None:
     """The XPU build's ``torch._C`` calls, backed by the simulated driver (see :mod:`.xpu_runtime`)."""
     import torch
     import torch.distributed.distributed_c10d as c10d
 
     from .xpu_runtime import XpuDriver, process_group_xccl
 
-    patcher.setattr(torch._C, "_has_xpu", sim.xpu_build)
-    patcher.setattr(torch.version, "xpu", "20250301" if sim.xpu_build else None)
+    xpu_build = sim.machine.xpu_build
+    patcher.setattr(torch._C, "_has_xpu", xpu_build)
+    patcher.setattr(torch.version, "xpu", "20250301" if xpu_build else None)
     for name, value in _XPU_STATE.items():
         patcher.setattr(torch.xpu, name, type(value)(value) if isinstance(value, list) else value)
     patcher.setattr(torch.xpu, "_queued_calls", [])
     patcher.setattr(torch.xpu, "_lazy_seed_tracker", type(torch.xpu._lazy_seed_tracker)())
     patcher.delattr(torch.xpu, "_get_device_properties")
-    if not sim.xpu_build:
+    if not xpu_build:
         return
     # torch 2.13 counts devices through Level Zero Sysman when the optional pyzes package is
     # installed; it is not a dependency of torch, and the simulated machine has none.
     patcher.setitem(sys.modules, "pyzes", None)
     driver = XpuDriver(sim)
+    sim.xpu_driver = driver
     for name, function in driver.c_functions().items():
         patcher.setattr(torch._C, name, function)
     # bound from torch._C when torch.xpu is imported, so set where torch.xpu looks them up
@@ -336,9 +352,31 @@ def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool) -> None:
     if not graphs:  # a torch older than the XPU graph API has no such attributes at all
         patcher.delattr(torch.xpu, "XPUGraph")
         patcher.delattr(torch.xpu, "graph")
-    patcher.setattr(c10d, "_XCCL_AVAILABLE", sim.xccl)
-    if sim.xccl:
+    patcher.setattr(c10d, "_XCCL_AVAILABLE", xccl)
+    if xccl:
         patcher.setattr(c10d, "ProcessGroupXCCL", process_group_xccl())
+
+
+def _install_gaudi(sim: Simulation, patcher: _Patcher, root: Path) -> None:
+    """What a Gaudi host has outside Python (``hl-smi``, other tenants' modules) and what its stack
+    changes in a process (environment, torch functions, checkpointing's device type), undone at the end."""
+    import torch
+    import torch.utils.checkpoint as checkpoint
+
+    _install_hl_smi(patcher, root)
+    for name in _ENV_WRITTEN_BY_GAUDI:
+        patcher.setitem(os.environ, name, os.environ.get(name))
+    for owner, attr in _TORCH_PATCHED_BY_GAUDI:
+        target = getattr(torch, owner) if owner else torch
+        patcher.setattr(target, attr, getattr(target, attr))
+    patcher.setattr(checkpoint.DefaultDeviceType, "_default_device_type",
+                    checkpoint.DefaultDeviceType.get_device_type())
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:  # a config module: its values live outside vars(), so undo by hand
+        threads = inductor.compile_threads
+        patcher.undo_with(lambda: setattr(inductor, "compile_threads", threads))
+    assert sim.state_dir is not None
+    gaudi_modules.mark_busy(sim.state_dir, sim.machine.busy_modules)
 
 
 def _install_hl_smi(patcher: _Patcher, root: Path) -> None:
@@ -358,13 +396,15 @@ def _at_least(version: str | None, floor: str) -> bool:
 
 
 @contextlib.contextmanager
-def simulate(kind: str, count: int = 1, *, generation: str | None = None, product: str | None = None,
+def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = None, product: str | None = None,
              name: str | None = None, tiles: int | None = None, memory_gib: float | None = None,
-             bf16: bool | None = None, torch_version: str | None = None,
+             bf16: bool | None = None, torch_version: str | None = None, torch_fork: bool = False,
              packages: Mapping[str, str | None] | None = None, env: Mapping[str, str | None] | None = None,
-             xpu_build: bool = True, xpu_graphs: bool | None = None, xccl: bool | None = None,
-             module_ids: Sequence[int] | None = None) -> Iterator[Simulation]:
-    """Pretend this machine has ``count`` devices of ``kind`` (``"xpu"`` or ``"hpu"``).
+             mode: str | None = None, xpu_build: bool = True, xpu_graphs: bool | None = None,
+             xccl: bool | None = None, module_ids: Sequence[int] | None = None,
+             busy_modules: Sequence[int] = (), memory_used_gib: float = 0.0) -> Iterator[Simulation]:
+    """Pretend this machine has ``count`` devices of ``kind`` (``"xpu"`` or ``"hpu"``), or is ``kind``
+    when it is a :class:`~intelrt.testing.machine.Machine` (then no other argument is allowed).
 
     :param count: XPU: GPU cards (a Max 1550 card is 2 devices in FLAT mode); HPU: Gaudis.
     :param generation: Gaudi generation, ``"gaudi1"``, ``"gaudi2"`` (default) or ``"gaudi3"``.
@@ -373,90 +413,107 @@ def simulate(kind: str, count: int = 1, *, generation: str | None = None, produc
     :param tiles: XPU tiles per card (default: the product's).
     :param memory_gib: XPU memory per tile; HPU memory per Gaudi.
     :param bf16: XPU native bfloat16 (``has_bfloat16_conversions``, default True).
-    :param torch_version: the torch version reported by ``torch.__version__`` and package metadata.
+    :param torch_version: the torch version reported by ``torch.__version__`` and package metadata,
+        as given (default: the installed torch's, ``+xpu`` on an XPU build as its wheels name it).
+    :param torch_fork: HPU: Gaudi's PyTorch fork (``…a0+git…``), the only torch lazy mode runs on.
     :param packages: distribution → version to report, or ``None`` to make it not installed.
     :param env: environment variables to set (``None`` unsets) for the simulation's duration.
+    :param mode: HPU execution mode, ``"lazy"`` or ``"eager"`` (default: the stack's).
     :param xpu_build: False simulates a torch without XPU support.
     :param xpu_graphs: whether torch has XPU graphs (default: torch >= 2.11).
     :param xccl: whether torch has the ``xccl`` backend (default: an XPU build of torch >= 2.8).
     :param module_ids: HPU module id of each device index, as ``hl-smi`` lists them.
+    :param busy_modules: HPU module ids other tenants hold.
+    :param memory_used_gib: XPU memory other processes use on each device.
     """
-    global _active
-    if kind not in KINDS:
-        raise ValueError(f"simulate() kind must be one of {KINDS}, got {kind!r}")
-    if not isinstance(count, int) or count < 0:
-        raise ValueError(f"simulate() count must be an int >= 0, got {count!r}")
-    if generation is not None and generation not in GAUDI_GENERATIONS:
-        raise ValueError(f"generation must be one of {GAUDI_GENERATIONS}, got {generation!r}")
-    if product is not None and product not in PRODUCTS:
-        raise ValueError(f"product must be one of {XPU_PRODUCTS}, got {product!r}")
-    if tiles is not None and (not isinstance(tiles, int) or tiles < 1):
-        raise ValueError(f"tiles must be an int >= 1, got {tiles!r}")
-    if module_ids is not None and sorted(module_ids) != list(range(count)):
-        raise ValueError(f"module_ids must list each module id 0..{count - 1} once, got {list(module_ids)!r}")
+    if isinstance(kind, Machine):
+        machine = kind
+    else:
+        machine = Machine(kind=kind, count=count, generation=generation, product=product, name=name, tiles=tiles,
+                          memory_gib=memory_gib, bf16=True if bf16 is None else bf16, torch_version=torch_version,
+                          torch_fork=torch_fork, packages=dict(packages or {}), env=dict(env or {}), mode=mode,
+                          xpu_build=xpu_build, xpu_graphs=xpu_graphs, xccl=xccl,
+                          module_ids=tuple(module_ids) if module_ids is not None else None,
+                          busy_modules=tuple(busy_modules), memory_used_gib=memory_used_gib)
     if _active is not None:
         raise RuntimeError("a simulation is already active; nest none")
-    sim = Simulation(kind=kind, count=count, generation=generation or ("gaudi2" if kind == "hpu" else None),
-                     product=product, name=name, tiles=tiles, memory_gib=memory_gib,
-                     bf16=True if bf16 is None else bf16, torch_version=torch_version, packages=dict(packages or {}),
-                     env=dict(env or {}), xpu_build=xpu_build,
-                     xccl=(xpu_build and _at_least(torch_version, XCCL_TORCH)) if xccl is None else xccl,
-                     module_ids=tuple(module_ids) if module_ids is not None else None)
-    with _active_simulation(sim, xpu_graphs=_at_least(torch_version, XPU_GRAPHS_TORCH) if xpu_graphs is None
-                            else xpu_graphs) as active:
+    with _active_simulation(Simulation(machine)) as active:
         yield active
 
 
 @contextlib.contextmanager
-def _active_simulation(sim: Simulation, *, xpu_graphs: bool) -> Iterator[Simulation]:
+def _active_simulation(sim: Simulation) -> Iterator[Simulation]:
     global _active
     import torch
 
+    machine = sim.machine
     patcher = _Patcher()
     tmp = tempfile.TemporaryDirectory(prefix="intelrt-sim-")
     path_before = list(sys.path)
     try:
-        for key, value in sim.env.items():
+        for key, value in machine.environment().items():
             patcher.setitem(os.environ, key, value)
-        packages = dict(sim.packages)
-        if sim.torch_version is not None:
-            patcher.setattr(torch, "__version__", torch.torch_version.TorchVersion(sim.torch_version))
-            packages["torch"] = sim.torch_version
+        packages = dict(machine.packages)
+        installed = str(torch.__version__)  # simulations do not nest: this is the real one
+        reported = machine.reported_torch_version(installed)
+        if reported is not None:
+            patcher.setattr(torch, "__version__", torch.torch_version.TorchVersion(reported))
+            packages["torch"] = reported
+        torch_version = reported or installed
         if sim.child_log is None:
             sim.child_log = str(Path(tmp.name) / "children.jsonl")
-        if sim.kind == "xpu":
-            _install_xpu(sim, patcher, xpu_graphs)
+        if sim.state_dir is None:
+            sim.state_dir = str(Path(tmp.name) / "state")
+            Path(sim.state_dir).mkdir()
+        if machine.kind == "xpu":
+            graphs = _at_least(torch_version, XPU_GRAPHS_TORCH) if machine.xpu_graphs is None else machine.xpu_graphs
+            xccl = (machine.xpu_build and _at_least(torch_version, XCCL_TORCH)) if machine.xccl is None \
+                else machine.xccl
+            _install_xpu(sim, patcher, graphs, xccl)
         else:
             packages.setdefault("habana-torch-plugin", GAUDI_STACK)
-            _install_hl_smi(patcher, Path(tmp.name))
-            # set_device() records the module it acquired in the process environment, as the bridge does
-            patcher.setitem(os.environ, "HLS_MODULE_ID", os.environ.get("HLS_MODULE_ID"))
-            for owner, attr in _TORCH_PATCHED_BY_GAUDI:
-                target = getattr(torch, owner) if owner else torch
-                patcher.setattr(target, attr, getattr(target, attr))
+            _install_gaudi(sim, patcher, Path(tmp.name))
         sim.packages = packages
         patcher.setitem(os.environ, CHILD_VAR, sim.describe())
         _fake_distributions(packages, patcher, Path(tmp.name))
-        if sim.kind == "hpu" and packages.get("habana-torch-plugin") is not None:
+        if machine.kind == "hpu" and packages.get("habana-torch-plugin") is not None:
             sys.path.insert(0, str(_STUBS))
         importlib.invalidate_caches()
         _refresh_torch_version_constants()
         _clear_cached_probes()
         _active = sim
+        if machine.kind == "hpu" and torch._is_device_backend_autoload_enabled():
+            # This process imported torch before the simulation began: what `import torch` runs for
+            # the installed backends (the Gaudi stack's entry point) has to run now.
+            torch._import_device_backends()
         yield sim
     finally:
         _active = None
-        for mod in [m for m in sys.modules if m == "habana_frameworks" or m.startswith("habana_frameworks.")]:
-            if sys.modules[mod] is not None:
-                del sys.modules[mod]
-        if hasattr(torch, "hpu") and getattr(torch.hpu, "__intelrt_stub__", False):
-            delattr(torch, "hpu")
+        if sim.state_dir:
+            gaudi_modules.release_mine(sim.state_dir)
+        _forget_gaudi_stack(torch)
         patcher.undo()
         sys.path[:] = path_before
         importlib.invalidate_caches()
         _refresh_torch_version_constants()
         _clear_cached_probes()
         tmp.cleanup()
+
+
+def _forget_gaudi_stack(torch: Any) -> None:
+    """Unload the stand-in stack: its modules, ``torch.hpu`` and the ``hpu_backend`` it registered."""
+    for mod in [m for m in sys.modules if m == "habana_frameworks" or m.startswith("habana_frameworks.")]:
+        if sys.modules[mod] is not None:
+            del sys.modules[mod]
+    if getattr(getattr(torch, "hpu", None), "__intelrt_stub__", False):
+        delattr(torch, "hpu")
+        sys.modules.pop("torch.hpu", None)
+    registry = sys.modules.get("torch._dynamo.backends.registry")
+    if registry is not None:
+        compiler = registry._COMPILER_FNS.get("hpu_backend")
+        if getattr(compiler, "__intelrt_stub__", False):
+            registry._COMPILER_FNS.pop("hpu_backend", None)
+            registry._BACKENDS.pop("hpu_backend", None)
 
 
 @contextlib.contextmanager
@@ -467,12 +524,14 @@ def inherited() -> Iterator[Simulation]:
     description = os.environ.get(CHILD_VAR)
     if not description:
         raise ConfigurationError(f"{CHILD_VAR} is not set: this process was not started by a simulation")
-    facts = _facts(description)
+    sim = _from_parent(description)
     if _active is not None and _active.describe() == description:
-        _active = None  # rebuilt by current() for the stand-in stack: replaced by the full simulation
-    sim = Simulation(**{**facts, "module_ids": tuple(facts["module_ids"]) if facts.get("module_ids") else None})
+        # `import torch` autoloaded the stand-in stack, which rebuilt the machine: keep what it saw
+        sim.import_env, sim.acquired, sim.calls = _active.import_env, _active.acquired, _active.calls
+        _active.child_log = None  # superseded: only the full simulation reports at exit
+        _active = None
     _report_at_exit(sim)
-    with _active_simulation(sim, xpu_graphs=_at_least(sim.torch_version, XPU_GRAPHS_TORCH)) as active:
+    with _active_simulation(sim) as active:
         yield active
 
 

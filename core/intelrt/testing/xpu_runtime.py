@@ -10,8 +10,13 @@ real ones. The device list comes from :mod:`.level_zero`, read once, at the firs
 initialises the driver, like the real driver.
 
 Tensors on ``"xpu"`` cannot be faked on a CPU build: model execution under simulation stays on
-the CPU. ``torch.distributed``'s ``xccl`` backend is simulated by a Gloo process group, so ranks
-of a simulated launch rendezvous and reduce for real.
+the CPU. Device memory is still accounted: :meth:`XpuDriver.allocate` is the caching allocator's
+``malloc`` path (a test stands in for the tensors a load would create), and what it holds shows
+in torch's own ``mem_get_info``, ``memory_allocated``, ``memory_reserved`` and ``memory_stats``;
+an allocation past the product's single-allocation limit (Arc: 4 GiB) or past the free memory
+raises torch's ``OutOfMemoryError`` with torch's message. ``torch.distributed``'s ``xccl``
+backend is simulated by a Gloo process group, so ranks of a simulated launch rendezvous and
+reduce for real.
 """
 
 from __future__ import annotations
@@ -28,6 +33,39 @@ if TYPE_CHECKING:
 
 PLATFORM = "Intel(R) oneAPI Unified Runtime over Level-Zero"
 DRIVER_VERSION = "1.6.simulated"
+RELAXED_LIMITS_VAR = "UR_L0_ENABLE_RELAXED_ALLOCATION_LIMITS"
+"""Set to ``1`` before the driver loads, it lifts the single-allocation limit (oneapi-src/unified-runtime#1245)."""
+# The caching allocator's sizes (pytorch c10/core/CachingDeviceAllocator.h, shared by XPU and CUDA).
+_MIN_BLOCK = 512
+_SMALL_SIZE = 1 << 20
+_SMALL_BUFFER = 2 << 20
+_MIN_LARGE_ALLOC = 10 << 20
+_LARGE_BUFFER = 20 << 20
+_ROUND_LARGE = 2 << 20
+
+
+def format_size(size: int) -> str:
+    """c10's ``format_size`` (as torch's out-of-memory messages print sizes)."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+def _round_size(size: int) -> int:
+    return _MIN_BLOCK if size < _MIN_BLOCK else _MIN_BLOCK * ((size + _MIN_BLOCK - 1) // _MIN_BLOCK)
+
+
+def _allocation_size(size: int) -> int:
+    """``get_allocation_size``: the segment the allocator asks the driver for."""
+    if size <= _SMALL_SIZE:
+        return _SMALL_BUFFER
+    if size < _MIN_LARGE_ALLOC:
+        return _LARGE_BUFFER
+    return _ROUND_LARGE * ((size + _ROUND_LARGE - 1) // _ROUND_LARGE)
 
 
 @dataclass(frozen=True)
@@ -62,12 +100,17 @@ class XpuDriver:
         self.sim = sim
         self.devices: list[Device] | None = None
         self.current = 0
+        self.relaxed_limits = False
+        self.blocks: dict[int, tuple[int, int, int]] = {}
+        """handle → (device index, allocated bytes, reserved bytes)."""
+        self.peaks: dict[tuple[int, str], int] = {}
 
     # -- the driver ----------------------------------------------------------------------------
     def enumerate(self) -> list[Device]:
         """The visible devices, decided from the environment at the first call and never again."""
         if self.devices is None:
             self.sim.record("xpu.driver_init")
+            self.relaxed_limits = os.environ.get(RELAXED_LIMITS_VAR) == "1"
             self.devices = enumerate_devices(self.sim.count, self.sim.product_info(), os.environ.get(HIERARCHY_VAR),
                                              os.environ.get(MASK_VAR), self.sim.tiles)
         return self.devices
@@ -116,10 +159,55 @@ class XpuDriver:
             self.set_device(index)
         return previous
 
-    def memory_info(self, index: int) -> tuple[int, int]:
-        self.sim.record("xpu.mem_get_info")
+    # -- memory --------------------------------------------------------------------------------
+    def _held(self, index: int, which: int) -> int:
+        return sum(block[which] for block in self.blocks.values() if block[0] == index)
+
+    def free_memory(self, index: int) -> int:
+        """The device's free memory as Level Zero reports it to everyone: less what this process
+        reserved and what other processes use (``memory_used_gib``)."""
         total = self._properties(index).total_memory
-        return total, total
+        others = int(self.sim.machine.memory_used_gib * 1024**3)
+        return max(0, total - others - self._held(index, 2))
+
+    def memory_info(self, index: int) -> tuple[int, int]:
+        """``torch.xpu.mem_get_info``: (SYCL ``ext_intel_free_memory``, ``global_mem_size``)
+        (pytorch ``c10/xpu/XPUCachingAllocator.cpp``, ``getMemoryInfo``)."""
+        self.sim.record("xpu.mem_get_info")
+        return self.free_memory(index), self._properties(index).total_memory
+
+    def allocate(self, index: int, size: int) -> int:
+        """What the caching allocator's ``malloc`` does for a new block of ``size`` bytes on device
+        ``index``: a handle, or torch's ``OutOfMemoryError`` with torch's message when the driver
+        refuses the segment (past the single-allocation limit, or past the free memory)."""
+        import torch
+
+        self.sim.record(f"xpu.allocate:{index}:{size}")
+        self._device(index)
+        total = self._properties(index).total_memory
+        alloc = _allocation_size(_round_size(size))
+        limit = None if self.relaxed_limits else self.sim.machine.product_info().max_allocation
+        free = self.free_memory(index)
+        if (limit is not None and alloc > limit) or alloc > free:
+            allocated, reserved = self._held(index, 1), self._held(index, 2)
+            raise torch.OutOfMemoryError(
+                f"XPU out of memory. Tried to allocate {format_size(alloc)}. GPU {index} has a total capacity of "
+                f"{format_size(total)} of which {format_size(free)} is free. Of the allocated memory "
+                f"{format_size(allocated)} is allocated by PyTorch, and {format_size(reserved - allocated)} is "
+                "reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached "
+                "memory.")
+        handle = max(self.blocks, default=0) + 1
+        self.blocks[handle] = (index, _round_size(size), alloc)
+        for which, name in ((1, "allocated_bytes"), (2, "reserved_bytes")):
+            key = (index, name)
+            self.peaks[key] = max(self.peaks.get(key, 0), self._held(index, which))
+        return handle
+
+    def release(self, handle: int) -> None:
+        """Free a block :meth:`allocate` returned (the allocator gives the segment back at ``empty_cache``;
+        the simulation gives it back at once)."""
+        self.sim.record("xpu.free")
+        self.blocks.pop(handle)
 
     def synchronize(self, index: int) -> None:
         self.sim.record("xpu.synchronize")
@@ -128,10 +216,17 @@ class XpuDriver:
         self.sim.record("xpu.empty_cache")
 
     def memory_stats(self, index: int) -> dict[str, Any]:
-        return {}
+        """``torch._C._xpu_memoryStats``: the nested stats ``torch.xpu.memory_stats`` flattens."""
+        stats: dict[str, Any] = {}
+        for which, name in ((1, "allocated_bytes"), (2, "reserved_bytes"), (1, "active_bytes")):
+            current = self._held(index, which)
+            peak = self.peaks.get((index, name if name != "active_bytes" else "allocated_bytes"), current)
+            stats[name] = {"all": {"current": current, "peak": max(peak, current)}}
+        return stats
 
     def reset_stats(self, index: int) -> None:
-        return None
+        for name, which in (("allocated_bytes", 1), ("reserved_bytes", 2)):
+            self.peaks[(index, name)] = self._held(index, which)
 
     def raw_stream(self, index: int) -> int:
         return 0

@@ -304,8 +304,9 @@ def _plan(request: Any, env: Mapping[str, str], host: PluginHost, model: Any, pl
         return None  # a refusal with a message is allowed
     finally:
         if dict(os.environ) != before:
-            report.add("environ", "planning with the plugin wrote os.environ; hooks must return EnvVar items instead",
-                       None, scenario)
+            changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+            report.add("environ", f"planning with the plugin wrote os.environ ({', '.join(changed)}); hooks must "
+                       "return EnvVar items instead", None, scenario)
             os.environ.clear()
             os.environ.update(before)
 

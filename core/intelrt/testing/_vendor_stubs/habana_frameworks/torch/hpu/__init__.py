@@ -2,18 +2,32 @@
 
 Covers what intelrt, transformers (``is_torch_hpu_available``, ``TrainingArguments``, the
 bitsandbytes quantizers) and accelerate (``PartialState``, ``accelerate launch``) call, with the
-bridge's rules (gaudi-pytorch-bridge 1.19 ``hpu/__init__.py``): the count is cached at its first
-answer; the first device query acquires a Gaudi for the process, which then keeps it;
-``set_device(i)`` maps index ``i`` to a module id of ``HABANA_VISIBLE_MODULES`` (read with
-``int()``: a malformed entry raises ``ValueError``) and refuses another module once one is held;
-``get_device_properties`` answers a string; HPU graphs are exported in lazy mode only.
+bridge's rules (gaudi-pytorch-bridge 1.19 ``hpu/__init__.py``):
+
+* ``is_available()`` and ``device_count()`` count devices without acquiring one (l.99-118; the
+  count "can be made prior to device acquire", ``device.cpp`` l.556-571); the count is cached;
+* every other device query — ``get_device_name``, ``get_device_properties``, ``current_device``,
+  ``synchronize``, ``mem_get_info`` / ``memory_stats`` — first runs ``_lazy_init()`` (l.67-91),
+  which acquires a Gaudi for the process for good (:mod:`intelrt.testing.gaudi_modules`: one
+  process per Gaudi, across processes) and sets checkpointing's default device type to ``hpu``;
+* ``set_device(i)`` acquires nothing: it maps index ``i`` to a module id of
+  ``HABANA_VISIBLE_MODULES`` (read with ``int()``: a malformed entry raises ``ValueError``),
+  refuses another module once ``HLS_MODULE_ID`` names one, and records ``HLS_MODULE_ID``
+  (l.321-358) — so after the process acquired a device, it changes nothing;
+* ``get_device_properties`` answers a string; HPU graphs are exported in lazy mode only (l.45-46);
+* fused SDPA's recompute switch (l.468-498), on by default (``backend/helpers/runtime_config.cpp`` l.33).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
+import torch.utils.checkpoint as _checkpoint
+
+from intelrt.testing import gaudi_modules as _modules
 from intelrt.testing.simulation import current as _current
 
 from ..utils.internal import is_lazy
@@ -32,17 +46,23 @@ if is_lazy():
 
 __intelrt_stub__ = True
 
-_VISIBLE = "HABANA_VISIBLE_MODULES"
-_MODULE_ID = "HLS_MODULE_ID"
+HABANA_VISIBLE_MODULES_VAR = "HABANA_VISIBLE_MODULES"
+HLS_MODULE_ID_VAR = "HLS_MODULE_ID"
 _initialized = False
-_current_index = -1
+_recompute_fsdpa = True
+_in_use: dict[str, int] = {"InUse": 0, "MaxInUse": 0, "NumAllocs": 0}
 
 
-def _available_modules() -> list[int]:
-    """``_get_available_modules_from_environ``: ``int()`` of each entry, so a bad one raises."""
-    modules = [int(x) for x in os.getenv(_VISIBLE, "0,1,2,3,4,5,6,7").split(",")]
-    assert 0 < len(modules) <= 8, f"{_VISIBLE} does not have valid value."
+def _get_available_modules_from_environ() -> list[int]:
+    """``hpu/_utils.py`` l.75-85: ``int()`` of each entry, so a bad one raises."""
+    modules = [int(x) for x in os.getenv(HABANA_VISIBLE_MODULES_VAR, "0,1,2,3,4,5,6,7").split(",")]
+    assert 0 < len(modules) <= 8, f"{HABANA_VISIBLE_MODULES_VAR} does not have valid value."
     return modules
+
+
+def _get_module_id_from_environ() -> int:
+    value = os.getenv(HLS_MODULE_ID_VAR, -1)
+    return int(value) if value else -1
 
 
 def _index(device: Any) -> int:
@@ -53,29 +73,14 @@ def _index(device: Any) -> int:
     return current_device() if raw is None else int(raw)
 
 
-def _acquired_module() -> int:
-    """The module this process acquires: ``HLS_MODULE_ID``, else the entry of
-    ``HABANA_VISIBLE_MODULES`` at ``LOCAL_RANK`` (Habana's Gaudi-to-process assignment: module =
-    local rank when the list is unset), else the first visible one."""
-    sim = _current()
-    if os.environ.get(_MODULE_ID):
-        return int(os.environ[_MODULE_ID])
-    rank = os.environ.get("LOCAL_RANK") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
-    if rank is not None and rank.isdigit():
-        return _available_modules()[int(rank)] if _VISIBLE in os.environ else int(rank)
-    return sim.modules()[sim.visible_ids()[0]]
-
-
 def _lazy_init() -> None:
-    """Acquire a Gaudi for this process (the bridge's ``_hpu_C.init()``)."""
+    """The bridge's ``_hpu_C.init()``: acquire a Gaudi for this process, once."""
     global _initialized
     if _initialized:
         return
-    sim = _current()
-    if not sim.visible_ids():
-        raise RuntimeError("synStatus 26 [Device not found]: no Gaudi device available (simulated)")
-    sim.record(f"hpu.acquire:{_acquired_module()}")
+    _modules.acquire(_current())
     _initialized = True
+    _checkpoint.DefaultDeviceType.set_device_type("hpu")
 
 
 def is_initialized() -> bool:
@@ -116,7 +121,7 @@ def get_device_name(device: Any = None) -> str:
     sim = _current()
     sim.record("hpu.get_device_name")
     _checked(device)
-    return sim.device_name()
+    return sim.machine.device_name()
 
 
 def get_device_properties(device: Any = None) -> str:
@@ -124,8 +129,8 @@ def get_device_properties(device: Any = None) -> str:
     sim = _current()
     sim.record("hpu.get_device_properties")
     index = _checked(device)
-    kind = {"gaudi1": 1, "gaudi2": 2, "gaudi3": 3}[sim.generation or "gaudi2"]
-    return (f"(sramBaseAddress=0, dramBaseAddress=0, sramSize=0, dramSize={sim.total_memory()}, "
+    kind = {"gaudi1": 1, "gaudi2": 2, "gaudi3": 3}[sim.machine.gaudi_generation()]
+    return (f"(sramBaseAddress=0, dramBaseAddress=0, sramSize=0, dramSize={sim.machine.total_memory()}, "
             f"tpcEnabledMask=0, dramEnabled=1, fd=0, device_id={index}, device_type={kind})")
 
 
@@ -138,44 +143,54 @@ def is_bf16_supported() -> bool:
 def current_device() -> int:
     _current().record("hpu.current_device")
     _lazy_init()
-    return max(_current_index, 0)
+    return max(set_device.current_device_idx, 0)  # type: ignore[attr-defined]
 
 
 def set_device(device: Any) -> None:
-    """The bridge's ``set_device``: index → module id; once a module is held, only that one."""
-    global _current_index
-    sim = _current()
-    sim.record("hpu.set_device")
-    index = _index(device)
-    available = _available_modules()
-    if index not in available and index > len(available):
-        raise AssertionError(f"Trying to open device with idx={index} when only {available} are avaliable)")
-    held = int(os.environ.get(_MODULE_ID) or -1)
+    """The bridge's ``set_device``: index → module id; once a module is named, only that one."""
+    _current().record("hpu.set_device")
+    device_idx = _index(device)
+    available = _get_available_modules_from_environ()
+    if device_idx not in available and device_idx > len(available):
+        raise AssertionError(f"Trying to open device with idx={device_idx} when only {available} are avaliable)")
+    held = _get_module_id_from_environ()
     if held >= 0:
-        index = next((i for i in range(device_count()) if available[i] == held), index)
-        assert available[index] == held, (f"Requested module_id={available[index]} is different from "
-                                          f"current_module_id={held} which was previously set.")
-    if held == -1 and _VISIBLE not in os.environ and device_count() < 8:
-        assert index == 0, f"As {_VISIBLE} is not provided, the only supported device idx is 0."
+        device_idx = next((i for i in range(device_count()) if available[i] == held), device_idx)
+        assert available[device_idx] == held, (f"Requested module_id={available[device_idx]} is different from "
+                                               f"current_module_id={held} which was previously set.")
+    if held == -1 and HABANA_VISIBLE_MODULES_VAR not in os.environ and device_count() < 8:
+        assert device_idx == 0, f"As {HABANA_VISIBLE_MODULES_VAR} is not provided, the only supported device idx is 0."
     else:
-        os.environ[_MODULE_ID] = str(available[index])
-    _current_index = index
+        os.environ[HLS_MODULE_ID_VAR] = str(available[device_idx])
+    set_device.current_device_idx = device_idx  # type: ignore[attr-defined]
+
+
+set_device.current_device_idx = -1  # type: ignore[attr-defined]
 
 
 def synchronize(device: object = None) -> None:
     _current().record("hpu.synchronize")
+    _lazy_init()
+
+
+def memory_stats(device: object = None) -> dict[str, int]:
+    """``hpu/memory.py`` l.77-100: ``Limit`` (the device's memory), ``InUse``, ``MaxInUse`` …"""
+    sim = _current()
+    sim.record("hpu.memory_stats")
+    _checked(device)
+    return {"Limit": sim.machine.total_memory(), **_in_use}
 
 
 def memory_allocated(device: object = None) -> int:
-    return 0
+    return _in_use["InUse"]
 
 
 def max_memory_allocated(device: object = None) -> int:
-    return 0
+    return _in_use["MaxInUse"]
 
 
 def reset_peak_memory_stats(device: object = None) -> None:
-    return None
+    _in_use["MaxInUse"] = _in_use["InUse"]
 
 
 def empty_cache() -> None:
@@ -183,8 +198,27 @@ def empty_cache() -> None:
 
 
 def mem_get_info(device: object = None) -> tuple[int, int]:
-    """``(free, total)`` of the Gaudi (the bridge's ``hpu.memory.mem_get_info``)."""
-    sim = _current()
-    sim.record("hpu.mem_get_info")
-    _checked(device)
-    return sim.total_memory(), sim.total_memory()
+    """``(free, total)``: ``Limit - InUse`` and ``Limit`` of ``memory_stats`` (``hpu/memory.py`` l.177-180)."""
+    _current().record("hpu.mem_get_info")
+    stats = memory_stats(device)
+    return stats["Limit"] - stats["InUse"], stats["Limit"]
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    """Fused SDPA with (True) or without (False) recompute."""
+    global _recompute_fsdpa
+    _recompute_fsdpa = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _recompute_fsdpa
+
+
+@contextlib.contextmanager
+def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict[str, Any]]:
+    backup = recompute_sdp_enabled()
+    try:
+        enable_recompute_sdp(enable_recompute)
+        yield {}
+    finally:
+        enable_recompute_sdp(backup)

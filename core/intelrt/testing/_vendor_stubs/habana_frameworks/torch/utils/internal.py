@@ -1,9 +1,9 @@
 """Stand-in for ``habana_frameworks.torch.utils.internal`` (the execution mode).
 
 ``is_lazy()`` reads ``PT_HPU_LAZY_MODE`` once per process, as the bridge does
-(gaudi-pytorch-bridge 1.19 ``utils/internal.py``: ``os.getenv("PT_HPU_LAZY_MODE", "1") != "0"``,
+(gaudi-pytorch-bridge 1.19 ``utils/internal.py`` l.25-31: ``os.getenv("PT_HPU_LAZY_MODE", "1") != "0"``,
 cached). The default follows the installed stack: lazy (``1``) up to 1.20, eager (``0``) from
-1.21, when Intel made eager mode the default.
+1.21, when Intel made eager mode the default (:meth:`~intelrt.testing.machine.Machine.stack_default_mode`).
 """
 
 from __future__ import annotations
@@ -12,18 +12,11 @@ import os
 
 from intelrt.testing.simulation import current as _current
 
-EAGER_DEFAULT_FROM = (1, 21)
-
-
-def _default_mode() -> str:
-    stack = _current().gaudi_stack() or ""
-    release = tuple(int(p) for p in stack.split(".")[:2] if p.isdigit())
-    return "0" if release >= EAGER_DEFAULT_FROM else "1"
-
 
 def is_lazy() -> bool:
     if is_lazy._is_lazy is None:  # type: ignore[attr-defined]
-        is_lazy._is_lazy = os.getenv("PT_HPU_LAZY_MODE", _default_mode()) != "0"  # type: ignore[attr-defined]
+        default = _current().machine.stack_default_mode()
+        is_lazy._is_lazy = os.getenv("PT_HPU_LAZY_MODE", default) != "0"  # type: ignore[attr-defined]
     return bool(is_lazy._is_lazy)  # type: ignore[attr-defined]
 
 
