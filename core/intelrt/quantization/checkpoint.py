@@ -105,17 +105,21 @@ def _torchao(config: Mapping[str, Any]) -> dict[str, Any]:
     name = str(entry.get("_type") or "")
     data: Mapping[str, Any] = entry["_data"] if isinstance(entry.get("_data"), Mapping) else {}
     bits = TORCHAO_BITS.get(name)
-    weight_dtype = str(data.get("weight_dtype") or "")
+    weight_dtype = str(_enum(data.get("weight_dtype")) or "")
     if bits is None and weight_dtype.startswith(("torch.int", "int")):
         bits = _int(weight_dtype.rsplit("int", 1)[-1])
     granularity = data.get("granularity")
     group = _int(data.get("group_size"))
     if group is None and isinstance(granularity, Mapping):
         group = _int((granularity.get("_data") or {}).get("group_size"))
-    packing = data.get("int4_packing_format") or data.get("intx_packing_format") or data.get("packing_format")
-    if isinstance(packing, Mapping):  # an enum, as config_to_dict writes it
-        packing = packing.get("_data") or packing.get("value")
-    return {"scheme": name or None, "bits": bits, "group_size": group, "packing": str(packing) if packing else None}
+    packing = _enum(data.get("int4_packing_format") or data.get("intx_packing_format") or data.get("packing_format"))
+    return {"scheme": name or None, "bits": bits, "group_size": group,
+            "packing": str(packing).lower() if packing else None}
+
+
+def _enum(value: Any) -> Any:
+    """An enum or dtype as ``config_to_dict`` writes it (``{"_type": ..., "_data": "PLAIN"}``) → its value."""
+    return value.get("_data") if isinstance(value, Mapping) else value
 
 
 def _compressed_tensors(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -78,6 +78,9 @@ class Cell:
     details: Mapping[str, JSONValue] = field(default_factory=dict)
     """The builder's inputs here (a torchao config class and its layout …)."""
     note: str | None = None
+    dequantizes_without_package: bool = False
+    """transformers dequantizes a checkpoint (rather than refusing it) when ``package`` or
+    ``requires`` are missing here (``Mxfp4HfQuantizer.validate_environment``)."""
     compute_dtypes: tuple[str, ...] = ()
     """The dtypes its kernels compute in; a model in another is cast to the first (auto-round's
     ``convert_model.post_init``: "Forced model to torch.float16")."""
@@ -343,13 +346,16 @@ MXFP4 = Method(
     cells={"cpu": Cell("yes", f"{Q}quantizer_mxfp4.py validate_environment and _process_model_before_weight_loading "
                        "(CPU: Triton >= 3.5 and use_kernels=True, else dequantized to bfloat16)", package="kernels",
                        floor="0.18.2", requires=(("triton", "3.5.0"),), details={"use_kernels": True},
+                       dequantizes_without_package=True,
                        note="runs quantized on the CPU only with hub kernels (use_kernels=True); else transformers "
                             "dequantizes it to bfloat16"),
            "cuda": Cell("yes", f"{Q}quantizer_mxfp4.py validate_environment (compute capability >= 7.5, Triton >= 3.4, "
                         "kernels; hub kernel kernels-community/gpt-oss-triton-kernels)", package="kernels",
-                        floor="0.18.2", requires=(("triton", "3.4.0"),), capability=(7, 5)),
+                        floor="0.18.2", requires=(("triton", "3.4.0"),), capability=(7, 5),
+                        dequantizes_without_package=True),
            **_same(Cell("yes", f"{Q}quantizer_mxfp4.py validate_environment (XPU: Triton >= 3.5, kernels)",
-                        package="kernels", floor="0.18.2", requires=(("triton", "3.5.0"),)), *XPU),
+                        package="kernels", floor="0.18.2", requires=(("triton", "3.5.0"),),
+                        dequantizes_without_package=True), *XPU),
            "gaudi1": _GAUDI1,
            **_same(Cell("dequantized", f"{Q}quantizer_mxfp4.py validate_environment (an accelerator other than "
                         "cuda/xpu/cpu: dequantize=True)", dtype="bfloat16",
@@ -502,11 +508,15 @@ def _refusal(method: Method, column: Column, cell: Cell, asked: str) -> PlanErro
                      f"Instead {_alternatives(column, method)}; {_runs_elsewhere(method)}")
 
 
-def _install_hint(method: Method, cell: Cell, distribution: str, floor: str | None) -> str:
+EXTRAS = {"torchao": "intelrt[torchao]", "auto-round": "intelrt[autoround]", "neural-compressor-pt": "intelrt[inc]",
+          "bitsandbytes": "intelrt[bitsandbytes]", "compressed-tensors": "intelrt[compressed-tensors]"}
+"""The intelrt extra installing each distribution a method needs (pyproject.toml)."""
+
+
+def _install_hint(distribution: str, floor: str | None) -> str:
     spec = f"{distribution}>={floor}" if floor else distribution
-    if method.extra and distribution == cell.package:
-        return f"pip install '{method.extra.replace('intelrt', 'intelrt', 1)}' (or pip install '{spec}')"
-    return f"pip install '{spec}'"
+    extra = EXTRAS.get(distribution)
+    return f"pip install '{extra}' (or pip install '{spec}')" if extra else f"pip install '{spec}'"
 
 
 def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> list[str]:
@@ -518,10 +528,10 @@ def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> l
         version = target.version(distribution)
         if version is None:
             raise PlanError(f"{asked} uses {distribution}, which is not installed: "
-                            f"{_install_hint(method, cell, distribution, floor)}")
+                            f"{_install_hint(distribution, floor)}")
         if floor and parse(version) is not None and not at_least(version, floor):
             raise PlanError(f"{asked} needs {distribution} >= {floor} ({cell.source}); this is {version}: "
-                            f"{_install_hint(method, cell, distribution, floor)}")
+                            f"{_install_hint(distribution, floor)}")
         found.append(f"{distribution} {version}")
     return found
 
@@ -554,15 +564,19 @@ def _bnb_details(method: Method, dtype: str, checkpoint: CheckpointQuantization 
 
 
 def _layout_problem(method: Method, cell: Cell, checkpoint: CheckpointQuantization, column: Column) -> str | None:
-    """A torchao int4 checkpoint holds one layout; another device's kernels cannot read it."""
-    if method.family != "torchao" or checkpoint.packing is None:
+    """A torchao checkpoint holds one config's layout; another device's kernels may not read it."""
+    if method.family != "torchao":
         return None
-    wanted = cell.details.get("int4_packing_format") or cell.details.get("intx_packing_format")
-    stored = checkpoint.packing.rsplit(".", 1)[-1].lower()
-    if wanted and stored != str(wanted):
-        return (f"the checkpoint's int4 weights are in torchao's {stored} layout; {column.title} reads {wanted}. "
-                "Quantize the unquantized checkpoint on this device (quantization='int4')")
-    return None
+    wanted = (cell.details.get("config"), cell.details.get("int4_packing_format"))
+    stored = (checkpoint.scheme, checkpoint.packing)
+    if wanted[0] == stored[0] and (wanted[1] is None or wanted[1] == stored[1]):
+        return None
+    if method.key != "torchao-int4":  # int8 / float8 tensors are one layout everywhere
+        return None
+    def show(pair: tuple[Any, Any]) -> str:
+        return " ".join(str(p) for p in pair if p)
+    return (f"the checkpoint's int4 weights are torchao's {show(stored)}; {column.title} runs {show(wanted)}. "
+            "Quantize the unquantized checkpoint on this device (quantization='int4')")
 
 
 def decide(request: str | None, checkpoint: CheckpointQuantization | None, target: Target, *,
@@ -613,7 +627,15 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
         problem = _layout_problem(method, cell, checkpoint, column)
         if problem:
             raise PlanError(f"{asked}: {problem}")
-    found = _check_packages(method, cell, target, asked)
+    dequantized = cell.runs == "dequantized"
+    try:
+        found = _check_packages(method, cell, target, asked)
+    except PlanError as missing:
+        if not (cell.dequantizes_without_package and checkpoint is not None):
+            raise
+        found, dequantized = [], True
+        notes.append(f"{missing}; without it transformers dequantizes the checkpoint to bfloat16 ({cell.source}): "
+                     "it runs with no memory saved")
     notes += _check_capability(method, column, cell, target, asked)
     details: dict[str, Any] = dict(cell.details)
     bnb = _bnb_details(method, dtype, checkpoint) if method.family == "bitsandbytes" else {}
@@ -655,8 +677,8 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
                                                                     else method.scheme),
         source="checkpoint" if checkpoint is not None else "request", package=cell.package, extra=method.extra,
         group_size=group, dtype=load_dtype, details=details, trainable=method.lora,
-        serializable=method.serializable, dequantized=cell.runs == "dequantized")
-    how = "runs" if cell.runs == "yes" else "loads dequantized"
+        serializable=method.serializable, dequantized=dequantized)
+    how = "loads dequantized" if dequantized else "runs"
     where = "the checkpoint is quantized" if checkpoint is not None else "requested"
     reason = f"{where}: {method.title} {how} on {column.title}" + (f" ({', '.join(found)})" if found else "")
     if load_dtype:
