@@ -5,8 +5,8 @@ plan says float16, dequantized or refused, the quantizer does the same."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +109,9 @@ def test_on_a_simulated_gaudi_fp8_is_intel_neural_compressors_flow(simulate: Cal
         decide("fp8", None, replace(target, packages={**_installed(), "neural-compressor-pt": None}))
 
 
-def test_on_simulated_intel_gpus_int4_is_torchaos_xpu_layout(simulate: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("machine", ["arc", "max"])
+def test_on_simulated_intel_gpus_int4_is_torchaos_xpu_layout(simulate: Callable[..., Any], machine: str) -> None:
     pytest.importorskip("torchao")
-    for machine in ("arc", "max"):
-        plan = decide("int4", None, target_on(simulate, machine), in_features=(4096, 11008))
-        assert plan.choice is not None and plan.claim == "X9"
-        assert plan.choice.details["int4_packing_format"] == "plain_int32"
+    plan = decide("int4", None, target_on(simulate, machine), in_features=(4096, 11008))
+    assert plan.choice is not None and plan.claim == "X9"
+    assert plan.choice.details["int4_packing_format"] == "plain_int32"
