@@ -62,6 +62,8 @@ def quantize_and_save(model: Any, tokenizer: Any, choice: QuantizationChoice, ou
         if not texts:
             raise PlanError("calibration must hold at least one non-empty text")
         samples = min(samples, len(texts))
+        # auto-round keeps only samples of at least seqlen tokens: fit seqlen to the shortest text
+        seqlen = min(seqlen, min(len(tokenizer(t)["input_ids"]) for t in texts))
     elif steps and os.environ.get("HF_HUB_OFFLINE") == "1":
         raise PlanError("AutoRound tunes on calibration text; its default dataset (NeelNanda/pile-10k) is on the hub "
                         "and HF_HUB_OFFLINE=1: pass calibration=[...texts...], or iters=0 (round-to-nearest)")

@@ -107,7 +107,8 @@ def _torchao(config: Mapping[str, Any]) -> dict[str, Any]:
     bits = TORCHAO_BITS.get(name)
     weight_dtype = str(_enum(data.get("weight_dtype")) or "")
     if bits is None and weight_dtype.startswith(("torch.int", "int")):
-        bits = _int(weight_dtype.rsplit("int", 1)[-1])
+        digits = weight_dtype.rsplit("int", 1)[-1]
+        bits = int(digits) if digits.isdigit() else None
     granularity = data.get("granularity")
     group = _int(data.get("group_size"))
     if group is None and isinstance(granularity, Mapping):
