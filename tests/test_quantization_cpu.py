@@ -127,8 +127,9 @@ def test_lora_trains_on_a_torchao_int8_base_and_is_refused_on_int4_as_the_traine
 def test_autoround_quantizes_saves_and_loads_with_plain_transformers(varied: Path, tmp_path: Path,
                                                                    one_torch_thread: None) -> None:
     pytest.importorskip("auto_round")
-    from intelrt.tiny import corpus_text
     from transformers import AutoRoundConfig, AutoTokenizer
+
+    from intelrt.tiny import corpus_text
 
     tokenizer = AutoTokenizer.from_pretrained(varied)
     choice = plan_for("autoround", varied)

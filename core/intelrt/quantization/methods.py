@@ -752,3 +752,23 @@ def markdown_sources() -> str:
         lines.append(f"- LoRA: {m.lora_reason}")
         lines.append(f"- saving: {m.serializable_source}")
     return "\n".join(lines)
+
+
+BEGIN, END = "<!-- table: generated from intelrt.quantization.methods.TABLE -->", "<!-- end of the generated table -->"
+
+
+def render_page(page: str) -> str:
+    """``page`` (docs/quantization.md) with its generated section replaced by the current table."""
+    if BEGIN not in page or END not in page:
+        raise ValueError(f"the page has no generated section ({BEGIN} … {END})")
+    head, rest = page.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{markdown_table()}\n\n## Sources of each cell\n{markdown_sources()}\n{END}{tail}"
+
+
+if __name__ == "__main__":  # python -m intelrt.quantization.methods docs/quantization.md
+    import sys
+    from pathlib import Path
+
+    target = Path(sys.argv[1])
+    target.write_text(render_page(target.read_text(encoding="utf-8")), encoding="utf-8")
