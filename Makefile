@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	# Not the kernels extra: the range transformers accepts (>=0.18.2,<0.19) has no release on PyPI
 	# yet. The tests simulate that version's install (docs/backends/fidelity.md) over the module of
 	# the last release, 0.17.2, which they import.
-	$(PY) -m pip install -q -e ".[bitsandbytes,train,serve,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
+	$(PY) -m pip install -q -e ".[bitsandbytes,torchao,autoround,compressed-tensors,train,serve,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
 	# earlier versions of this Makefile installed the example plugins here; they are for the tests only
 	$(PY) -m pip uninstall -q -y intelrt-acme intelrt-gemma2-eager 2>/dev/null || true
 	touch $(STAMP)
