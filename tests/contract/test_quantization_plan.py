@@ -17,7 +17,7 @@ from intelrt.errors import PlanError
 from intelrt.quantization import REQUESTS, Target, decide, read_checkpoint_quantization
 from intelrt.quantization.methods import COLUMNS, TABLE
 
-CHECKPOINTS = json.loads((Path(__file__).parent / "data" / "quantization_checkpoints.json").read_text())
+CHECKPOINTS = json.loads((Path(__file__).parents[1] / "data" / "quantization_checkpoints.json").read_text())
 EVERYTHING = {"torchao": "0.18.0", "bitsandbytes": "0.50.2", "auto-round": "0.16.1", "neural-compressor-pt": "3.10",
               "gptqmodel": "5.6.0", "optimum": "2.0.0", "compressed-tensors": "0.20.1", "hqq": "0.2.8",
               "kernels": "0.18.2", "triton": "3.6.0", "fbgemm-gpu": "1.4.0", "optimum-quanto": "0.2.7"}

@@ -15,7 +15,7 @@ import pytest
 from intelrt.errors import PlanError
 from intelrt.quantization import Target, decide, read_checkpoint_quantization
 
-CHECKPOINTS = json.loads((Path(__file__).parent / "data" / "quantization_checkpoints.json").read_text())
+CHECKPOINTS = json.loads((Path(__file__).parents[1] / "data" / "quantization_checkpoints.json").read_text())
 #: gptqmodel (AWQ's kernels) is not installed here: the plan is asked as if it were; the simulated
 #: machine still says which device it is.
 WITH_GPTQMODEL = {"gptqmodel": "5.6.0", "optimum": "2.0.0"}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from intelrt.quantization.methods import COLUMNS, TABLE, render_page
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quantization.md"
 
 
