@@ -11,7 +11,6 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import ApiError, from_validation
 
-
 Body = TypeVar("Body", bound=BaseModel)
 
 

@@ -20,18 +20,19 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ConfigurationError
-from .engine_request import row_request
+from .engine_request import engine_request
 from .errors import ApiError, error_body
 from .middleware import OUTCOME
 from .protocol import ChatCompletionRequest, CompletionRequest
-from .responses import ChoiceResult, Shape, TokenLogprob, usage
-from .sampling_fields import GenerationDefaults, sampling_kwargs
+from .responses import ChoiceResult, Shape, usage
+from .sampling_fields import GenerationDefaults, sampling_params
 from .scheduler import Completion, Ended, Failed, Piece, QueueFull, Sink, _eos_ids
 from .state import RETRY_AFTER_S, ServerState
 from .text import TextAssembler
 from .tool_calls import ToolCallSplitter, parse_tool_calls
 
 if TYPE_CHECKING:
+    from ..decoding.sampling import SampledToken
     from ..runtime.loaded import Loaded
     from .protocol import _Generation
     from .structured import ToolFormat
@@ -202,8 +203,8 @@ def prepare(state: ServerState, body: CompletionRequest | ChatCompletionRequest,
     make_constraint, constraint_field, form = _constraint_factory(state, body)
     defaults = GenerationDefaults.of(getattr(state.loaded.model, "generation_config", None))
     fields = {"logprobs": "top_logprobs" if isinstance(body, ChatCompletionRequest) and body.top_logprobs
-              else "logprobs",
-              "constraint": constraint_field}
+              else "logprobs", "constraint": constraint_field,
+              "max_new_tokens": "max_completion_tokens" if isinstance(body, ChatCompletionRequest) else "max_tokens"}
     completions = []
     for number, prompt in enumerate(prompts):
         room = limits.context - len(prompt)
@@ -216,9 +217,10 @@ def prepare(state: ServerState, body: CompletionRequest | ChatCompletionRequest,
                            code="context_length_exceeded")
         for copy in range(body.n):
             index = number * body.n + copy
-            kwargs = sampling_kwargs(body, defaults, state.vocabulary, seed=_seed(body.seed, index),
-                                     constraint=make_constraint() if make_constraint else None)
-            request = row_request(prompt, tokens, eos, kwargs, fields, adapter)
+            sampling = sampling_params(body, defaults, state.vocabulary, max_new_tokens=tokens, eos=eos,
+                                       seed=_seed(body.seed, index),
+                                       constraint=make_constraint() if make_constraint else None, params=fields)
+            request = engine_request(prompt, sampling, fields, adapter)
             text = TextAssembler(state.loaded.tokenizer, body.stops, skip_special_tokens=body.skip_special_tokens,
                                  include_stop=body.include_stop_str_in_output)
             completions.append(Completion(index, request, text, sink))
@@ -255,11 +257,10 @@ class _Timing:
         self.metrics.request_latency.observe(time.monotonic() - self.arrived)
 
 
-def _logprobs_of(event: Piece) -> list[TokenLogprob]:
-    """The engine's per-token log-probabilities carried by ``event`` (none from an engine without them)."""
-    return [entry if isinstance(entry, TokenLogprob) else TokenLogprob(int(entry.token_id), float(entry.logprob),
-                                                                         tuple(entry.top))
-            for entry in getattr(event, "logprobs", None) or ()]
+def _logprobs_of(event: Piece) -> list[SampledToken]:
+    """The engine's tokens with their log-probabilities carried by ``event`` (``Piece.sampled``,
+    when the request asked for logprobs; none from an engine without them)."""
+    return list(getattr(event, "sampled", None) or ())
 
 
 async def _watch(request: Request, sink: Sink) -> None:

@@ -1,11 +1,12 @@
-"""A completion as the decode engine takes it (``RowRequest``), and which request fields this
-build's engine applies — the one place the HTTP layer meets the engine's sampling interface.
+"""A completion as the decode engine takes it, and which request fields this build's engine
+applies — the one place the HTTP layer meets the engine's interface.
 
-With the engine's ``SamplingParams`` (``intelrt.decoding.sampling``, applied per row by its one
-sampler) every field of :func:`~intelrt.serving.sampling_fields.sampling_kwargs` reaches it. An
-engine without it samples with temperature, top-p and a seed only; ``stop_token_ids`` and
-``ignore_eos`` are the end-of-sequence ids this layer hands over; any other field asked for is
-refused with ``400`` naming it — never dropped.
+Every completion is described by the engine's :class:`~intelrt.decoding.sampling.SamplingParams`
+(built here, so its own checks refuse a bad value with the field named). An engine whose
+in-flight batch takes :class:`~intelrt.decoding.sampling.DecodeRequest` (issue 27's rebuild)
+gets it whole. The earlier engine (``RowRequest``: temperature, top-p, a seed, end-of-sequence
+ids) gets what it can apply; any other field asked for is refused with ``400`` naming it — never
+dropped.
 """
 
 from __future__ import annotations
@@ -15,59 +16,60 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from ..decoding.inflight import RowRequest
+from ..decoding.sampling import DecodeRequest, SamplingParams
 from .errors import ApiError
 
-BASIC_FIELDS = frozenset({"temperature", "top_p", "seed", "stop_token_ids"})
-"""What the in-flight sampler applies without ``SamplingParams`` (stop ids: as end-of-sequence ids)."""
+ROW_REQUEST_FIELDS = frozenset({"max_new_tokens", "temperature", "top_p", "seed", "stop_token_ids"})
+"""What the earlier in-flight sampler applies (stop ids: as its end-of-sequence ids)."""
+NEUTRAL = {f.name: getattr(SamplingParams(), f.name) for f in dataclasses.fields(SamplingParams)}
+"""Each ``SamplingParams`` field's value that asks for nothing."""
 
 
 @cache
-def _sampling_params() -> Any:
-    """The engine's ``SamplingParams`` class when this build's ``RowRequest`` takes one, else ``None``."""
-    try:
-        from ..decoding.sampling import SamplingParams
-    except ImportError:
-        return None
-    names = {f.name for f in dataclasses.fields(RowRequest)}
-    return SamplingParams if "sampling" in names else None
+def _row_request() -> Any:
+    """The earlier engine's ``RowRequest`` while this build's batch takes it, else ``None``."""
+    from ..decoding import inflight
+
+    return getattr(inflight, "RowRequest", None)
 
 
-@cache
 def applied_fields() -> frozenset[str]:
-    """The ``sampling_kwargs`` names this build's engine applies."""
-    params = _sampling_params()
-    if params is None:
-        return BASIC_FIELDS
-    return frozenset(f.name for f in dataclasses.fields(params))
+    """The ``SamplingParams`` fields this build's engine applies."""
+    if _row_request() is None:
+        return frozenset(f.name for f in dataclasses.fields(SamplingParams))
+    return ROW_REQUEST_FIELDS
 
 
 def adapters_supported() -> bool:
-    """Whether ``RowRequest`` takes a per-request LoRA adapter (``adapter``: its name)."""
-    return "adapter" in {f.name for f in dataclasses.fields(RowRequest)}
+    """Whether the engine takes a per-request LoRA adapter (``DecodeRequest.adapter``, its name)."""
+    return _row_request() is None and "adapter" in {f.name for f in dataclasses.fields(DecodeRequest)}
 
 
-def row_request(prompt: Sequence[int], max_new_tokens: int, eos: Sequence[int], kwargs: Mapping[str, Any],
-                params: Mapping[str, str], adapter: str | None = None) -> RowRequest:
-    """The engine's request for one completion; ``kwargs`` from ``sampling_kwargs``, ``params``:
-    the request field each kwarg came from (for the refusal of one this engine cannot apply)."""
+def sampling_params(kwargs: Mapping[str, Any], params: Mapping[str, str]) -> SamplingParams:
+    """``SamplingParams(**kwargs)``; its refusal of a value as a ``400`` naming the request field
+    (``params``: the field each keyword came from, when its name differs)."""
+    try:
+        return SamplingParams(**kwargs)
+    except ValueError as exc:
+        name = str(exc).removeprefix("SamplingParams.").split("=", 1)[0].split("[", 1)[0].split(":", 1)[0]
+        field = params.get(name, name)
+        raise ApiError(400, f"{field}: {str(exc).removeprefix('SamplingParams.')}", param=field) from None
+
+
+def engine_request(prompt: Sequence[int], sampling: SamplingParams, params: Mapping[str, str],
+                   adapter: str | None = None) -> Any:
+    """The engine's request for one completion."""
+    row_request = _row_request()
     applied = applied_fields()
-    for name in kwargs:
-        if name not in applied:
+    for name in (f.name for f in dataclasses.fields(SamplingParams)):
+        if name not in applied and getattr(sampling, name) != NEUTRAL[name]:
             field = params.get(name, name)
-            raise ApiError(400, f"{field} is not applied by this server's decode engine (it applies "
-                                f"{', '.join(sorted(applied))}); leave it out", param=field)
-    extra: dict[str, Any] = {}
-    if adapter is not None:
-        if not adapters_supported():
-            raise ApiError(400, "this server's decode engine does not decode LoRA adapters per request",
-                           param="model")
-        extra["adapter"] = adapter
-    stop_ids = tuple(kwargs.get("stop_token_ids", ()))
-    params_class = _sampling_params()
-    if params_class is not None:
-        return RowRequest(tuple(prompt), max_new_tokens, tuple(eos),  # type: ignore[call-arg]  # issue 27's field
-                          sampling=params_class(**kwargs), **extra)
-    ends = tuple(dict.fromkeys([*eos, *stop_ids]))
-    return RowRequest(tuple(prompt), max_new_tokens, ends, float(kwargs.get("temperature", 0.0)),
-                      float(kwargs.get("top_p", 1.0)), int(kwargs.get("seed") or 0), **extra)
+            raise ApiError(400, f"{field} is not applied by this server's decode engine (it applies temperature, "
+                                "top_p, seed and stop token ids); leave it out", param=field)
+    if adapter is not None and not adapters_supported():
+        raise ApiError(400, "this server's decode engine does not decode LoRA adapters per request", param="model")
+    if row_request is None:
+        extra = {"adapter": adapter} if adapter is not None else {}
+        return DecodeRequest(tuple(prompt), sampling, **extra)
+    return row_request(tuple(prompt), sampling.max_new_tokens, sampling.stop_token_ids, sampling.temperature,
+                       sampling.top_p, (sampling.seed or 0) & (2**63 - 1))

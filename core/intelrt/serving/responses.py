@@ -3,7 +3,8 @@ stream chunks), their ``logprobs`` in each endpoint's own layout, ``tool_calls``
 
 Layouts follow OpenAI's API reference and vLLM's ``protocol.py`` (``CompletionLogProbs``:
 ``tokens``, ``token_logprobs``, ``top_logprobs``, ``text_offset``; ``ChatCompletionLogProbs``:
-``content`` of ``{token, logprob, bytes, top_logprobs}``).
+``content`` of ``{token, logprob, bytes, top_logprobs}``), from the engine's
+:class:`~intelrt.decoding.sampling.SampledToken` per generated token.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..decoding.sampling import SampledToken
 
 
 def new_id(prefix: str) -> str:
@@ -24,26 +28,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token's log-probability and the ``top`` alternatives (id, log-probability),
-    best first, as the engine reports them."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-
-
 TokenText = Callable[[int], str]
 """A token id → its text (``tokenizer.decode([id])``, as vLLM names tokens in logprobs)."""
 
 
-def _finite(value: float) -> float:
+def _finite(value: float | None) -> float:
     """JSON has no infinities: a token the sampler could not pick (-inf) reads as vLLM's -9999."""
-    return value if value > -9999.0 else -9999.0
+    return value if value is not None and value > -9999.0 else -9999.0
 
 
-def completion_logprobs(entries: Sequence[TokenLogprob], text_of: TokenText, offset: int = 0) -> dict[str, Any]:
+def completion_logprobs(entries: Sequence[SampledToken], text_of: TokenText, offset: int = 0) -> dict[str, Any]:
     """``/v1/completions``'s ``logprobs`` object; ``offset``: where the first token's text starts in
     the choice's text (after an echoed prompt, or earlier chunks)."""
     tokens, token_logprobs, tops, offsets = [], [], [], []
@@ -51,23 +45,24 @@ def completion_logprobs(entries: Sequence[TokenLogprob], text_of: TokenText, off
         text = text_of(entry.token_id)
         tokens.append(text)
         token_logprobs.append(_finite(entry.logprob))
-        tops.append({text_of(i): _finite(lp) for i, lp in entry.top} if entry.top else None)
+        tops.append({text_of(t.token_id): _finite(t.logprob) for t in entry.top_logprobs} if entry.top_logprobs
+                    else None)
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
 
 
-def _chat_token(token_id: int, logprob: float, text_of: TokenText) -> dict[str, Any]:
+def _chat_token(token_id: int, logprob: float | None, text_of: TokenText) -> dict[str, Any]:
     text = text_of(token_id)
     return {"token": text, "logprob": _finite(logprob), "bytes": list(text.encode("utf-8", errors="replace"))}
 
 
-def chat_logprobs(entries: Sequence[TokenLogprob], text_of: TokenText, top: int) -> dict[str, Any]:
+def chat_logprobs(entries: Sequence[SampledToken], text_of: TokenText, top: int) -> dict[str, Any]:
     """``/v1/chat/completions``'s ``logprobs`` object (``top``: alternatives listed per token)."""
     content = []
     for entry in entries:
         item = _chat_token(entry.token_id, entry.logprob, text_of)
-        item["top_logprobs"] = [_chat_token(i, lp, text_of) for i, lp in entry.top[:top]]
+        item["top_logprobs"] = [_chat_token(t.token_id, t.logprob, text_of) for t in entry.top_logprobs[:top]]
         content.append(item)
     return {"content": content}
 
@@ -80,7 +75,7 @@ class ChoiceResult:
     text: str = ""
     finish: str | None = None
     tokens: int = 0
-    logprobs: list[TokenLogprob] = field(default_factory=list)
+    logprobs: list[SampledToken] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -97,7 +92,7 @@ class Shape:
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
-    def _logprobs(self, entries: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any] | None:
+    def _logprobs(self, entries: Sequence[SampledToken], offset: int = 0) -> dict[str, Any] | None:
         if self.top is None:
             return None
         if self.chat:
@@ -110,7 +105,7 @@ class Shape:
         return self._envelope("chat.completion.chunk", [choice])
 
     def chunk(self, index: int, text: str | None = None, finish: str | None = None,
-              entries: Sequence[TokenLogprob] = (), offset: int = 0,
+              entries: Sequence[SampledToken] = (), offset: int = 0,
               tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """One stream chunk: new ``text`` of choice ``index`` (with its tokens' logprobs), or its
         ``finish`` reason, or its ``tool_calls`` (whole, as one delta each)."""

@@ -1,6 +1,6 @@
-"""A request's sampling fields → the keyword arguments of the engine's ``SamplingParams``
-(``intelrt.decoding.sampling``), as a pure function: defaults from the model's generation
-config, OpenAI's and vLLM's neutral values dropped, token ids checked against the vocabulary.
+"""A request's sampling fields → the engine's ``SamplingParams`` (``intelrt.decoding.sampling``),
+as a pure function: defaults from the model's generation config, token ids checked against the
+vocabulary, a greedy choice's sampling-only fields left at their neutral values.
 
 Defaults follow ``vllm serve``'s ``--generation-config auto``: a field the request leaves out takes
 the value the model's ``generation_config.json`` sets explicitly (``GenerationConfig.to_diff_dict``,
@@ -11,21 +11,18 @@ temperature 1 (OpenAI's default). vLLM's ``top_k`` of ``-1`` or ``0`` means all 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
 
 if TYPE_CHECKING:
+    from ..decoding.sampling import SamplingParams
     from .protocol import _Generation
 
-#: Each field's neutral value: a field at it asks for nothing and is left out of the result.
-NEUTRAL: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
-                           "presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": None, "logprobs": None,
-                           "seed": None, "stop_token_ids": (), "constraint": None}
-#: Fields that change which token is chosen (vs ``logprobs``, which only reports).
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                   "frequency_penalty", "logit_bias", "seed", "stop_token_ids", "constraint")
+#: The request field each ``SamplingParams`` field comes from, where the names differ.
+PARAM_OF = {"max_new_tokens": "max_tokens", "constraint": "response_format"}
 
 
 @dataclass(frozen=True)
@@ -63,12 +60,17 @@ def token_id(value: Any, vocabulary: int, param: str) -> int:
     return tid
 
 
-def sampling_kwargs(body: _Generation, defaults: GenerationDefaults, vocabulary: int, *,
-                    seed: int | None = None, constraint: Any = None) -> dict[str, Any]:
-    """The ``SamplingParams`` keyword arguments ``body`` asks for, neutral ones left out.
+def sampling_params(body: _Generation, defaults: GenerationDefaults, vocabulary: int, *, max_new_tokens: int,
+                    eos: tuple[int, ...] = (), seed: int | None = None, constraint: Any = None,
+                    params: Mapping[str, str] | None = None) -> SamplingParams:
+    """The engine's ``SamplingParams`` for one choice of ``body``; a ``400`` naming the request
+    field for a value it refuses.
 
-    ``seed``: this choice's own seed (derived from ``body.seed`` per choice by the caller);
-    ``constraint``: a ``TokenConstraint`` (structured output) or ``None``."""
+    ``max_new_tokens``: the choice's token budget (the caller fits it to the context); ``eos``:
+    the model's end-of-sequence ids (left out for ``ignore_eos``), listed before the request's
+    ``stop_token_ids``; ``seed``: this choice's own seed (derived from ``body.seed`` per choice
+    by the caller); ``constraint``: a ``TokenConstraint`` (structured output) or ``None``;
+    ``params``: request field names that differ from :data:`PARAM_OF`'s."""
     temperature = body.temperature
     if temperature is None:
         if body.top_p is not None and body.top_p < 1:
@@ -85,22 +87,22 @@ def sampling_kwargs(body: _Generation, defaults: GenerationDefaults, vocabulary:
         return value if value is not None else default
 
     top_k = chosen("top_k")
+    stops = tuple(token_id(t, vocabulary, "stop_token_ids") for t in body.stop_token_ids or ())
     kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
         "temperature": float(temperature),
-        "top_p": float(chosen("top_p") if chosen("top_p") is not None else 1.0),
-        "top_k": 0 if top_k is None or top_k <= 0 else int(top_k),
-        "min_p": float(chosen("min_p") or 0.0),
+        "top_p": float(chosen("top_p") if chosen("top_p") is not None and sampled else 1.0),
+        "top_k": 0 if top_k is None or top_k <= 0 or not sampled else int(top_k),
+        "min_p": float(chosen("min_p") or 0.0) if sampled else 0.0,
         "repetition_penalty": float(chosen("repetition_penalty") or 1.0),
         "presence_penalty": float(body.presence_penalty or 0.0),
         "frequency_penalty": float(body.frequency_penalty or 0.0),
+        "logit_bias": {token_id(k, vocabulary, "logit_bias"): float(v) for k, v in (body.logit_bias or {}).items()},
         "logprobs": body.top_logprobs_count,
         "seed": seed if sampled else None,
-        "stop_token_ids": tuple(token_id(t, vocabulary, "stop_token_ids") for t in body.stop_token_ids or ()),
+        "stop_token_ids": tuple(dict.fromkeys([*eos, *stops])),
         "constraint": constraint,
     }
-    if body.logit_bias:
-        kwargs["logit_bias"] = {token_id(k, vocabulary, "logit_bias"): float(v) for k, v in body.logit_bias.items()}
-    if not sampled:  # greedy: what only shapes a sampled distribution changes nothing
-        for name in ("top_p", "top_k", "min_p"):
-            kwargs[name] = NEUTRAL[name]
-    return {name: value for name, value in kwargs.items() if value != NEUTRAL.get(name)}
+    from .engine_request import sampling_params as build
+
+    return build(kwargs, {**PARAM_OF, **(params or {})})

@@ -119,7 +119,12 @@ class Grammars:
     def _compiler_for(self) -> Any:
         with self._lock:
             if self._compiler is None:
-                import xgrammar as xgr
+                try:
+                    import xgrammar as xgr
+                except ImportError:
+                    raise ApiError(501, "structured output and tool calls need xgrammar, which this server lacks: "
+                                        "pip install 'intelrt[serve]'", "server_error",
+                                   code="grammar_backend_missing") from None
 
                 info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
                                                           stop_token_ids=list(self.stop_token_ids) or None)
