@@ -108,6 +108,30 @@ def tool_format(chat_template: str | None) -> ToolFormat | None:
     return None
 
 
+_STRING_KEYWORDS = ("pattern", "format", "enum", "const")
+
+
+def bounded_strings_without_control_characters(schema: Any) -> Any:
+    """``schema`` with each length-bounded string (``minLength`` / ``maxLength``) written as the
+    ``pattern`` of the same length over characters JSON allows unescaped.
+
+    xgrammar 0.2.9 compiles a bounded string to ``"\"" [^\"\\\r\n]{min, max} "\""``
+    (``Grammar.from_json_schema`` shows it), which lets raw control characters (U+0000-U+001F)
+    through: the answer is then no JSON (``json.loads`` refuses it). Its ``pattern`` strings keep
+    to the characters the pattern names, so the same bounds as a pattern keep the answer valid
+    (quotes and backslashes stay out, as in xgrammar's own rule)."""
+    if isinstance(schema, list):
+        return [bounded_strings_without_control_characters(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    fixed = {key: bounded_strings_without_control_characters(value) for key, value in schema.items()}
+    if fixed.get("type") == "string" and ("minLength" in fixed or "maxLength" in fixed) \
+            and not any(key in fixed for key in _STRING_KEYWORDS):
+        low, high = int(fixed.pop("minLength", 0)), fixed.pop("maxLength", None)
+        fixed["pattern"] = f'^[^\\x00-\\x1f"\\\\]{{{low},{"" if high is None else int(high)}}}$'
+    return fixed
+
+
 class Grammars:
     """Compiled grammars for one tokenizer (xgrammar's compiler caches them); thread-safe."""
 
@@ -143,7 +167,8 @@ class Grammars:
         try:
             # Compact JSON (vLLM's --disable-any-whitespace): a weak model cannot pad it with
             # whitespace until max_tokens.
-            compiled = compiler.compile_json_schema(json.dumps(fmt.json_schema.schema_), any_whitespace=False,
+            schema = bounded_strings_without_control_characters(fmt.json_schema.schema_)
+            compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
                                                     strict_mode=fmt.json_schema.strict is not False)
         except Exception as exc:  # noqa: BLE001 - xgrammar's refusal of the schema, for the client
             raise ApiError(400, f"response_format.json_schema.schema cannot be compiled to a grammar: {exc}",
@@ -159,7 +184,9 @@ class Grammars:
         choice = body.effective_tool_choice
         if choice == "none":
             return None
-        tools: list[Any] = [tool.model_dump(by_alias=True, exclude_none=True) for tool in body.tools or []]
+        tools: list[Any] = [bounded_strings_without_control_characters(tool.model_dump(by_alias=True,
+                                                                                       exclude_none=True))
+                            for tool in body.tools or []]
         asked: Any = choice if isinstance(choice, str) else choice.model_dump()
         try:
             tag = xgr.get_model_structural_tag(form.xgrammar_model, tools=tools, tool_choice=asked,
