@@ -293,7 +293,7 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
                        code="queue_full", headers={"Retry-After": str(RETRY_AFTER_S)}) from None
     except RuntimeError as exc:
         raise ApiError(503, str(exc), "server_error", code="shutting_down") from None
-    prompt_tokens = sum(len(p) for p in prepared.prompts) * 1
+    prompt_tokens = sum(len(p) for p in prepared.prompts)
     state.metrics.prompt_tokens.inc(prompt_tokens)
     chat = isinstance(body, ChatCompletionRequest)
     shape = Shape(chat, body.model, _text_of(state.loaded), body.top_logprobs_count, response_id=body.request_id)

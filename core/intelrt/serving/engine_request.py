@@ -27,10 +27,12 @@ NEUTRAL = {f.name: getattr(SamplingParams(), f.name) for f in dataclasses.fields
 
 @cache
 def _row_request() -> Any:
-    """The earlier engine's ``RowRequest`` while this build's batch takes it, else ``None``."""
+    """The earlier engine's ``RowRequest`` class while this build's batch takes it, else ``None``
+    (the rebuilt engine keeps a ``RowRequest`` function that makes a ``DecodeRequest``: not it)."""
     from ..decoding import inflight
 
-    return getattr(inflight, "RowRequest", None)
+    found = getattr(inflight, "RowRequest", None)
+    return found if isinstance(found, type) and found is not DecodeRequest else None
 
 
 def applied_fields() -> frozenset[str]:
