@@ -506,7 +506,9 @@ def test_cli_serve_takes_the_plan_options_and_its_own() -> None:
     result = _cli("serve", "--help")
     assert result.returncode == 0, result.stderr
     for flag in ("--host", "--port", "--served-model-name", "--max-batch", "--context-length", "--max-queue",
-                 "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate"):
+                 "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate",
+                 "--api-key", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials",
+                 "--chat-template", "--no-access-log", "--lora"):
         assert flag in result.stdout
 
 

@@ -403,3 +403,23 @@ def test_ready_line_and_access_log_from_the_cli_and_from_python(model_dir: Path,
     assert any('"POST /v1/completions" 200' in line and line.startswith("access: 127.0.0.1:") for line in lines)
     assert any('"GET /v1/models" 401' in line for line in lines)
     assert KEY not in output
+
+
+def test_cli_serve_refuses_bad_serving_options_before_loading(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "intelrt.cli", "serve", "/nonexistent-model", *args],
+                              capture_output=True, text=True, timeout=120, env={**env, **extra})
+
+    cases = [(("--chat-template", str(tmp_path / "none.jinja")), "--chat-template", "no such file"),
+             (("--lora", "oops"), "--lora 'oops'", "write NAME=DIR"),
+             (("--lora", f"a={tmp_path}"), "LoRA adapter 'a'", "no adapter_config.json"),
+             (("--allow-credentials",), "--allow-credentials needs --allowed-origins", ""),
+             (("--api-key", " "), "--api-key is empty", "")]
+    for args, says, also in cases:
+        result = cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert says in result.stderr and also in result.stderr and "Traceback" not in result.stderr, result.stderr
+    secret = cli("--chat-template", str(tmp_path / "none.jinja"), INTELRT_API_KEY=KEY)
+    assert KEY not in secret.stderr + secret.stdout
