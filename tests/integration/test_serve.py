@@ -282,7 +282,7 @@ def _error(response: httpx.Response, status: int) -> dict[str, Any]:
     ({"model": NAME, "prompt": "hi", "n": 100000}, 400, "n=100000", "n"),
     ({"model": NAME, "prompt": "hi " * 600}, 400, "maximum context length is 512 tokens", "prompt"),
     ({"model": NAME, "prompt": "hi", "max_tokens": 600}, 400, "maximum context length is 512 tokens", "max_tokens"),
-    ({"model": NAME, "prompt": "hi", "frequency_penalty": 0.5}, 400, "frequency_penalty=0.5 is not supported", None),
+    ({"model": NAME, "prompt": "hi", "suffix": "end"}, 400, "suffix='end' is not supported", "suffix"),
     ({"model": NAME, "prompt": "hi", "mystery": 1}, 400, "unrecognized request argument", "mystery"),
     ({"model": NAME, "prompt": [99999]}, 400, "outside the model's vocabulary", "prompt"),
     ({"model": NAME, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop sequences", "stop"),
@@ -506,7 +506,9 @@ def test_cli_serve_takes_the_plan_options_and_its_own() -> None:
     result = _cli("serve", "--help")
     assert result.returncode == 0, result.stderr
     for flag in ("--host", "--port", "--served-model-name", "--max-batch", "--context-length", "--max-queue",
-                 "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate"):
+                 "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate",
+                 "--api-key", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials",
+                 "--chat-template", "--no-access-log", "--lora"):
         assert flag in result.stdout
 
 

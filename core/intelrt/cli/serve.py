@@ -11,17 +11,25 @@ from .output import emit
 
 SERVE_DESCRIPTION = """\
 Load MODEL as planned (the plan is printed first) and serve it with the OpenAI API on HOST:PORT:
-/v1/completions, /v1/chat/completions (streamed with SSE when asked), /v1/models, /health and
-/metrics. Completions join and leave one running batch between decode steps (in-flight batching)
-when the plan decodes on the fast loop; otherwise they run one at a time. SIGTERM or Ctrl-C drains
-the requests in flight, then exits with status 0. With --simulate, only the plan and the limits it
-would serve with are shown (see docs/serving.md)."""
+/v1/completions, /v1/chat/completions (streamed with SSE when asked; structured output and tool
+calls by grammar), /v1/embeddings (a feature-extraction model), /v1/models, /tokenize,
+/detokenize, /version, /health, /ready and /metrics. When it is ready it prints one line, "ready:
+http://HOST:PORT/v1 — model 'NAME'", then an access line per request. Completions join and leave
+one running batch between decode steps (in-flight batching) when the plan decodes on the fast
+loop; otherwise they run one at a time. SIGTERM or Ctrl-C drains the requests in flight, then
+exits with status 0. With --simulate, only the plan and the limits it would serve with are shown
+(see docs/serving.md)."""
 
 SERVE_EXAMPLES = """\
 examples:
   intelrt serve                                  # the embedded tiny model on 127.0.0.1:8000
   intelrt serve Qwen/Qwen3-0.6B --port 8080 --max-batch 32
-  intelrt serve ./my-model --simulate xpu:1      # the limits it would get on an Intel GPU"""
+  intelrt serve ./my-model --simulate xpu:1      # the limits it would get on an Intel GPU
+  INTELRT_API_KEY=secret intelrt serve ./my-model --allowed-origins http://localhost:3000"""
+
+API_KEY_VARIABLE = "INTELRT_API_KEY"
+"""The environment variable ``--api-key`` falls back to (a key on the command line is visible to
+every user of the machine through ``ps``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="completions waiting for a row before requests get 429 (default: 4 per row)")
     parser.add_argument("--drain-timeout", type=positive_number(), default=DRAIN_TIMEOUT_S, metavar="SECONDS",
                         help=f"after SIGTERM, seconds in-flight requests get to finish (default {DRAIN_TIMEOUT_S:g})")
+    parser.add_argument("--api-key", default=None, metavar="KEY",
+                        help=f"every /v1 route answers 401 without 'Authorization: Bearer KEY' (default: "
+                             f"${API_KEY_VARIABLE}, else none); never logged")
+    parser.add_argument("--allowed-origins", nargs="+", default=None, metavar="ORIGIN",
+                        help="origins allowed to call the server from a browser (CORS), e.g. http://localhost:3000 "
+                             "or '*' (default: none)")
+    parser.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
+                        help="HTTP methods allowed cross-origin (default: all)")
+    parser.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
+                        help="request headers allowed cross-origin (default: all)")
+    parser.add_argument("--allow-credentials", action="store_true",
+                        help="cross-origin requests may carry cookies and Authorization")
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="a Jinja chat template file to render chat requests with, instead of the tokenizer's")
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
+                        help="no line per request")
+    parser.add_argument("--lora", action="append", default=[], metavar="NAME=DIR",
+                        help="serve the LoRA adapter in DIR as model NAME beside the base model (repeat for more)")
 
 
 def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
@@ -53,19 +79,50 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
         return _dry_run(args, model, plan_kwargs, limits)
     from ..runtime.loading import plan_for_load
     from ..serving import require_serve_extra
+    from ..serving.adapters import read_adapter
 
     require_serve_extra()
+    served = _served_options(args)
+    for name, path in served["lora"]:
+        read_adapter(name, path)  # before the model loads: a wrong directory fails in a second
     announce_download(model)
     planned = plan_for_load(model, **plan_kwargs)
-    require_generation(planned, "serve")
+    if planned.task != "feature-extraction":
+        require_generation(planned, "serve")
     loaded = load_planned(planned)
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
     serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or "tiny", **limits,
-          drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning",
-          announce=lambda line: print(line, flush=True))
+          drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning", **served)
     return 0
+
+
+def _served_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The serving options of ``args``, checked (a missing template file, a malformed ``--lora``)."""
+    import os
+    from pathlib import Path
+
+    from ..errors import ConfigurationError
+    from ..serving.adapters import parse_lora_option
+    from ..serving.app import CorsOptions
+
+    template = None
+    if args.chat_template is not None:
+        path = Path(args.chat_template).expanduser()
+        if not path.is_file():
+            raise ConfigurationError(f"--chat-template {args.chat_template}: no such file (a Jinja template, e.g. "
+                                     "the chat_template of a tokenizer_config.json saved as a .jinja file)")
+        template = path.read_text(encoding="utf-8")
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+    if key is not None and not key.strip():
+        raise ConfigurationError(f"--api-key is empty (or ${API_KEY_VARIABLE}): give a key, or leave both out")
+    cors = CorsOptions(tuple(args.allowed_origins), tuple(args.allowed_methods), tuple(args.allowed_headers),
+                       args.allow_credentials) if args.allowed_origins else None
+    if cors is None and args.allow_credentials:
+        raise ConfigurationError("--allow-credentials needs --allowed-origins (the origins that may send them)")
+    return {"api_key": key, "cors": cors, "chat_template": template, "access_log": args.access_log,
+            "lora": [parse_lora_option(value) for value in args.lora]}
 
 
 def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:

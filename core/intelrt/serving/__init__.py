@@ -1,10 +1,16 @@
 """``intelrt serve``: an OpenAI-compatible server on intelrt's decode engine.
 
-``app.py`` (the FastAPI app), ``protocol.py`` (the OpenAI bodies), ``scheduler.py`` (the decode
-thread and its queue), ``limits.py`` (rows, context, queue from the plan and the device),
-``text.py`` (tokens to streamed text), ``metrics.py`` (Prometheus), ``server.py`` (uvicorn with
-a draining ``SIGTERM``). Needs the ``serve`` extra (FastAPI, uvicorn, prometheus-client);
-importing this package alone needs none of it.
+``app.py`` (the FastAPI app and its routes), ``state.py`` (what the handlers share),
+``protocol.py`` (the request bodies), ``body.py`` (reading and validating one), ``errors.py``
+(OpenAI error objects), ``responses.py`` (the answers' bodies), ``completions.py`` (completions
+and chat, whole and streamed), ``sampling_fields.py`` (request fields → the engine's sampling
+parameters), ``engine_request.py`` (what the engine takes and applies), ``structured.py``
+(grammars: JSON, tool calls), ``tool_calls.py`` (answers → ``tool_calls``), ``embeddings.py``,
+``adapters.py`` (LoRA adapters), ``middleware.py`` (API key, access log, metric labels),
+``scheduler.py`` (the decode thread and its queue), ``limits.py`` (rows, context, queue from the
+plan and the device), ``text.py`` (tokens to streamed text), ``metrics.py`` (Prometheus),
+``server.py`` (uvicorn, the ``ready:`` line, a draining ``SIGTERM``). Needs the ``serve`` extra
+(FastAPI, uvicorn, prometheus-client, xgrammar); importing this package alone needs none of it.
 """
 
 from __future__ import annotations

@@ -1,27 +1,43 @@
-"""Run the app under uvicorn, with a graceful ``SIGTERM``: stop taking requests, let the ones
-already taken finish (at most ``drain_timeout`` seconds, then they fail with ``503``), exit 0."""
+"""Run the app under uvicorn, saying where it is — the start-up summary, then
+``ready: http://HOST:PORT/v1 — model 'NAME'`` once the socket is open and the model warm, and an
+access line per request (``log_output``; the same from ``intelrt serve`` and ``intelrt.serve()``)
+— with a graceful ``SIGTERM``: stop taking requests, let the ones already taken finish (at most
+``drain_timeout`` seconds, then they fail with ``503``), exit 0."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
+import socket
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 import uvicorn
 
-from .app import ServerState, create_app
+from .app import CorsOptions, create_app
 from .limits import DRAIN_TIMEOUT_S
+from .state import ServerState
 
 if TYPE_CHECKING:
     from ..runtime.loaded import Loaded
 
-"""Seconds in-flight requests get to finish after ``SIGTERM``."""
 CLOSE_GRACE_S = 5.0
 """Beyond the drain timeout, how long uvicorn waits for the failed requests' answers to be written."""
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SERVING_LOGGER = "intelrt.serving"
+"""The start-up summary, the ``ready:`` line (``intelrt.serving``) and the access log
+(``intelrt.serving.access``)."""
+
+
+def url_of(host: str, port: int) -> str:
+    """``http://HOST:PORT/v1`` (an IPv6 address in brackets; ``0.0.0.0`` and ``::`` as they are:
+    they name every interface)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/v1"
 
 
 class DrainingServer(uvicorn.Server):
@@ -31,6 +47,13 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: ServerState, drain_timeout: float) -> None:
         super().__init__(config)
         self.state, self.drain_timeout = state, drain_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        bound = [s.getsockname() for server in self.servers for s in (server.sockets or ())]
+        if bound and not self.should_exit:
+            host, port = bound[0][0], bound[0][1]
+            self.state.listening(url_of(str(host), int(port)))
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.begin_drain(self.drain_timeout)
@@ -49,18 +72,51 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def serving_log(output: TextIO | None) -> Iterator[None]:
+    """``intelrt.serving``'s records (INFO and up) to ``output`` while the server runs, whatever
+    the process's logging set-up (``None``: leave them to it)."""
+    if output is None:
+        yield
+        return
+    from ..support.redaction import redact_log_output
+
+    logger = logging.getLogger(SERVING_LOGGER)
+    handler = logging.StreamHandler(output)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    redact_log_output(handler)
+    before = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
+
+
 def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_name: str | None = None,
           max_batch: int | None = None, context_length: int | None = None, max_queue: int | None = None,
-          drain_timeout: float = DRAIN_TIMEOUT_S, log_level: str = "info",
-          announce: Callable[[str], None] | None = None) -> None:
+          drain_timeout: float = DRAIN_TIMEOUT_S, log_level: str = "warning",
+          announce: Callable[[str], None] | None = None, api_key: str | None = None,
+          cors: CorsOptions | None = None, chat_template: str | None = None, access_log: bool = True,
+          lora: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+          log_output: TextIO | None = sys.stderr, **uvicorn_options: Any) -> None:
     """Serve ``loaded`` with the OpenAI API on ``host``:``port`` until ``SIGTERM`` or ``SIGINT``
     (then drain, and return). ``model_name``, ``max_batch``, ``context_length``, ``max_queue``,
-    ``announce``: see :func:`intelrt.serving.app.create_app`; ``drain_timeout``: seconds in-flight
-    requests get after the signal."""
+    ``announce``, ``api_key``, ``cors``, ``chat_template``, ``access_log``, ``lora``: see
+    :func:`intelrt.serving.app.create_app`; ``drain_timeout``: seconds in-flight requests get
+    after the signal; ``log_level``: uvicorn's own (its start-up lines are replaced by the
+    ``ready:`` line); ``log_output``: where intelrt's serving lines go (``None``: to the
+    process's logging set-up)."""
     if drain_timeout < 0:
         raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout}")
     app = create_app(loaded, model_name=model_name, max_batch=max_batch, context_length=context_length,
-                     max_queue=max_queue, announce=announce)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=int(drain_timeout + CLOSE_GRACE_S))
-    DrainingServer(config, app.state.intelrt, drain_timeout).run()
+                     max_queue=max_queue, announce=announce, api_key=api_key, cors=cors, chat_template=chat_template,
+                     access_log=access_log, lora=lora)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                            timeout_graceful_shutdown=int(drain_timeout + CLOSE_GRACE_S), **uvicorn_options)
+    with serving_log(log_output):
+        DrainingServer(config, app.state.intelrt, drain_timeout).run()
