@@ -194,7 +194,6 @@ def test_a_second_process_finds_the_compiled_step_in_intelrts_cache(tiny_model: 
     assert first["fxgraph_cache_miss"] > 0
     assert second["fxgraph_cache_hit"] >= first["fxgraph_cache_miss"] and second["fxgraph_cache_miss"] == 0
     assert second["tokens"] == first["tokens"]
-    assert second["generate_s"] < first["generate_s"]  # the first generate included the whole compile
     assert list((tmp_path / "intelrt").rglob("*.bin")), "the compiled step is kept in intelrt's cache"
 
 

@@ -102,7 +102,7 @@ def test_X2_plan_simulate_xpu4_devices_2_places_the_model_on_physical_device_2(
     assert main(["plan", str(tiny_model), "--simulate", "xpu:4", "--devices", "2", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     placement = shown["decisions"]["placement"]
-    assert placement["value"] == "xpu:2" and placement["claim"] == "X2"
+    assert placement["value"]["device_map"] == "xpu:2" and placement["claim"] == "X2"
     assert {s["name"]: s["in_process"] for s in shown["env"]}["ZE_AFFINITY_MASK"] is False
     with start_simulation("xpu", 4):
         plan = intelrt.plan(tiny_model, devices=[2])

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = {"intelrt": ".", "intelrt_xpu": "plugins/xpu", "intelrt_hpu": "plugins/hpu"}
 #: site-packages entries that belong to this repository's own (editable) installs.
 OURS = ("intelrt", "__editable__", "_intelrt")
-BUILT_IN = {"defaults", "cpu", "cuda", "graphs"}
+BUILT_IN = {"cpu", "cuda"}
 
 
 def _run(*argv: str | Path, env: dict[str, str] | None = None) -> str:

@@ -23,7 +23,7 @@ TINY_GIB = 1e-6  # device memory far below the tiny model's weights: it does not
 def test_X6_a_model_that_fits_goes_to_one_xpu(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=2, memory_gib=64)
     decision = intelrt.plan(tiny_model).decisions["placement"]
-    assert (decision.value, decision.plugin, decision.claim) == ("xpu", "xpu", "X6")
+    assert (decision.value.device_map, decision.plugin, decision.claim) == ("xpu", "xpu", "X6")
     assert decision.reason.startswith("the weights fit one Intel GPU") and "64.0 GiB per device" in decision.reason
     assert any("pipeline() without device= also picks the Intel GPU" in n for n in decision.notes)
 
@@ -32,7 +32,7 @@ def test_X6_a_model_that_fits_goes_to_one_xpu(simulate, tiny_model: Path) -> Non
 def test_X6_a_model_too_big_for_one_xpu_is_split_across_the_visible_ones(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=2, memory_gib=TINY_GIB)  # two Max 1550 cards: four devices (FLAT)
     decision = intelrt.plan(tiny_model).decisions["placement"]
-    assert decision.value == "auto" and "accelerate splits them across the 4 devices of the run" in decision.reason
+    assert decision.value.device_map == "auto" and "accelerate splits them across the 4 devices of the run" in decision.reason
     # selecting one device leaves nothing to split across: that XPU, named, with the 4-bit hint
     one = intelrt.plan(tiny_model, devices=[1]).decisions["placement"]
     assert one.value == "xpu:1" and "may not fit" in one.reason

@@ -10,6 +10,8 @@ by ``benchmarks/profile_decode.py`` (docs/performance.md)."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -189,6 +191,7 @@ def test_decode_loop_with_the_kernel_equals_generate_for_new_families(kernel: Mo
     """The kernel inside the loop for Gemma-2 (soft-capped scores, sliding layers), Gemma-3 (q/k
     norms with offset weights, a rotary embedding per layer type) and Mixtral (a sliding window
     over experts): a left-padded batch, prompts longer than the window."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))  # the families' builders live there
     from test_decode_families import PROMPTS, build, ours, plain_generate
 
     import intelrt
