@@ -101,6 +101,22 @@ def _check_paths(data: object, output: str | None) -> None:
         raise ConfigurationError(f"--output {output} is a file; pass a directory (it is created when missing)")
 
 
+def _require_peft(args: argparse.Namespace) -> None:
+    """LoRA (``--lora``, ``--4bit``, ``--demo``) needs PEFT: say so before loading and generating,
+    not after (``Loaded.train`` would find out only then)."""
+    import importlib.util
+
+    try:
+        missing = importlib.util.find_spec("peft") is None
+    except (ImportError, ValueError):
+        missing = True
+    if missing:
+        flag = "--demo" if args.demo else "--4bit" if args.four_bit else "--lora"
+        raise ConfigurationError(f"{flag} trains LoRA adapters with PEFT, which is not installed: pip install "
+                                 "'intelrt[train]' (peft and datasets)"
+                                 + ("" if args.demo else ", or leave --lora and --4bit out to train the whole model"))
+
+
 def _train_request(args: argparse.Namespace) -> tuple[object, str, dict[str, Any]]:
     """(data, output_dir, train kwargs) from the command line, ``--demo`` filling the gaps."""
     from ..tiny import corpus_text
@@ -148,6 +164,8 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
             raise UsageError(f"--4bit and --quantization {plan_kwargs['quantization']} disagree; pass one",
                              command="train")
         plan_kwargs["quantization"] = "4bit"
+    if args.lora or args.demo or args.four_bit:
+        _require_peft(args)
     data, output, kwargs = _train_request(args)
     if plan_kwargs.get("parallel") == "auto":
         plan_kwargs["parallel"] = "none"  # loaded to be trained: never split tensor-parallel for inference
