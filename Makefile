@@ -8,16 +8,22 @@ EXAMPLES := docs/examples/intelrt-gemma2-eager docs/examples/intelrt-acme
 .PHONY: install run test lint unit docs conformance clean
 
 $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
+	@echo "make install [1/4]: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "make install [2/4]: pip (25.1 or later installs dependency groups: --group dev)"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "make install [3/4]: torch 2.13.0, the CPU build (the largest download)"
 	# the CPU build of torch first: a bare torch requirement would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install --progress-bar on torch==2.13.0
+	@echo "make install [4/4]: intelrt, intelrt-xpu, intelrt-hpu (editable), their extras and the dev group"
 	# Not the kernels extra: the range transformers accepts (>=0.18.2,<0.19) has no release on PyPI
 	# yet. The tests simulate that version's install (docs/backends/fidelity.md) over the module of
 	# the last release, 0.17.2, which they import.
-	$(PY) -m pip install -q -e ".[bitsandbytes,train,serve,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
+	$(PY) -m pip install --progress-bar on -e ".[bitsandbytes,train,serve]" -e plugins/xpu -e plugins/hpu \
+		kernels==0.17.2 --group dev
 	# earlier versions of this Makefile installed the example plugins here; they are for the tests only
 	$(PY) -m pip uninstall -q -y intelrt-acme intelrt-gemma2-eager 2>/dev/null || true
+	@echo "make install: done ($(VENV); rerun after editing a pyproject.toml)"
 	touch $(STAMP)
 
 # The example plugins of docs/plugins.md are never installed into .venv (every plan would list
