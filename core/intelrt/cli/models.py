@@ -81,6 +81,15 @@ def announce_download(model: str) -> None:
         say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub")
 
 
+def planned(model: str, **options: Any) -> Plan:
+    """``plan_for_load`` with progress: detection and reading the model import torch and
+    transformers, seconds before anything can be said."""
+    from ..runtime.loading import plan_for_load
+
+    with step(f"planning {model} (detecting backends, reading its config)"):
+        return plan_for_load(model, **options)
+
+
 def load_planned(plan: Plan) -> Any:
     """``apply_plan`` with progress: loading may download, and takes seconds even for small models."""
     from ..runtime.loading import apply_plan

@@ -6,8 +6,15 @@ import argparse
 from typing import Any
 
 from .arguments import count, positive_number
-from .models import announce_download, default_model, load_planned, require_generation, simulated
-from .output import emit
+from .models import (
+    announce_download,
+    default_model,
+    load_planned,
+    planned,
+    require_generation,
+    simulated,
+)
+from .output import emit, step
 
 SERVE_DESCRIPTION = """\
 Load MODEL as planned (the plan is printed first) and serve it with the OpenAI API on HOST:PORT:
@@ -51,14 +58,13 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     limits = {"max_batch": args.max_batch, "context_length": args.context_length, "max_queue": args.max_queue}
     if args.simulate:
         return _dry_run(args, model, plan_kwargs, limits)
-    from ..runtime.loading import plan_for_load
     from ..serving import require_serve_extra
 
     require_serve_extra()
     announce_download(model)
-    planned = plan_for_load(model, **plan_kwargs)
-    require_generation(planned, "serve")
-    loaded = load_planned(planned)
+    the_plan = planned(model, **plan_kwargs)
+    require_generation(the_plan, "serve")
+    loaded = load_planned(the_plan)
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
@@ -77,7 +83,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     from ..planning.planner import plan
     from ..serving.limits import serving_limits
 
-    with simulated(args.simulate):
+    with simulated(args.simulate), step(f"planning {model} as on a simulated {args.simulate}"):
         result = plan(model, **plan_kwargs)
     decode = result.decode_choice
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"

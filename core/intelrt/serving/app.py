@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -76,6 +77,19 @@ class ServerState:
         for line in [f"serving {self.model_name} on {self.loaded.plan.backend.name}",
                      *self.scheduler.describe(), *self.limits.lines()]:
             self.announce(f"intelrt serve: {line}")
+
+    def announce_when_ready(self, url: str) -> None:
+        """Once the decode thread has warmed up, say where the server is and the id clients send
+        (SPEC S3); a warm-up failure says so itself (logged, and on ``/ready``)."""
+        def wait() -> None:
+            scheduler = self.scheduler
+            while scheduler is not None and scheduler.failure is None and not self.draining:
+                if scheduler.ready.wait(0.5):
+                    self.announce(f"intelrt serve: ready on {url} — model id {self.model_name!r} "
+                                  "(GET /v1/models lists it, GET /ready answers 200)")
+                    return
+
+        threading.Thread(target=wait, name="intelrt-serve-ready", daemon=True).start()
 
     def begin_drain(self, timeout: float) -> None:
         """Stop taking requests; those already taken have ``timeout`` seconds to finish, then

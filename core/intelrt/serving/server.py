@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -31,6 +32,14 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: ServerState, drain_timeout: float) -> None:
         super().__init__(config)
         self.state, self.drain_timeout = state, drain_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (the app's lifespan, the listening sockets), then the readiness line
+        with the address actually bound (``--port 0`` binds a free port)."""
+        await super().startup(sockets=sockets)
+        if self.started and self.servers and self.servers[0].sockets:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            self.state.announce_when_ready(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.begin_drain(self.drain_timeout)
