@@ -151,11 +151,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """One flag per request option (``--name-with-dashes``), from their one declaration."""
+TRAINING_ONLY = {"sharding": "--sharding says how training spreads over processes; {command} trains nothing "
+                              "(intelrt train and intelrt launch take it)"}
+"""Request options that mean nothing to an inference command: refused there with the reason."""
+
+
+def add_plan_options(parser: argparse.ArgumentParser, *, inference: bool = False) -> None:
+    """One flag per request option (``--name-with-dashes``), from their one declaration; for an
+    ``inference`` command (run, serve), the training-only ones are refused instead."""
     group = parser.add_argument_group("plan options (each overrides one decision; default: intelrt decides)")
     for option in REQUEST_OPTIONS:
-        if option.flag:
+        if inference and option.name in TRAINING_ONLY:
+            parser.set_defaults(**{option.name: option.default})
+            refuse(parser, option.cli_flag, TRAINING_ONLY[option.name].format(command=parser.prog))
+        elif option.flag:
             group.add_argument(option.cli_flag, action="store_true", help=option.help)
         else:
             group.add_argument(option.cli_flag, default=option.default, help=option.help, choices=option.choices,
@@ -221,7 +230,7 @@ def build_parser() -> Parser:
                                 "must be in the local cache (`intelrt run ID` downloads it).",
                     epilog=examples("intelrt plan                          # the embedded tiny model",
                                     "intelrt plan ./my-model --dtype bfloat16 --compile on",
-                                    "intelrt plan --simulate xpu:2         # as on two Intel GPUs you do not have",
+                                    "intelrt plan --simulate xpu:2         # as on two Intel GPU cards you do not have",
                                     "intelrt plan Qwen/Qwen3-0.6B --json   # a cached hub model"))
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP.replace("a hub id (org/name)",
                                                                               "a hub id (org/name) in the local cache"))
@@ -239,7 +248,7 @@ def build_parser() -> Parser:
                    help="the text to continue (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=count(), default=32, metavar="N",
                    help="how many tokens to generate at most (default: %(default)s; below the model's context)")
-    add_plan_options(p)
+    add_plan_options(p, inference=True)
     p.set_defaults(workload="one-shot")  # one generate, then the process ends: warm-up that pays for itself
     refuse(p, "--simulate", REFUSE_SIMULATE)
 
@@ -261,7 +270,7 @@ def build_parser() -> Parser:
     p = add_command(sub, "serve", cmd_serve, summary="serve a model with the OpenAI API (in-flight batching)",
                     description=SERVE_DESCRIPTION, epilog=SERVE_EXAMPLES)
     add_serve_arguments(p)
-    add_plan_options(p)
+    add_plan_options(p, inference=True)
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]",
                    help=SIMULATE_HELP + "; serve then only shows the plan and the limits it would serve with")
     return parser
@@ -299,8 +308,11 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     lines: :mod:`.output`), always).
     Other libraries' records and Python warnings: under their own name (``bitsandbytes: WARNING: …``),
     each message once, and only with ``-v`` (errors always). transformers prints through its own
-    handler (``[transformers] …``).
+    handler (``[transformers] …``); so does huggingface_hub, whose level follows ``-v`` the same way
+    (its retries of an unreachable hub — a warning per try — show with ``-v`` only).
     """
+    from huggingface_hub.utils import logging as hub_logging
+
     from ..support.redaction import redact_log_output
     from .output import CurrentStderr, ProgressHandler
 
@@ -321,6 +333,8 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     intelrt_log.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
     root.addHandler(theirs)
     root.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
+    hub_level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
     progress.setLevel(logging.INFO)  # a long step is never silent
     progress.addHandler(steps)
     progress.propagate = False  # rendered by `steps` alone, not again as "intelrt: INFO: …"
@@ -337,6 +351,7 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
         root.setLevel(before[1])
         progress.setLevel(before[2])
         progress.propagate = before[3]
+        hub_logging.set_verbosity(hub_level)
         logging.captureWarnings(False)
 
     return restore

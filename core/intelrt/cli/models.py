@@ -78,7 +78,8 @@ def announce_download(model: str) -> None:
     from ..support.hubcache import hub_offline, is_repo_cached
 
     if not Path(model).expanduser().exists() and not hub_offline() and not is_repo_cached(model):
-        say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub")
+        say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub (an unreachable hub "
+            "is retried for about 25 s; -v shows each try)")
 
 
 def planned(model: str, **options: Any) -> Plan:

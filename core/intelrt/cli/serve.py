@@ -16,10 +16,15 @@ from .models import (
 )
 from .output import emit, step
 
-SERVE_DESCRIPTION = """\
+TINY_MODEL_ID = "tiny"
+"""The id clients send for the embedded tiny model (``intelrt serve`` without MODEL)."""
+
+SERVE_DESCRIPTION = f"""\
 Load MODEL as planned (the plan is printed first) and serve it with the OpenAI API on HOST:PORT:
-/v1/completions, /v1/chat/completions (streamed with SSE when asked), /v1/models, /health and
-/metrics. Completions join and leave one running batch between decode steps (in-flight batching)
+/v1/completions, /v1/chat/completions (streamed with SSE when asked), /v1/models, /health
+(liveness), /ready (200 once loaded and warmed up, 503 before and while draining) and /metrics
+(Prometheus). A line "ready on http://HOST:PORT" says when requests are taken, with the model id
+clients send (--served-model-name; default MODEL as given, "{TINY_MODEL_ID}" for the embedded tiny model). Completions join and leave one running batch between decode steps (in-flight batching)
 when the plan decodes on the fast loop; otherwise they run one at a time. SIGTERM or Ctrl-C drains
 the requests in flight, then exits with status 0. With --simulate, only the plan and the limits it
 would serve with are shown (see docs/serving.md)."""
@@ -40,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument("--port", type=count(0, 65535), default=8000, help="port to listen on (default %(default)s)")
     parser.add_argument("--served-model-name", default=None, metavar="NAME",
-                        help="the id clients send as `model` (default: MODEL as given)")
+                        help=f"the id clients send as `model` (default: MODEL as given; {TINY_MODEL_ID} for the "
+                             "embedded tiny model)")
     parser.add_argument("--max-batch", type=count(), default=None, metavar="N",
                         help="completions decoding at once (default: the plan's batch size, cut to free memory)")
     parser.add_argument("--context-length", type=count(), default=None, metavar="N",
@@ -68,7 +74,7 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
-    serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or "tiny", **limits,
+    serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or TINY_MODEL_ID, **limits,
           drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning",
           announce=lambda line: print(line, flush=True))
     return 0
