@@ -69,7 +69,7 @@ class Measure:
     tail: list[str] = field(default_factory=list)
 
 
-def _measure(label: str, argv: list[str], mode: str, env: dict[str, str], timeout: float) -> Measure:
+def _measure(label: str, argv: list[str], mode: str, env: dict[str, str], timeout: float, cwd: Path) -> Measure:
     if mode == "tty":
         parent, child = pty.openpty()
         out = err = child
@@ -78,7 +78,7 @@ def _measure(label: str, argv: list[str], mode: str, env: dict[str, str], timeou
         out = err = child
     start = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "intelrt.cli", *argv], stdout=out, stderr=err,
-                               stdin=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
+                               stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     os.close(child)
     chunks: list[tuple[float, bytes]] = []
     stop_sent: float | None = None
@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
            "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p),
            "COLUMNS": os.environ.get("COLUMNS", "100")}
     modes = ("tty", "pipe") if args.mode == "both" else (args.mode,)
+    workdir = Path(tempfile.mkdtemp(prefix="intelrt-silences-run-"))  # launch's script, train's outputs
+    (workdir / "train.py").write_text("print('a rank')\n", encoding="utf-8")
     results: list[Measure] = []
     print(f"{'command':<24} {'mode':<5} {'first':>7} {'silence':>8} {'line gap':>9} {'exit':>6} {'total':>7} rc  "
           "silent after", flush=True)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             if label == "plan (first use)" and mode != modes[0]:
                 continue  # the model is built once
-            m = _measure(label, command, mode, env, args.timeout)
+            m = _measure(label, command, mode, env, args.timeout, workdir)
             results.append(m)
             print(f"{label:<24} {mode:<5} {m.first_s:>6.1f}s {m.silence_s:>7.1f}s {m.line_gap_s:>8.1f}s "
                   f"{m.exit_s:>5.1f}s {m.total_s:>6.1f}s {m.returncode:>2}  {m.longest_silence_before[:60]!r}",

@@ -79,7 +79,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..planning.diagnosis import diagnose, format_report
 
-    with simulated(args.simulate), step("checking this machine: versions, backends, environment"):
+    with step("checking this machine: versions, backends, environment"), simulated(args.simulate):
         report = diagnose(probe=args.probe)
     if args.simulate:  # how the simulation reaches child processes is not part of the machine
         from ..testing.simulation import CHILD_VAR
@@ -94,7 +94,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     model = args.model or default_model()  # built (first use) on this machine, not the simulated one
     machine = f" as on a simulated {args.simulate}" if args.simulate else ""
-    with simulated(args.simulate), step(f"planning {model}{machine} (detecting backends, reading its config)"):
+    with step(f"planning {model}{machine} (detecting backends, reading its config)"), simulated(args.simulate):
         result = plan(model, **plan_kwargs(args))
     emit(args, result.to_dict(), str(result))
     return 0

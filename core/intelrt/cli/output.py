@@ -39,11 +39,15 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 class CurrentStderr:
-    """``sys.stderr`` as it is when written to: a log handler made with it writes above a running
-    spinner (rich redirects ``sys.stderr`` while one shows) and into pytest's capture."""
+    """``sys.stderr`` as it is when written to (pytest's capture too); while a spinner runs, a
+    whole line goes above it through rich's console instead of onto the spinner's line."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with SPINNERS.lock:
+            if SPINNERS.progress is not None and text.endswith("\n"):
+                SPINNERS.line(text.removesuffix("\n"))
+                return len(text)
+            return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -93,8 +97,11 @@ class _Spinners:
                 text = Column(ratio=1, no_wrap=True, overflow="ellipsis")
                 self.progress = Progress(SpinnerColumn(), _elapsed_column(),
                                          TextColumn("intelrt: {task.description} …", markup=False, table_column=text),
-                                         console=console, transient=True, expand=True, redirect_stdout=False,
-                                         redirect_stderr=True)
+                                         console=console, transient=True, expand=True,
+                                         # not rich's redirection of sys.stdout/sys.stderr: it holds a
+                                         # line until its newline, so a progress bar started meanwhile
+                                         # (Trainer's tqdm, which redraws with \r) would show nothing
+                                         redirect_stdout=False, redirect_stderr=False)
                 self.progress.start()
             self.tasks[event.key] = self.progress.add_task(event.what, total=None)
 

@@ -89,7 +89,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     from ..planning.planner import plan
     from ..serving.limits import serving_limits
 
-    with simulated(args.simulate), step(f"planning {model} as on a simulated {args.simulate}"):
+    with step(f"planning {model} as on a simulated {args.simulate}"), simulated(args.simulate):
         result = plan(model, **plan_kwargs)
     decode = result.decode_choice
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"

@@ -314,7 +314,7 @@ def run_launch(args: argparse.Namespace) -> int:
     options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
                "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
                "module": args.module, "backend": args.backend, "strict": args.strict}
-    with simulated(args.simulate), step("planning the launch (detecting backends, the ranks' environment)"):
+    with step("planning the launch (detecting backends, the ranks' environment)"), simulated(args.simulate):
         command = launch_command(args.script, args.script_args, **options)
     if args.dry_run:
         emit(args, command.to_dict(), str(command))
