@@ -136,13 +136,14 @@ def compare(ours: Sequence[Sequence[int]], theirs: Sequence[Sequence[int]]) -> s
 
 
 def run(args: argparse.Namespace) -> Results:
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with step("importing torch and transformers"):
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import intelrt
+        import intelrt
 
-    from ..runtime.pretrained_kwargs import from_pretrained_kwargs
+        from ..runtime.pretrained_kwargs import from_pretrained_kwargs
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     results = Results(device=device, model="tiny Qwen3" if args.tiny else "Qwen3-0.6B-shaped, random bf16",
