@@ -22,14 +22,17 @@ so that command shows the build's silence. Results go to ``DIR/cli_silences.json
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import pty
 import select
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,6 +75,8 @@ class Measure:
 def _measure(label: str, argv: list[str], mode: str, env: dict[str, str], timeout: float, cwd: Path) -> Measure:
     if mode == "tty":
         parent, child = pty.openpty()
+        # a terminal of 40 x 100 (a new pseudo-terminal is 0 x 0: tqdm would draw bars of no width)
+        fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
         out = err = child
     else:
         parent, child = os.pipe()

@@ -114,12 +114,16 @@ def test_launch_ends_with_ranks_exit_codes_and_time(tmp_path: Path, capsys: pyte
 def _on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run ``python -m intelrt.cli ARGV`` with stdout and stderr on a pseudo-terminal, as a person
     at a terminal runs it; (exit status, everything the terminal received)."""
+    import fcntl
     import os
     import pty
     import select
+    import struct
     import subprocess
+    import termios
 
     parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))  # rows, columns
     process = subprocess.Popen([sys.executable, "-m", "intelrt.cli", *argv], stdout=child, stderr=child,
                                stdin=subprocess.DEVNULL, env=env)
     os.close(child)
