@@ -2,22 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-v2
+STAMP := $(VENV)/.installed-v3
 EXAMPLES := docs/examples/intelrt-gemma2-eager docs/examples/intelrt-acme
 
 .PHONY: install run check test lint unit docs conformance clean
 
 $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
+	@echo "make install [1/4]: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "make install [2/4]: pip (25.1 or later installs dependency groups: --group dev)"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "make install [3/4]: torch 2.13.0, the CPU build (the largest download)"
 	# the CPU build of torch first: a bare torch requirement would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install --progress-bar on torch==2.13.0
+	@echo "make install [4/4]: intelrt, intelrt-xpu, intelrt-hpu (editable), their extras and the dev group"
 	# Not the kernels extra: the range transformers accepts (>=0.18.2,<0.19) has no release on PyPI
 	# yet. The tests simulate that version's install (docs/backends/fidelity.md) over the module of
 	# the last release, 0.17.2, which they import.
-	$(PY) -m pip install -q -e ".[bitsandbytes,torchao,autoround,compressed-tensors,train,serve,dev]" -e plugins/xpu -e plugins/hpu kernels==0.17.2
+	$(PY) -m pip install --progress-bar on -e ".[bitsandbytes,torchao,autoround,compressed-tensors,train,serve]" -e plugins/xpu -e plugins/hpu \
+		kernels==0.17.2 --group dev
 	# earlier versions of this Makefile installed the example plugins here; they are for the tests only
 	$(PY) -m pip uninstall -q -y intelrt-acme intelrt-gemma2-eager 2>/dev/null || true
+	@echo "make install: done ($(VENV); rerun after editing a pyproject.toml)"
 	touch $(STAMP)
 
 # The example plugins of docs/plugins.md are never installed into .venv (every plan would list
@@ -32,7 +38,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	@echo "== test: ruff"
-	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples
+	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples docs/reference.py docs_build
 	@echo "== test: mypy"
 	$(VENV)/bin/mypy
 
@@ -40,7 +46,7 @@ lint: $(STAMP)
 # options, CLI parsing, the docs' checks) — no subprocesses, training or compiles.
 check: $(STAMP)
 	@echo "== check: ruff"
-	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples
+	$(VENV)/bin/ruff check core plugins tests benchmarks docs/examples docs/reference.py docs_build
 	@echo "== check: the contract tests (tests/contract)"
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
 
@@ -51,7 +57,7 @@ unit: $(STAMP)
 # The docs site, warnings as errors (broken links, pages missing from the nav), into a temp dir.
 docs: $(STAMP)
 	@echo "== test: the docs site (mkdocs build --strict)"
-	@out=$$(mktemp -d); $(VENV)/bin/mkdocs build --strict -d $$out/site > $$out/log 2>&1; rc=$$?; \
+	@out=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d $$out/site > $$out/log 2>&1; rc=$$?; \
 		grep -v '^INFO' $$out/log; rm -rf $$out; exit $$rc
 
 # The plugin-author conformance suite as plugin authors run it (the unit suite runs it too).

@@ -268,7 +268,36 @@ def test_backend_variable_parser_round_trips(name: str, pad: str, upper: bool) -
 def test_hub_kernel_variables_parsers_never_crash(text: str) -> None:
     overrides = local_kernels({"LOCAL_KERNELS": text})
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in overrides.items())
-    assert hub_offline({"HF_HUB_OFFLINE": text}) is (text.lower() in ("1", "true", "yes", "on"))
+    # huggingface_hub's own rule (constants._is_true): the upper-cased value is one of these
+    assert hub_offline({"HF_HUB_OFFLINE": text}) is (text.upper() in ("1", "ON", "YES", "TRUE"))
+
+
+def test_offline_follows_huggingface_hub_and_its_transformers_fallback() -> None:
+    import huggingface_hub
+
+    assert hub_offline() is huggingface_hub.is_offline_mode() is True  # the suite runs with HF_HUB_OFFLINE=1
+    assert hub_offline({"TRANSFORMERS_OFFLINE": "1"}) and not hub_offline({})
+    assert not hub_offline({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"})  # the first one set wins
+
+
+def test_a_hub_model_is_cached_when_huggingface_hub_finds_its_config(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from hub_cache_layout import cache_kernel
+    from huggingface_hub import constants
+
+    from intelrt.support.hubcache import is_repo_cached
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    commit = "a" * 40
+    repo = tmp_path / "models--org--small"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    assert not is_repo_cached("org/small")  # a snapshot without config.json: loading would download it
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    assert is_repo_cached("org/small") and not is_repo_cached("org/other") and not is_repo_cached("not a repo id!")
+    cache_kernel(tmp_path, "kernels-community/rmsnorm", 1)
+    assert is_repo_cached("kernels-community/rmsnorm", "kernel") and not is_repo_cached("org/small", "kernel")
 
 
 @given(st.dictionaries(st.from_regex(r"[a-z]{1,8}/[a-z]{1,8}", fullmatch=True),

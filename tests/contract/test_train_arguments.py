@@ -53,7 +53,7 @@ def test_plan_from_a_loaded_model_and_user_keywords_win(tiny_model: Path, tmp_pa
 
 
 def test_unknown_and_contradictory_keywords_are_intelrt_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"'per_device_batch_size' \(did you mean 'per_device_"):
+    with pytest.raises(ConfigurationError, match=r"'per_device_batch_size' \(did you mean 'per_device_train_batch_size' or "):
         intelrt.training_arguments(tmp_path, per_device_batch_size=4)
     with pytest.raises(ConfigurationError, match="bf16=True and fp16=True"):
         intelrt.training_arguments(tmp_path, bf16=True, fp16=True)

@@ -152,7 +152,7 @@ def test_c6_conformance_runs_as_a_pytest_suite_with_one_test_per_rule(tmp_path: 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "--pyargs",
+            [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "-p", "intelrt.testing.fixtures", "--pyargs",
              "intelrt.testing.conformance", "--intelrt-plugin", "broken_loads"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,18 @@ def test_train_needs_data_and_output_and_refuses_simulation(tiny_model: Path, tm
     assert "missing.txt: no such file" in capsys.readouterr().err
     assert main(["train", "--demo", "--simulate", "xpu:2"]) == 2
     assert "--simulate only plans" in capsys.readouterr().err
+
+
+def test_lora_without_peft_fails_before_anything_loads(tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "peft", None)  # as in an environment without it: import fails
+    monkeypatch.setenv("INTELRT_CACHE", str(tmp_path / "cache"))  # where the demo would write
+    assert main(["train", "--demo"]) == 2
+    captured = capsys.readouterr()
+    assert "--demo trains LoRA adapters with PEFT, which is not installed: pip install 'intelrt[train]'" in captured.err
+    assert captured.out == ""  # not even the plan: nothing was planned, loaded or generated
+    data = tmp_path / "d.txt"
+    data.write_text("one example\n", encoding="utf-8")
+    assert main(["train", str(tiny_model), "--data", str(data), "--lora", "--output", str(tmp_path / "o")]) == 2
+    assert "or leave --lora and --4bit out to train the whole model" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()

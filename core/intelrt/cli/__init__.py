@@ -1,5 +1,5 @@
 """The ``intelrt`` command line: plugins | doctor | plan | run | train | launch | bench."""
 
-from .app import main
+from .app import console_script, main
 
-__all__ = ["main"]
+__all__ = ["console_script", "main"]

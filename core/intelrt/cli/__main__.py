@@ -1,8 +1,6 @@
 """``python -m intelrt.cli``: the same as the ``intelrt`` command."""
 
-import sys
-
-from .app import main
+from .app import console_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_script()

@@ -5,6 +5,7 @@ inference commands (plugins, doctor, plan, run); ``train`` and ``launch`` are in
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import logging
@@ -30,6 +31,7 @@ from .models import (
     check_tokens,
     default_model,
     load_planned,
+    planned,
     require_generation,
     simulated,
 )
@@ -77,7 +79,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..planning.diagnosis import diagnose, format_report
 
-    with simulated(args.simulate):
+    with step("checking this machine: versions, backends, environment"), simulated(args.simulate):
         report = diagnose(probe=args.probe)
     if args.simulate:  # how the simulation reaches child processes is not part of the machine
         from ..testing.simulation import CHILD_VAR
@@ -91,21 +93,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..planning.planner import plan
 
     model = args.model or default_model()  # built (first use) on this machine, not the simulated one
-    with simulated(args.simulate):
+    machine = f" as on a simulated {args.simulate}" if args.simulate else ""
+    with step(f"planning {model}{machine} (detecting backends, reading its config)"), simulated(args.simulate):
         result = plan(model, **plan_kwargs(args))
     emit(args, result.to_dict(), str(result))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..runtime.loading import plan_for_load
-
     model = args.model or default_model()
     announce_download(model)
-    planned = plan_for_load(model, **plan_kwargs(args))
-    require_generation(planned, "run")
-    check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
-    loaded = load_planned(planned)
+    the_plan = planned(model, **plan_kwargs(args))
+    require_generation(the_plan, "run")
+    check_tokens(the_plan, args.max_new_tokens, "--max-new-tokens", room=1)
+    loaded = load_planned(the_plan)
     compiles = loaded.plan.decided.compile is not None and loaded.plan.decided.compile.enabled
     with step(f"generating up to {args.max_new_tokens} tokens" + (" (the first call compiles)" if compiles else "")):
         text = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
@@ -150,11 +151,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------------
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """One flag per request option (``--name-with-dashes``), from their one declaration."""
+TRAINING_ONLY = {"sharding": "--sharding says how training spreads over processes; {command} trains nothing "
+                              "(intelrt train and intelrt launch take it)"}
+"""Request options that mean nothing to an inference command: refused there with the reason."""
+
+
+def add_plan_options(parser: argparse.ArgumentParser, *, inference: bool = False) -> None:
+    """One flag per request option (``--name-with-dashes``), from their one declaration; for an
+    ``inference`` command (run, serve), the training-only ones are refused instead."""
     group = parser.add_argument_group("plan options (each overrides one decision; default: intelrt decides)")
     for option in REQUEST_OPTIONS:
-        if option.flag:
+        if inference and option.name in TRAINING_ONLY:
+            parser.set_defaults(**{option.name: option.default})
+            refuse(parser, option.cli_flag, TRAINING_ONLY[option.name].format(command=parser.prog))
+        elif option.flag:
             group.add_argument(option.cli_flag, action="store_true", help=option.help)
         else:
             group.add_argument(option.cli_flag, default=option.default, help=option.help, choices=option.choices,
@@ -220,7 +230,7 @@ def build_parser() -> Parser:
                                 "must be in the local cache (`intelrt run ID` downloads it).",
                     epilog=examples("intelrt plan                          # the embedded tiny model",
                                     "intelrt plan ./my-model --dtype bfloat16 --compile on",
-                                    "intelrt plan --simulate xpu:2         # as on two Intel GPUs you do not have",
+                                    "intelrt plan --simulate xpu:2         # as on two Intel GPU cards you do not have",
                                     "intelrt plan Qwen/Qwen3-0.6B --json   # a cached hub model"))
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP.replace("a hub id (org/name)",
                                                                               "a hub id (org/name) in the local cache"))
@@ -238,7 +248,7 @@ def build_parser() -> Parser:
                    help="the text to continue (default: %(default)r)")
     p.add_argument("--max-new-tokens", type=count(), default=32, metavar="N",
                    help="how many tokens to generate at most (default: %(default)s; below the model's context)")
-    add_plan_options(p)
+    add_plan_options(p, inference=True)
     p.set_defaults(workload="one-shot")  # one generate, then the process ends: warm-up that pays for itself
     refuse(p, "--simulate", REFUSE_SIMULATE)
 
@@ -260,7 +270,7 @@ def build_parser() -> Parser:
     p = add_command(sub, "serve", cmd_serve, summary="serve a model with the OpenAI API (in-flight batching)",
                     description=SERVE_DESCRIPTION, epilog=SERVE_EXAMPLES)
     add_serve_arguments(p)
-    add_plan_options(p)
+    add_plan_options(p, inference=True)
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]",
                    help=SIMULATE_HELP + "; serve then only shows the plan and the limits it would serve with")
     return parser
@@ -294,38 +304,54 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     """The one place the command line sets up logging; returns what puts it back.
 
     intelrt's records: ``intelrt: LEVEL: message`` (warnings by default, ``-v`` info, ``-vv`` debug;
-    ``intelrt.progress``, what a long step such as a compile is doing, always).
+    ``intelrt.progress``, the long steps (a spinner with the elapsed time on a terminal, else plain
+    lines: :mod:`.output`), always).
     Other libraries' records and Python warnings: under their own name (``bitsandbytes: WARNING: …``),
     each message once, and only with ``-v`` (errors always). transformers prints through its own
-    handler (``[transformers] …``).
+    handler (``[transformers] …``); so does huggingface_hub, whose level follows ``-v`` the same way
+    (its retries of an unreachable hub — a warning per try — show with ``-v`` only).
     """
+    from huggingface_hub.utils import logging as hub_logging
+
     from ..support.redaction import redact_log_output
+    from .output import CurrentStderr, ProgressHandler
 
     intelrt_log, root = logging.getLogger("intelrt"), logging.getLogger()
     progress = logging.getLogger("intelrt.progress")
-    before = (intelrt_log.level, root.level, progress.level)
-    ours = logging.StreamHandler(sys.stderr)
+    before = (intelrt_log.level, root.level, progress.level, progress.propagate)
+    steps = ProgressHandler()
+    ours = logging.StreamHandler(CurrentStderr())
     ours.setFormatter(logging.Formatter("intelrt: %(levelname)s: %(message)s"))
-    theirs = logging.StreamHandler(sys.stderr)
+    theirs = logging.StreamHandler(CurrentStderr())
     theirs.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
     theirs.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
     theirs.addFilter(_NotIntelrt())
     theirs.addFilter(_Once())
-    for handler in (ours, theirs):
+    for handler in (ours, theirs, steps):
         redact_log_output(handler)
     intelrt_log.addHandler(ours)
     intelrt_log.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
     root.addHandler(theirs)
     root.setLevel(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
-    progress.setLevel(logging.INFO)  # a long compile is never silent
+    hub_level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity(logging.INFO if verbosity >= 2 else logging.WARNING if verbosity else logging.ERROR)
+    progress.setLevel(logging.INFO)  # a long step is never silent
+    progress.addHandler(steps)
+    progress.propagate = False  # rendered by `steps` alone, not again as "intelrt: INFO: …"
     logging.captureWarnings(True)
 
     def restore() -> None:
+        from .output import SPINNERS
+
+        SPINNERS.stop()
         intelrt_log.removeHandler(ours)
         root.removeHandler(theirs)
+        progress.removeHandler(steps)
         intelrt_log.setLevel(before[0])
         root.setLevel(before[1])
         progress.setLevel(before[2])
+        progress.propagate = before[3]
+        hub_logging.set_verbosity(hub_level)
         logging.captureWarnings(False)
 
     return restore
@@ -379,3 +405,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _stdout_closed()
     finally:
         restore()
+
+
+def console_script() -> None:
+    """The ``intelrt`` executable (and ``python -m intelrt.cli``): :func:`main`, then an exit within
+    moments of the last line.
+
+    A normal interpreter exit spends seconds after a command's last line (1.3-1.9 s measured here
+    for ``plan``, ``run`` and ``train --demo``, 3.5-7 s on a busy 2-core machine; issue 32) of which
+    the ``atexit`` handlers take 10-30 ms and the rest is the interpreter tearing down torch's and
+    transformers' modules and objects. So the last ``atexit`` handler to run — registered here,
+    before anything registers its own — flushes stdout, stderr and every log handler, then ends the
+    process with ``os._exit`` and the command's status: non-daemon threads have been joined and
+    every other handler (filelock's lock release, inductor's compile workers, temporary
+    directories) has run by then; only the teardown is skipped.
+    """
+    status = [EXIT_FAILED]
+    atexit.register(_exit_now, status)
+    try:
+        status[0] = main()
+    except SystemExit as exc:  # argparse's --help and --version end through sys.exit
+        code = exc.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+        status[0] = 0 if code is None else code if isinstance(code, int) else EXIT_FAILED
+    sys.exit(status[0])
+
+
+def _exit_now(status: list[int]) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    logging.shutdown()
+    os._exit(status[0])

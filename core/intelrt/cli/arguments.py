@@ -12,7 +12,9 @@ from typing import Any, NoReturn
 
 from .failures import UsageError
 
-SIMULATE_HELP = "plan as on a machine you do not have: KIND:COUNT[:GENERATION], e.g. xpu:2, hpu:8:gaudi3"
+SIMULATE_HELP = ("plan as on a machine you do not have: KIND:COUNT[:GENERATION], e.g. xpu:2 (two Data Center GPU "
+                 "Max 1550 cards, the default: 4 devices, one per tile in FLAT mode; xpu:2:max1100 for one-tile "
+                 "cards), hpu:8:gaudi3")
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -259,7 +259,8 @@ def describe(exc: BaseException, command: str) -> Failure:
         for kind, code, fix in _INTELRT_FIXES:
             if isinstance(exc, kind):
                 fix = fix.format(command=command, plugin=getattr(exc, "plugin", ""),
-                                 distribution=getattr(exc, "distribution", None) or "its distribution")
+                                 distribution=getattr(exc, "distribution", None) or "its distribution"
+                                 ).replace("intelrt  --help", "intelrt --help")  # no command given
                 return Failure(type(exc).__name__, f"{exc}{notes}", fix, code,
                                fix_in_message=kind is not UsageError)
     for rule in _SPECIFIC:

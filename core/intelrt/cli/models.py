@@ -78,7 +78,17 @@ def announce_download(model: str) -> None:
     from ..support.hubcache import hub_offline, is_repo_cached
 
     if not Path(model).expanduser().exists() and not hub_offline() and not is_repo_cached(model):
-        say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub")
+        say(f"{model} is not in the local hub cache: downloading it from the Hugging Face Hub (an unreachable hub "
+            "is retried for about 25 s; -v shows each try)")
+
+
+def planned(model: str, **options: Any) -> Plan:
+    """``plan_for_load`` with progress: detection and reading the model import torch and
+    transformers, seconds before anything can be said."""
+    from ..runtime.loading import plan_for_load
+
+    with step(f"planning {model} (detecting backends, reading its config)"):
+        return plan_for_load(model, **options)
 
 
 def load_planned(plan: Plan) -> Any:

@@ -6,15 +6,27 @@ import argparse
 from typing import Any
 
 from .arguments import count, positive_number
-from .models import announce_download, default_model, load_planned, require_generation, simulated
-from .output import emit
+from .models import (
+    announce_download,
+    default_model,
+    load_planned,
+    planned,
+    require_generation,
+    simulated,
+)
+from .output import emit, step
 
-SERVE_DESCRIPTION = """\
+TINY_MODEL_ID = "tiny"
+"""The id clients send for the embedded tiny model (``intelrt serve`` without MODEL)."""
+
+SERVE_DESCRIPTION = f"""\
 Load MODEL as planned (the plan is printed first) and serve it with the OpenAI API on HOST:PORT:
 /v1/completions, /v1/chat/completions (streamed with SSE when asked; structured output and tool
 calls by grammar), /v1/embeddings (a feature-extraction model), /v1/models, /tokenize,
-/detokenize, /version, /health, /ready and /metrics. When it is ready it prints one line, "ready:
-http://HOST:PORT/v1 — model 'NAME'", then an access line per request. Completions join and leave
+/detokenize, /version, /health (liveness), /ready (200 once loaded and warmed up, 503 before and
+while draining) and /metrics (Prometheus). When it is ready it prints one line, "ready:
+http://HOST:PORT/v1 — model 'NAME'" (NAME: --served-model-name; default MODEL as given,
+"{TINY_MODEL_ID}" for the embedded tiny model), then an access line per request. Completions join and leave
 one running batch between decode steps (in-flight batching) when the plan decodes on the fast
 loop; otherwise they run one at a time. SIGTERM or Ctrl-C drains the requests in flight, then
 exits with status 0. With --simulate, only the plan and the limits it would serve with are shown
@@ -41,7 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument("--port", type=count(0, 65535), default=8000, help="port to listen on (default %(default)s)")
     parser.add_argument("--served-model-name", default=None, metavar="NAME",
-                        help="the id clients send as `model` (default: MODEL as given)")
+                        help=f"the id clients send as `model` (default: MODEL as given; {TINY_MODEL_ID} for the "
+                             "embedded tiny model)")
     parser.add_argument("--max-batch", type=count(), default=None, metavar="N",
                         help="completions decoding at once (default: the plan's batch size, cut to free memory)")
     parser.add_argument("--context-length", type=count(), default=None, metavar="N",
@@ -77,7 +90,6 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     limits = {"max_batch": args.max_batch, "context_length": args.context_length, "max_queue": args.max_queue}
     if args.simulate:
         return _dry_run(args, model, plan_kwargs, limits)
-    from ..runtime.loading import plan_for_load
     from ..serving import require_serve_extra
     from ..serving.adapters import read_adapter
 
@@ -86,14 +98,14 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     for name, path in served["lora"]:
         read_adapter(name, path)  # before the model loads: a wrong directory fails in a second
     announce_download(model)
-    planned = plan_for_load(model, **plan_kwargs)
-    if planned.task != "feature-extraction":
-        require_generation(planned, "serve")
-    loaded = load_planned(planned)
+    the_plan = planned(model, **plan_kwargs)
+    if the_plan.task != "feature-extraction":
+        require_generation(the_plan, "serve")
+    loaded = load_planned(the_plan)
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
-    serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or "tiny", **limits,
+    serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or TINY_MODEL_ID, **limits,
           drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning", **served)
     return 0
 
@@ -134,7 +146,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     from ..planning.planner import plan
     from ..serving.limits import serving_limits
 
-    with simulated(args.simulate):
+    with step(f"planning {model} as on a simulated {args.simulate}"), simulated(args.simulate):
         result = plan(model, **plan_kwargs)
     decode = result.decided.decode
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"

@@ -23,10 +23,11 @@ from .models import (
     check_tokens,
     default_model,
     load_planned,
+    planned,
     require_generation,
     simulated,
 )
-from .output import emit, say
+from .output import emit, say, step
 
 if TYPE_CHECKING:
     from ..training.launching import LaunchCommand
@@ -101,6 +102,22 @@ def _check_paths(data: object, output: str | None) -> None:
         raise ConfigurationError(f"--output {output} is a file; pass a directory (it is created when missing)")
 
 
+def _require_peft(args: argparse.Namespace) -> None:
+    """LoRA (``--lora``, ``--4bit``, ``--demo``) needs PEFT: say so before loading and generating,
+    not after (``Loaded.train`` would find out only then)."""
+    import importlib.util
+
+    try:
+        missing = importlib.util.find_spec("peft") is None
+    except (ImportError, ValueError):
+        missing = True
+    if missing:
+        flag = "--demo" if args.demo else "--4bit" if args.four_bit else "--lora"
+        raise ConfigurationError(f"{flag} trains LoRA adapters with PEFT, which is not installed: pip install "
+                                 "'intelrt[train]' (peft and datasets)"
+                                 + ("" if args.demo else ", or leave --lora and --4bit out to train the whole model"))
+
+
 def _train_request(args: argparse.Namespace) -> tuple[object, str, dict[str, Any]]:
     """(data, output_dir, train kwargs) from the command line, ``--demo`` filling the gaps."""
     from ..tiny import corpus_text
@@ -140,7 +157,6 @@ def tell(text: object) -> None:
 
 
 def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
-    from ..runtime.loading import plan_for_load
     from ..training.locking import is_main_process
 
     if args.four_bit:
@@ -148,6 +164,8 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
             raise UsageError(f"--4bit and --quantization {plan_kwargs['quantization']} disagree; pass one",
                              command="train")
         plan_kwargs["quantization"] = "4bit"
+    if args.lora or args.demo or args.four_bit:
+        _require_peft(args)
     data, output, kwargs = _train_request(args)
     if plan_kwargs.get("parallel") == "auto":
         plan_kwargs["parallel"] = "none"  # loaded to be trained: never split tensor-parallel for inference
@@ -156,21 +174,24 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     quiet = args.json or not main_rank
     if main_rank:
         announce_download(model)
-    planned = plan_for_load(model, **plan_kwargs)
-    require_generation(planned, "train")
+    the_plan = planned(model, **plan_kwargs)
+    require_generation(the_plan, "train")
     if kwargs.get("block_size") is not None:
-        check_tokens(planned, kwargs["block_size"], "--block-size")
+        check_tokens(the_plan, kwargs["block_size"], "--block-size")
     if args.prompt:
-        check_tokens(planned, args.max_new_tokens, "--max-new-tokens", room=1)
+        check_tokens(the_plan, args.max_new_tokens, "--max-new-tokens", room=1)
     if args.demo:
         _one_thread_for_the_tiny_model()
     if not quiet:
-        tell(planned)
-    loaded = load_planned(planned)
+        tell(the_plan)
+    loaded = load_planned(the_plan)
     if not quiet:
         tell(f"\ntraining {'LoRA adapters' if kwargs['lora'] else 'the whole model'} on "
             f"{data if isinstance(data, str) else 'the bundled text'}; output {output}")
-    before = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens) if args.prompt else None
+    before = None
+    if args.prompt:
+        with step(f"generating up to {args.max_new_tokens} tokens before training"):
+            before = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
     if before is not None and not quiet:
         tell(f"before training: {args.prompt!r} -> {before!r}")
     result = loaded.train(data, **kwargs)
@@ -178,9 +199,11 @@ def run_train(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     if not quiet:
         tell(result)
     if args.prompt:
-        trained = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
-        reloaded = load_planned(plan_for_load(output, **{k: v for k, v in plan_kwargs.items() if k != "task"}))
-        again = reloaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
+        with step(f"generating up to {args.max_new_tokens} tokens with the trained model"):
+            trained = loaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
+        reloaded = load_planned(planned(output, **{k: v for k, v in plan_kwargs.items() if k != "task"}))
+        with step(f"generating up to {args.max_new_tokens} tokens with the reloaded model"):
+            again = reloaded.generate(args.prompt, max_new_tokens=args.max_new_tokens)
         report["generation"] = {"prompt": args.prompt, "before": before, "trained": trained, "reloaded": again,
                                 "reloaded_matches": again == trained}
         if not quiet:
@@ -291,7 +314,7 @@ def run_launch(args: argparse.Namespace) -> int:
     options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
                "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
                "module": args.module, "backend": args.backend, "strict": args.strict}
-    with simulated(args.simulate):
+    with step("planning the launch (detecting backends, the ranks' environment)"), simulated(args.simulate):
         command = launch_command(args.script, args.script_args, **options)
     if args.dry_run:
         emit(args, command.to_dict(), str(command))

@@ -18,7 +18,6 @@ import contextlib
 import gc
 import inspect
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,22 @@ from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("intelrt.progress")
+
+COMPILE_ESTIMATES: dict[str, str] = {
+    "H200": "about a minute for a 0.6B model on an H200",  # docs/performance.md, "Warm-up that pays for itself"
+}
+"""How long a first compile of the step takes, by a substring of the device's name: only where it
+was measured (elsewhere a compile line quotes no estimate: the spinner's clock is the honest one)."""
+
+
+def compile_estimate(device: Any) -> str | None:
+    """The measured compile time for ``device``'s kind (an H200's), or ``None``."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    return next((text for key, text in COMPILE_ESTIMATES.items() if key in name), None)
 """What takes long — compiling a step — said before it starts and timed after it ends (the CLI
 shows it; in a program, set this logger to INFO)."""
 
@@ -351,17 +366,13 @@ class FastDecoder:
         if self._deferred and shape not in self._sessions and self._cache(input_ids.device).holds(shape):
             self._compile_from_now("the compile cache holds this step from an earlier process")
         compiling = shape not in self._sessions and self.compile_backend is not None
-        if compiling:
-            self._before_compile(shape, input_ids.device)
-        started = time.perf_counter()
-        s = self._session(rows, length, options, input_ids.device)
-        # A captured shape's call allocates few Python objects: it runs without pauses of the
-        # garbage collector (which, in a process holding compiled graphs, take milliseconds
-        # while the device waits for its next launch). First calls, which compile, collect as usual.
-        with _collector_paused(s.replay is not None):
-            tokens, report = self._run(s, input_ids, attention_mask, options, captured_prompt)
-        if compiling and self.compile_backend is not None:
-            self._after_compile(shape, input_ids.device, time.perf_counter() - started)
+        with self._compiling(shape, input_ids.device) if compiling else contextlib.nullcontext():
+            s = self._session(rows, length, options, input_ids.device)
+            # A captured shape's call allocates few Python objects: it runs without pauses of the
+            # garbage collector (which, in a process holding compiled graphs, take milliseconds
+            # while the device waits for its next launch). First calls, which compile, collect as usual.
+            with _collector_paused(s.replay is not None):
+                tokens, report = self._run(s, input_ids, attention_mask, options, captured_prompt)
         self.decoded += rows * report.steps
         if self._deferred and self.decoded >= tuning.compile_after_tokens:
             self._compile_from_now(f"{self.decoded:,} tokens decoded (DecodeTuning.compile_after_tokens="
@@ -387,24 +398,29 @@ class FastDecoder:
         backend, self._deferred = self._deferred, None
         self.compile_backend, self.attention_kernel = backend, self._planned_kernel
         self._sessions.clear()
-        progress.info("intelrt: the decode step will be compiled with %s from the next call: %s", backend, why)
+        progress.info("the decode step will be compiled with %s from the next call: %s", backend, why)
 
     def _persisted(self) -> bool:
         """Compiled steps are kept across processes (inductor's artifacts, ``compile_cache.py``)."""
         return self.compile_backend == "inductor" and self.tuning.persist_compiled
 
-    def _before_compile(self, shape: tuple[Any, ...], device: Any) -> None:
-        found = self._persisted() and self._cache(device).load(shape)
-        progress.info("intelrt: compiling the decode step for %d row(s) x %d cache slots with %s (%s) ...",
-                      shape[0], shape[1], self.compile_backend,
-                      "its artifacts from an earlier process are loaded: seconds" if found else
-                      "nothing cached for it yet: about a minute for a 0.6B model on an H200")
+    @contextlib.contextmanager
+    def _compiling(self, shape: tuple[Any, ...], device: Any) -> Iterator[None]:
+        """The first call of a shape compiles its step: a progress step (a spinner on the command
+        line), with how long it takes on this device where that was measured."""
+        from ..support.progress import step
 
-    def _after_compile(self, shape: tuple[Any, ...], device: Any, seconds: float) -> None:
-        saved = self._cache(device).save(shape) if self._persisted() else None
-        progress.info("intelrt: decode step for %d row(s) x %d cache slots compiled%s in %.1f s%s", shape[0],
-                      shape[1], " and captured" if self.graphs else "", seconds,
-                      f"; kept for the next process in {saved}" if saved else "")
+        found = self._persisted() and self._cache(device).load(shape)
+        backend = self.compile_backend
+        expect = ("its artifacts from an earlier process are loaded" if found else
+                  "nothing cached for it yet" + (f": {estimate}" if (estimate := compile_estimate(device)) else ""))
+        with step(f"compiling the decode step for {shape[0]} row(s) x {shape[1]} cache slots with {backend} "
+                  f"({expect})"):
+            yield
+        saved = self._cache(device).save(shape) if self._persisted() and self.compile_backend else None
+        if saved:
+            progress.info("the compiled decode step%s is kept for the next process in %s",
+                          " (captured)" if self.graphs else "", saved)
 
     def _run(self, s: _Session, input_ids: Any, attention_mask: Any, options: DecodeOptions,
              captured_prompt: bool) -> tuple[Any, DecodeReport]:

@@ -152,8 +152,11 @@ class Scheduler:
 
     # -- the decode thread ---------------------------------------------------------------------
     def _main(self) -> None:
+        from ..support.progress import step
+
         try:
-            self._warm_up()
+            with step(f"warming up the decode loop ({self.engine}) before the first request"):
+                self._warm_up()
         except Exception as exc:  # noqa: BLE001 - reported by /ready and to every request
             self.failure = f"the model failed to warm up ({type(exc).__name__}: {str(exc)[:300]})"
             log.error("intelrt serve: %s", self.failure, exc_info=exc)

@@ -74,15 +74,22 @@ def installed_version(distribution: str) -> str | None:
 
 
 def _transformers_kernels_spec() -> str | None:
-    """The ``kernels`` range of transformers' ``kernels`` extra (``"<0.19,>=0.18.2"``)."""
+    """The ``kernels`` range of transformers' ``kernels`` extra (``"<0.19,>=0.18.2"``), read from its
+    Requires-Dist lines with ``packaging.requirements.Requirement`` (name, specifier and marker)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         requires = metadata.requires("transformers") or []
     except metadata.PackageNotFoundError:
         return None
     for line in requires:
-        name, _, marker = line.partition(";")
-        if name.strip().startswith("kernels") and "kernels" in marker and "extra" in marker:
-            return name.strip()[len("kernels"):].strip() or None
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if (requirement.name == "kernels" and requirement.marker is not None
+                and requirement.marker.evaluate({"extra": "kernels"})):
+            return str(requirement.specifier) or None
     return None
 
 

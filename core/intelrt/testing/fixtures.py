@@ -1,4 +1,7 @@
-"""pytest plugin (entry point ``pytest11``): fixtures for intelrt and plugin authors."""
+"""pytest plugin for intelrt and its plugin authors, opt-in: ``pytest -p intelrt.testing.fixtures``
+(or ``addopts = "-p intelrt.testing.fixtures"`` in your pytest configuration). Not registered
+through a ``pytest11`` entry point, so that installing intelrt adds no fixture or option to other
+projects' pytest sessions."""
 
 from __future__ import annotations
 
@@ -36,10 +39,11 @@ def tiny_model_path() -> Path:
     return default_model_path()
 
 
-# -- the conformance suite's options (``pytest --pyargs intelrt.testing.conformance``) ----------
+# -- the conformance suite's options (``pytest -p intelrt.testing.fixtures --pyargs intelrt.testing.conformance``)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("intelrt", "intelrt plugin conformance (pytest --pyargs intelrt.testing.conformance)")
+    group = parser.getgroup("intelrt", "intelrt plugin conformance (pytest -p intelrt.testing.fixtures "
+                                       "--pyargs intelrt.testing.conformance)")
     group.addoption("--intelrt-plugin", action="append", dest="intelrt_plugin", default=[], metavar="NAME",
                     help="plugin to check (entry-point name, distribution or module); repeatable; "
                          "default: every installed intelrt plugin")

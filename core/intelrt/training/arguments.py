@@ -78,8 +78,10 @@ def _check_names(names: Mapping[str, Any], valid: frozenset[str]) -> None:
         return
     hints = []
     for name in unknown:
-        close = difflib.get_close_matches(name, sorted(valid), n=1)
-        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        # the two nearest; a training keyword first (per_device_batch_size is nearest to the eval one)
+        close = difflib.get_close_matches(name, sorted(valid), n=2)
+        close.sort(key=lambda candidate: "train" not in candidate)
+        hints.append(f"{name!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
     raise ConfigurationError(f"not a TrainingArguments keyword: {', '.join(hints)}. See "
                              "help(transformers.TrainingArguments) for the keywords it takes.")
 

@@ -8,6 +8,7 @@ prepares its arguments from the plan (:mod:`intelrt.training.arguments`), the da
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -275,18 +276,26 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dataset = causal_lm_blocks(data, tokenizer, block_size, _model_limits(loaded))
-
-    overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
-    if lora or quantized:
-        overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
-    settings = training_settings(plan, overrides)
-    args = build_training_arguments(out, plan, settings)
+    with _progress("cutting the data into blocks and building TrainingArguments"):
+        dataset = causal_lm_blocks(data, tokenizer, block_size, _model_limits(loaded))
+        overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
+        if lora or quantized:
+            overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
+        settings = training_settings(plan, overrides)
+        args = build_training_arguments(out, plan, settings)
     check_writable(out)  # before training: a full or read-only disk must not cost the whole run
     with hold_output_dir(out):
         return _train_holding(loaded, dataset, out, lora=lora, quantized=quantized, resume=resume,
                               overwrite=overwrite, args=args, settings=settings, callbacks=callbacks,
                               sharding=parallelism_of(plan))
+
+
+def _progress(what: str) -> contextlib.AbstractContextManager[None]:
+    """A set-up step as progress (``intelrt.support.progress``) in the main process; in a launched
+    job's other ranks, nothing (one report per job)."""
+    from ..support.progress import step
+
+    return step(what) if is_main_process() else contextlib.nullcontext()
 
 
 def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantized: bool, resume: object,
@@ -299,15 +308,16 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
         if overwrite:
             remove_earlier_checkpoints(out)
     checkpoint = resume_checkpoint(resume, out)
-    model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
+    with _progress("setting up the Trainer" + (" and the LoRA adapters" if lora or quantized else "")):
+        model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
 
-    from transformers import DataCollatorForLanguageModeling, Trainer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+        from transformers import DataCollatorForLanguageModeling, Trainer
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    guard = divergence_guard()
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
-                      data_collator=DataCollatorForLanguageModeling(loaded.tokenizer, mlm=False),
-                      callbacks=[*callbacks, guard])
+        guard = divergence_guard()
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
+                          data_collator=DataCollatorForLanguageModeling(loaded.tokenizer, mlm=False),
+                          callbacks=[*callbacks, guard])
     trainer.pop_callback(PrinterCallback)  # one summary at the end instead of a dict per log step
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_quiet_progress())

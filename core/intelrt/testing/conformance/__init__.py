@@ -7,9 +7,9 @@ Check a plugin from your own tests::
     def test_my_plugin_conforms():
         check_plugin("my_plugin").raise_for_violations()
 
-or run it as a pytest suite (the ``intelrt`` pytest plugin adds the options)::
+or run it as a pytest suite (``-p intelrt.testing.fixtures`` adds the options)::
 
-    pytest --pyargs intelrt.testing.conformance --intelrt-plugin my_plugin \\
+    pytest -p intelrt.testing.fixtures --pyargs intelrt.testing.conformance --intelrt-plugin my_plugin \\
         [--intelrt-scenario my_plugin.testing:scenarios] [--intelrt-model path/to/model]
 
 Each rule in :data:`RULES` is one test per plugin, so a failure names the rule it breaks.

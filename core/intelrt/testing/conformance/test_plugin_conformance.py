@@ -1,4 +1,5 @@
-"""One test per (plugin, rule): ``pytest --pyargs intelrt.testing.conformance --intelrt-plugin NAME``.
+"""One test per (plugin, rule):
+``pytest -p intelrt.testing.fixtures --pyargs intelrt.testing.conformance --intelrt-plugin NAME``.
 
 Without ``--intelrt-plugin`` every plugin installed in the ``intelrt`` entry-point group is
 checked. ``--intelrt-scenario MODULE:NAME`` adds machines (your simulated runtime);

@@ -4,7 +4,7 @@
 machine through its environment variables, so the plugin's detection runs unchanged.
 ``scenarios`` hands the same machine to the intelrt conformance suite::
 
-    pytest --pyargs intelrt.testing.conformance --intelrt-plugin acme \\
+    pytest -p intelrt.testing.fixtures --pyargs intelrt.testing.conformance --intelrt-plugin acme \\
         --intelrt-scenario intelrt_acme.testing:scenarios
 """
 
