@@ -24,7 +24,7 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("quickstart.md", "cli.md", "serving.md", "training.md")
 BLOCK = re.compile(r"^<!-- output of(?: \(exit (?P<exit>\d+)\))?: (?P<command>intelrt [^>]*?) -->\n"
                    r"```(?P<lang>\w+)\n(?P<body>.*?)^```", re.M | re.S)

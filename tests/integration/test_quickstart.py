@@ -48,7 +48,7 @@ def fresh_machine(tmp_path: Path) -> dict[str, str]:
 def test_quickstart_runs_in_order_on_a_fresh_machine_offline(tmp_path: Path) -> None:
     env = fresh_machine(tmp_path)
     found = blocks(PAGE.read_text(encoding="utf-8"))
-    # text blocks show output (tests/test_docs_commands.py compares them); the others are run
+    # text blocks show output (tests/integration/test_docs_commands.py compares them); the others are run
     assert {"bash", "console", "python"} <= {lang for lang, _, _ in found} <= {"bash", "console", "python", "text"}
     python: list[tuple[str, bool]] = []
     commands = 0
