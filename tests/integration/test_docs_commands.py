@@ -28,7 +28,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("quickstart.md", "cli.md", "serving.md", "training.md")
 BLOCK = re.compile(r"^<!-- output of(?: \(exit (?P<exit>\d+)\))?: (?P<command>intelrt [^>]*?) -->\n"
                    r"```(?P<lang>\w+)\n(?P<body>.*?)^```", re.M | re.S)
-READY = "intelrt serve: ready on "
+READY = "ready: http://"
 NORMAL = ((re.compile(r"\S*/tiny-qwen3-v\d+"), "TINY"), (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:PORT"),
           (re.compile(r"\d+(\.\d+)? s\b"), "N s"))
 
