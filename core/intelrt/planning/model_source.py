@@ -20,8 +20,12 @@ log = logging.getLogger(__name__)
 
 SAFE_WEIGHTS = (".safetensors",)
 PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt",
-                    "preprocessor_config.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json",
+                    "spiece.model", "sentencepiece.bpe.model")
+#: What transformers' processors are saved as (``processing_utils``, ``image_processing_base``,
+#: ``feature_extraction_utils``, ``video_processing_utils``: ``PROCESSOR_NAME`` …, ``CHAT_TEMPLATE_FILE``).
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
+                   "chat_template.jinja", "chat_template.json")
 #: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 #: Bytes per element of the safetensors dtypes (a dtype not listed is checked by its offsets only).
@@ -43,12 +47,21 @@ class ModelInfo:
     config: dict[str, Any]
     weight_files: tuple[str, ...]
     has_tokenizer: bool
+    """Tokenizer files (``tokenizer.json``, ``tokenizer_config.json``, a vocabulary) lie beside the model."""
     base: ModelInfo | None = None
     """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
     it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
     architecture: Architecture | None = None
     """The transformers class ``load`` will instantiate (set by planning once the task is decided;
     ``None`` for remote code, or a model transformers has no class for)."""
+    processor_files: tuple[str, ...] = ()
+    """Processor files beside the model (:data:`PROCESSOR_FILES`: an image processor's or feature
+    extractor's ``preprocessor_config.json``, a multimodal ``processor_config.json``, a chat template)."""
+
+    @property
+    def has_processor(self) -> bool:
+        """An image processor, feature extractor or multimodal processor is saved beside the model."""
+        return any(f.endswith(".json") and "processor" in f for f in self.processor_files)
 
     @property
     def model_type(self) -> str:
@@ -85,20 +98,37 @@ class ModelInfo:
         return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
                 "architectures": list(self.architectures), "weights_format": self.weights_format,
                 "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
+                "processor_files": list(self.processor_files),
                 "adapter_of": self.base.source if self.base else None,
                 "class": self.architecture.to_dict() if self.architecture else None}
+
+
+def _count(value: Any) -> int:
+    """A size field as one int: a per-layer list is its mean, a per-part dict (LXMERT's
+    ``num_hidden_layers`` = ``{"language": 9, "vision": 5, "cross_encoder": 5}``) its sum; 0 if neither."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        counts = [_count(v) for v in value]
+        return sum(counts) // max(len(counts), 1)
+    if isinstance(value, dict):
+        return sum(_count(v) for v in value.values())
+    return 0
 
 
 def estimate_parameters(config: dict[str, Any]) -> int:
     """A rough decoder/encoder parameter count from the usual config fields (0 if unknown)."""
     text = config.get("text_config") or config
-    hidden = int(text.get("hidden_size") or text.get("d_model") or 0)
-    layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
-    vocab = int(text.get("vocab_size") or 0)
-    inter_field = text.get("intermediate_size") or 4 * hidden
-    if isinstance(inter_field, list):  # one size per layer (gemma3n): their mean
-        inter_field = sum(inter_field) // max(len(inter_field), 1) or 4 * hidden
-    inter = int(inter_field)
+    if not isinstance(text, dict):
+        return 0
+    hidden = _count(text.get("hidden_size") or text.get("d_model"))
+    layers = _count(text.get("num_hidden_layers") or text.get("n_layer"))
+    vocab = _count(text.get("vocab_size"))
+    inter = _count(text.get("intermediate_size")) or 4 * hidden
     if not hidden or not layers:
         return 0
     per_layer = 4 * hidden * hidden + 3 * hidden * inter
@@ -110,6 +140,14 @@ def _weights_in(directory: Path) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in directory.iterdir()
                         if p.is_file() and p.name.endswith(SAFE_WEIGHTS + PICKLE_WEIGHTS)
                         and not p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args"))))
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def _processor_files(directory: Path) -> tuple[str, ...]:
+    return tuple(name for name in PROCESSOR_FILES if (directory / name).is_file())
 
 
 class AdapterChainError(ModelSourceError):
@@ -145,9 +183,9 @@ def _adapter_directory(source: str, directory: Path, download: bool, chain: tupl
             f"transformers puts one adapter on a full model. Merge {base_name} into its base (peft's "
             "merge_and_unload(), then save_pretrained) and set base_model_name_or_path in "
             f"{adapter_file} to the merged model.")
-    has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
     return ModelInfo(source=source, local_dir=str(directory), config=base.config,
-                     weight_files=_weights_in(directory), has_tokenizer=has_tokenizer, base=base)
+                     weight_files=_weights_in(directory), has_tokenizer=_has_tokenizer(directory),
+                     base=base, processor_files=_processor_files(directory))
 
 
 def _refuse_a_loop(directory: Path, chain: tuple[tuple[str, str], ...]) -> None:
@@ -183,9 +221,8 @@ def _from_directory(source: str, directory: Path, download: bool = False, chain:
         raise ModelSourceError(f"{config_file}: cannot read it as JSON ({exc}); re-save the model") from None
     if not isinstance(config, dict):
         raise ModelSourceError(f"{config_file}: expected a JSON object, got {type(config).__name__}")
-    has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
-    return ModelInfo(source=source, local_dir=str(directory), config=config,
-                     weight_files=_weights_in(directory), has_tokenizer=has_tokenizer)
+    return ModelInfo(source=source, local_dir=str(directory), config=config, weight_files=_weights_in(directory),
+                     has_tokenizer=_has_tokenizer(directory), processor_files=_processor_files(directory))
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
