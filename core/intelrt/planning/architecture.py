@@ -126,11 +126,12 @@ def task_for(model: ModelInfo) -> tuple[str, str] | None:
 def choose_class(config: Any, task: str) -> tuple[Any, str | None]:
     """(class, the auto class that chose it or ``None``) for ``task``, as ``transformers.pipeline``
     chooses: the first of the task's auto classes whose mapping holds the config's type, else the
-    first class of transformers ``config.architectures`` names. ``(None, None)``: transformers has none."""
+    first class of transformers ``config.architectures`` names that is a class of the task (or any,
+    for :data:`~intelrt.planning.tasks.CHECKPOINT_CLASS`). ``(None, None)``: transformers has none."""
     import transformers
     from transformers.models.auto.auto_factory import _get_model_class
 
-    from .tasks import get
+    from .tasks import CHECKPOINT_CLASS, class_names, get
 
     for auto in get(task).auto_classes:
         model_mapping = getattr(transformers, auto)._model_mapping
@@ -138,7 +139,9 @@ def choose_class(config: Any, task: str) -> tuple[Any, str | None]:
             return _get_model_class(config, model_mapping), auto
     for arch in getattr(config, "architectures", None) or ():
         cls = getattr(transformers, arch, None)
-        if cls is not None:
+        # transformers' pipeline would try any class the config names; one that is not a class of
+        # the task (a causal LM for image-classification) only fails later, far from the cause
+        if cls is not None and (task == CHECKPOINT_CLASS or arch in class_names(task)):
             return cls, None
     return None, None
 
