@@ -255,7 +255,8 @@ class Loaded:
         self.last_generation = GenerationReport("generate", reason, prepared.rows, batches=1)
         if self._wants_output(settings):
             return output, None
-        return output, plain_generate.new_tokens(output, prepared, plain_generate.eos_ids(self.model, settings))
+        return output, plain_generate.new_tokens(output, prepared, plain_generate.eos_ids(self.model, settings),
+                                                 self.model)
 
     def _pad_id(self, settings: dict[str, Any]) -> int:
         """The pad id of a call: its own, the model's generation config's, the tokenizer's, or EOS."""

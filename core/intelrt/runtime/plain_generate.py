@@ -64,6 +64,11 @@ def model_input_names(kwargs: Mapping[str, Any]) -> list[str]:
     return sorted(k for k, v in unused.items() if hasattr(v, "shape"))
 
 
+DECODER_START = -1
+"""``Prepared.prompt_width`` of an encoder-decoder call without ``decoder_input_ids``: its output
+starts with the decoder's start token when ``generate`` prepends it (see :func:`new_tokens`)."""
+
+
 @dataclass
 class Prepared:
     """The model's inputs for one call, and how to read its output."""
@@ -73,7 +78,7 @@ class Prepared:
     single: bool
     prompt_width: int
     """Tokens of the (left-padded) prompt a decoder-only model's output starts with; for an
-    encoder-decoder model, the decoder's start tokens (the start token, or ``decoder_input_ids``)."""
+    encoder-decoder model, the ``decoder_input_ids`` given, or :data:`DECODER_START`."""
 
 
 def on_device(inputs: Mapping[str, Any], model: Any) -> dict[str, Any]:
@@ -137,7 +142,7 @@ def prepare(model: Any, processor: Any, tokenizer: Any, prompt: object, *, image
     rows = _rows(inputs)
     if encoder_decoder:
         start = inputs.get("decoder_input_ids")
-        width = int(start.shape[-1]) if start is not None else 1
+        width = int(start.shape[-1]) if start is not None else DECODER_START
     else:
         ids = inputs.get("input_ids")
         width = int(ids.shape[-1]) if ids is not None else 0
@@ -199,13 +204,27 @@ def run(model: Any, prepared: Prepared, settings: Mapping[str, Any], no_grad: bo
         return model.generate(**prepared.inputs, **settings)
 
 
-def new_tokens(output: Any, prepared: Prepared, eos: Sequence[int]) -> list[list[int]]:
-    """Each row's generated ids, past the prompt (decoder-only) or the decoder's start tokens
-    (encoder-decoder), up to and including its first end-of-sequence id."""
+def new_tokens(output: Any, prepared: Prepared, eos: Sequence[int], model: Any) -> list[list[int]]:
+    """Each row's generated ids, past the prompt (decoder-only) or the decoder's start token
+    (encoder-decoder), up to and including its first end-of-sequence id.
+
+    ``GenerationMixin.generate`` returns an encoder-decoder's decoder sequence with its start token
+    first (``_prepare_decoder_input_ids_for_generation``); a model's own ``generate`` may not
+    (Whisper's returns the tokens after its decoder prompt: ``generation_whisper.py:
+    _postprocess_outputs``), so there the start token is cut only where every row begins with it."""
+    from transformers import GenerationMixin
+
     from ..decoding.generation import until_eos
 
     sequences = output.sequences if hasattr(output, "sequences") else output
-    return until_eos(sequences[:, prepared.prompt_width:].tolist(), eos)
+    width = prepared.prompt_width
+    if width == DECODER_START:
+        width = 1
+        if getattr(type(model), "generate", None) is not GenerationMixin.generate:
+            start = getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
+            start = start if start is not None else getattr(model.config, "decoder_start_token_id", None)
+            width = int(start is not None and bool((sequences[:, :1] == start).all()))
+    return until_eos(sequences[:, width:].tolist(), eos)
 
 
 def eos_ids(model: Any, settings: Mapping[str, Any]) -> list[int]:
