@@ -285,3 +285,41 @@ def test_attention_mask_is_accepted(tiny_model: Path) -> None:
     assert "attention_mask" in loaded.last_generation.reason
     out = plain.generate(input_ids=torch.tensor(padded), attention_mask=holes, pad_token_id=0, **settings)
     assert got == out[:, 4:].tolist()
+
+
+# -- load(task=) for every task (needs options.py to take planning.tasks' list: issue 25) ---------------
+
+
+def _forced_tasks_accepted() -> bool:
+    from intelrt.planning.request import Request
+
+    try:
+        Request.build("model", task="token-classification")
+    except ConfigurationError:
+        return False
+    return True
+
+
+needs_task_option = pytest.mark.skipif(
+    not _forced_tasks_accepted(), reason="planning/options.py does not take the tasks of intelrt.planning.tasks yet "
+    "(its task option's normaliser is planning.tasks.normalize_task once issue 25 wires it)")
+
+
+@needs_task_option
+@pytest.mark.claim("T2")
+def test_load_takes_every_task_and_its_aliases(head: Any, tmp_path: Path) -> None:
+    from intelrt.planning import tasks
+
+    assert set(tasks.pipeline_tasks()) <= set(tasks.load_tasks())
+    assert intelrt.plan(head("bert-token"), task="ner").task == "token-classification"
+    assert intelrt.plan(head("bert-nli"), task="sequence-classification").task == "text-classification"
+    base = intelrt.load(head("vit"), task="image-feature-extraction")
+    assert type(base.model).__name__ == "ViTModel"
+    picture = heads.images()[0]
+    assert base.pipeline("image-feature-extraction")(picture) == \
+        _plain("image-feature-extraction", head("vit"))(picture)  # transformers' AutoModel of the same checkpoint
+    with pytest.raises(ConfigurationError, match="task='pose-magic' is not a task of the installed transformers"):
+        intelrt.plan(head("vit"), task="pose-magic")
+    with pytest.raises(ConfigurationError, match="no class of transformers for task 'fill-mask'.*serves "
+                                                 "image-classification"):
+        intelrt.load(head("vit"), task="fill-mask")

@@ -1,0 +1,205 @@
+"""The zoo's tasks beyond causal LMs and text classifiers (issue 26): every model type of the auto
+mapping of each task, built as a tiny random float32 model saved as its hub class, one batch of
+inputs made from its config, and what to compare.
+
+* ``TASKS``: zoo task → (transformers auto class, the inputs it reads, what is compared);
+* ``model_types(task)``: every model type the auto class maps in the installed transformers;
+* ``build(task, model_type, root)``: the tiny checkpoint (cached per config fingerprint);
+* ``inputs(task, model)``: two rows of random inputs shaped from the model's config;
+* ``outputs(task, model, inputs)``: the tensors compared (logits, or greedy tokens for the
+  generative tasks).
+
+Nothing here touches intelrt: both sides get the same checkpoint and the same inputs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import build, shrink
+
+ROWS = 2
+TEXT_LENGTH = 7
+AUDIO_SAMPLES = 1600
+NEW_TOKENS = 5
+ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class ZooTask:
+    """One zoo task: the auto class a plain user loads it with, the inputs it reads
+    (``text``, ``choices``, ``pixels``, ``text+pixels``, ``audio``, ``features``) and whether its
+    greedy tokens (``generate``) or its forward's tensors (``forward``) are compared."""
+
+    auto_class: str
+    inputs: str
+    compare: str
+    pipeline_task: str
+    """The task intelrt plans for it (what its plan says)."""
+
+
+TASKS: dict[str, ZooTask] = {
+    "seq2seq": ZooTask("AutoModelForSeq2SeqLM", "text", "generate", "text2text-generation"),
+    "image-text-to-text": ZooTask("AutoModelForImageTextToText", "text", "generate", "image-text-to-text"),
+    "speech-seq2seq": ZooTask("AutoModelForSpeechSeq2Seq", "features", "generate", "automatic-speech-recognition"),
+    "ctc": ZooTask("AutoModelForCTC", "audio", "forward", "automatic-speech-recognition"),
+    "audio-classification": ZooTask("AutoModelForAudioClassification", "audio", "forward", "audio-classification"),
+    "token-classification": ZooTask("AutoModelForTokenClassification", "text", "forward", "token-classification"),
+    "question-answering": ZooTask("AutoModelForQuestionAnswering", "text", "forward", "question-answering"),
+    "fill-mask": ZooTask("AutoModelForMaskedLM", "text", "forward", "fill-mask"),
+    "multiple-choice": ZooTask("AutoModelForMultipleChoice", "choices", "forward", "multiple-choice"),
+    "image-classification": ZooTask("AutoModelForImageClassification", "pixels", "forward", "image-classification"),
+    "zero-shot-image-classification": ZooTask("AutoModelForZeroShotImageClassification", "text+pixels", "forward",
+                                              "zero-shot-image-classification"),
+    "object-detection": ZooTask("AutoModelForObjectDetection", "pixels", "forward", "object-detection"),
+    "semantic-segmentation": ZooTask("AutoModelForSemanticSegmentation", "pixels", "forward", "image-segmentation"),
+    "depth-estimation": ZooTask("AutoModelForDepthEstimation", "pixels", "forward", "depth-estimation"),
+}
+"""Zoo task → what it builds, feeds and compares."""
+
+SKIP: dict[tuple[str, str], str] = {}
+"""(zoo task, model type) → why no tiny model is built for it."""
+
+
+def model_types(task: str) -> list[str]:
+    """Every model type the task's auto class maps (``AutoModelFor…._model_mapping``)."""
+    import transformers
+
+    return list(getattr(transformers, TASKS[task].auto_class)._model_mapping._model_mapping)
+
+
+def class_name(task: str, model_type: str) -> str:
+    """The class the task's auto class builds for ``model_type`` (the first, for a tuple)."""
+    import transformers
+
+    value = getattr(transformers, TASKS[task].auto_class)._model_mapping._model_mapping[model_type]
+    return str(value[0] if isinstance(value, (list, tuple)) else value)
+
+
+def tiny_config_dict(task: str, model_type: str) -> dict[str, Any]:
+    """``shrink``'s tiny config, with labels for the classifying heads."""
+    config = shrink.tiny_config_dict(model_type)
+    if TASKS[task].compare == "forward" and task not in ("fill-mask", "depth-estimation"):
+        config["id2label"] = {str(i): f"label_{i}" for i in range(build.NUM_LABELS)}
+        config["label2id"] = {f"label_{i}": i for i in range(build.NUM_LABELS)}
+    return config
+
+
+def build_model(task: str, model_type: str, root: Path) -> tuple[Path, dict[str, Any]]:
+    """The tiny checkpoint of ``model_type`` for ``task`` at ``<root>/<task>-<model_type>``."""
+    import torch
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    config_dict = tiny_config_dict(task, model_type)
+    target = root / f"{task}-{model_type}"
+    fingerprint = build._fingerprint(f"task-{task}", config_dict)
+    info = build._cached(target, fingerprint)
+    if info is not None:
+        return target, {**info, "cached": True}
+    start = time.perf_counter()
+    config = CONFIG_MAPPING[model_type].from_dict(config_dict)
+    config.architectures = [class_name(task, model_type)]  # as a hub checkpoint names its class
+    torch.manual_seed(0)
+    model = getattr(transformers, TASKS[task].auto_class).from_config(config, dtype=torch.float32).eval()
+    if TASKS[task].compare == "generate":
+        build.silence_eos(model)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{task}-{model_type}.", dir=root))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        info = {"fingerprint": fingerprint, "task": task, "model_type": model_type, "class": type(model).__name__,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "build_s": round(time.perf_counter() - start, 3)}
+        (staging / build.STAMP).write_text(json.dumps(info, indent=1))
+        build._publish(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target, {**info, "cached": False}
+
+
+def _sub(config: Any, *names: str) -> Any:
+    for name in names:
+        sub = getattr(config, name, None)
+        if sub is not None:
+            return sub
+    return config
+
+
+def _image_side(vision: Any) -> tuple[int, int]:
+    size = getattr(vision, "image_size", None) or 224
+    if isinstance(size, dict):
+        size = [size.get("height", 224), size.get("width", 224)]
+    if isinstance(size, (list, tuple)):
+        return int(size[0]), int(size[-1])
+    return int(size), int(size)
+
+
+def inputs(task: str, model: Any) -> dict[str, Any]:
+    """Two rows of seeded random inputs shaped from the model's config and forward signature."""
+    import torch
+
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    parameters = inspect.signature(model.forward).parameters
+    kind = TASKS[task].inputs
+    made: dict[str, Any] = {}
+    if kind in ("text", "choices", "text+pixels"):
+        text = config.get_text_config(decoder=False) if hasattr(config, "get_text_config") else config
+        vocab = int(getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or shrink.VOCAB)
+        high = min(vocab, shrink.LAST_PROMPT_ID)
+        shape = (ROWS, 2, TEXT_LENGTH) if kind == "choices" else (ROWS, TEXT_LENGTH)
+        made["input_ids"] = torch.randint(shrink.FIRST_PROMPT_ID, high, shape, generator=generator)
+        if "attention_mask" in parameters:
+            made["attention_mask"] = torch.ones(shape, dtype=torch.long)
+    if kind in ("pixels", "text+pixels"):
+        vision = _sub(config, "vision_config", "backbone_config", "encoder")
+        height, width = _image_side(vision)
+        channels = int(getattr(vision, "num_channels", None) or getattr(config, "num_channels", None) or 3)
+        made["pixel_values"] = torch.randn((ROWS, channels, height, width), generator=generator)
+    if kind == "audio":
+        made["input_values"] = torch.randn((ROWS, AUDIO_SAMPLES), generator=generator)
+    if kind == "features":
+        name = "input_features" if "input_features" in parameters or task == "speech-seq2seq" else "input_values"
+        bins = int(getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", None) or 80)
+        frames = 2 * int(getattr(config, "max_source_positions", None) or 50)
+        made[name] = torch.randn((ROWS, bins, frames), generator=generator)
+    return made
+
+
+def outputs(task: str, model: Any, batch: dict[str, Any]) -> list[Any]:
+    """What is compared: greedy new tokens (generative tasks) or every floating tensor of the forward."""
+    import torch
+
+    with torch.inference_mode():
+        if TASKS[task].compare == "generate":
+            out = model.generate(**batch, do_sample=False, max_new_tokens=NEW_TOKENS)
+            sequences = out.sequences if hasattr(out, "sequences") else out
+            return [sequences]
+        result = model(**batch)
+    values = result.values() if hasattr(result, "values") else [result]
+    return [v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
+
+
+def same(ours: list[Any], theirs: list[Any]) -> str | None:
+    """``None`` when equal (tokens exactly, tensors within :data:`ATOL`), else how they differ."""
+    import torch
+
+    if len(ours) != len(theirs):
+        return f"{len(ours)} outputs != {len(theirs)}"
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        if a.shape != b.shape:
+            return f"output {i}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+        if a.is_floating_point():
+            if not torch.allclose(a, b, atol=ATOL, rtol=0):
+                return f"output {i}: largest difference {float((a - b).abs().max()):.2e}"
+        elif not torch.equal(a, b):
+            return f"output {i}: {a.tolist()} != {b.tolist()}"
+    return None
