@@ -40,7 +40,7 @@ GENERATIVE = frozenset({"text-generation", SEQ2SEQ, "image-text-to-text", "autom
                         "text-to-audio", "any-to-any", "visual-question-answering"})
 """Tasks whose models ``Loaded.generate`` decodes (``model.generate``)."""
 AUTO_ORDER = (
-    "text-generation", SEQ2SEQ, "image-text-to-text", "automatic-speech-recognition", "text-to-audio",
+    "text-generation", "image-text-to-text", "automatic-speech-recognition", SEQ2SEQ, "text-to-audio",
     "any-to-any", "text-classification", "token-classification", "question-answering", "fill-mask",
     "multiple-choice", "table-question-answering", "document-question-answering", "image-classification",
     "object-detection", "image-segmentation", "depth-estimation", "video-classification",
@@ -48,8 +48,9 @@ AUTO_ORDER = (
     "keypoint-matching", "mask-generation", "feature-extraction",
 )
 """The order a checkpoint's class is looked up in when its task is not given (then every other
-task, ``decision`` last): a class several tasks load (``Gemma3ForConditionalGeneration`` is a causal LM
-and an image-text-to-text model) gets the first."""
+task, ``decision`` last): a class several tasks load gets the first — ``Gemma3ForConditionalGeneration``
+is a causal LM before an image-text-to-text model (text prompts keep the fast decode loop),
+``VoxtralForConditionalGeneration`` a speech recogniser before a seq2seq model."""
 LAST = ("decision",)
 
 
