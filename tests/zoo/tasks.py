@@ -83,10 +83,79 @@ def class_name(task: str, model_type: str) -> str:
     return str(value[0] if isinstance(value, (list, tuple)) else value)
 
 
+OVERRIDES: dict[str, dict[str, Any]] = {
+    # encoder-decoder models whose config has no decoder start (real checkpoints set it)
+    "longt5": {"decoder_start_token_id": shrink.PAD_ID},
+    "switch_transformers": {"decoder_start_token_id": shrink.PAD_ID},
+    "encoder-decoder": {"decoder_start_token_id": shrink.BOS_ID, "pad_token_id": shrink.PAD_ID},
+    "speech-encoder-decoder": {"decoder_start_token_id": shrink.BOS_ID, "pad_token_id": shrink.PAD_ID},
+}
+"""model_type → fields merged last, for what the generic rules cannot know."""
+
+VISION_RULES: dict[str, Any] = {
+    "hidden_sizes": lambda v: [max(8, x // 8) for x in v],  # per stage: convnets (ResNet, ConvNeXt …)
+    "depths": lambda v: [1] * len(v),  # blocks per stage
+    "depth": lambda v: [1] * len(v) if isinstance(v, list) else v,
+    "embed_dim": lambda v: ([max(4, x // 4) for x in v] if isinstance(v, list) else max(8, v // 4))
+    if isinstance(v, (int, list)) and not isinstance(v, bool) else v,  # stays divisible by the heads
+    "entity_vocab_size": lambda v: 32 if isinstance(v, int) else v,  # LUKE's 500k entity embeddings
+    "entity_emb_size": lambda v: 32 if isinstance(v, int) else v,
+    "d_latents": lambda v: 64 if isinstance(v, int) else v,  # Perceiver
+    "num_latents": lambda v: 16 if isinstance(v, int) else v,
+    "num_self_attends_per_block": lambda v: 2 if isinstance(v, int) else v,
+}
+"""Sizes of vision and other non-decoder configs that ``shrink``'s rules (written for causal LMs) leave
+alone, by field name, in every sub-config."""
+
+
+def _stage_count(d: dict[str, Any]) -> int | None:
+    if isinstance(d.get("depths"), list):
+        return len(d["depths"])
+    value = d.get("num_hidden_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fit_backbone(d: dict[str, Any]) -> None:
+    """``out_features`` / ``out_indices`` naming stages the shrunk config no longer has: the same
+    number of stages, the last ones (a ViT backbone gets as many layers as it must expose)."""
+    names = d.get("out_features")
+    indices = d.get("out_indices")
+    wanted = len(names) if isinstance(names, list) else len(indices) if isinstance(indices, list) else 0
+    stages = _stage_count(d)
+    if not wanted or stages is None:
+        return
+    if "depths" not in d and wanted > stages:
+        d["num_hidden_layers"] = stages = wanted
+    keep = list(range(max(1, stages - wanted + 1), stages + 1))
+    if isinstance(names, list) and any(int(str(n).removeprefix("stage") or 0) > stages for n in names
+                                       if str(n).startswith("stage")):
+        d["out_features"] = [f"stage{i}" for i in keep]
+        d.pop("out_indices", None)
+    elif isinstance(indices, list) and any(isinstance(i, int) and i > stages for i in indices):
+        d["out_indices"] = keep
+        d.pop("out_features", None)
+
+
+def _shrink_more(d: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and (key.endswith("_config") or "model_type" in value):
+            out[key] = _shrink_more(value)
+        elif key in VISION_RULES and value is not None:
+            out[key] = VISION_RULES[key](value)
+        else:
+            out[key] = value
+    if "embed_dim" in out and isinstance(out.get("layers"), int):  # Kosmos-2's text decoder names its layers so
+        out["layers"] = shrink.LAYERS
+    _fit_backbone(out)
+    return out
+
+
 def tiny_config_dict(task: str, model_type: str) -> dict[str, Any]:
-    """``shrink``'s tiny config, with labels for the classifying heads."""
-    config = shrink.tiny_config_dict(model_type)
-    if TASKS[task].compare == "forward" and task not in ("fill-mask", "depth-estimation"):
+    """``shrink``'s tiny config, the sizes it leaves alone shrunk too (:data:`VISION_RULES`), with
+    labels for the classifying heads."""
+    config = shrink._merge(_shrink_more(shrink.tiny_config_dict(model_type)), OVERRIDES.get(model_type, {}))
+    if TASKS[task].compare == "forward" and task not in ("fill-mask", "depth-estimation", "question-answering"):
         config["id2label"] = {str(i): f"label_{i}" for i in range(build.NUM_LABELS)}
         config["label2id"] = {f"label_{i}": i for i in range(build.NUM_LABELS)}
     return config
