@@ -85,6 +85,14 @@ def test_feature_extraction_asked_loads_the_base_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.claim("T1")
+def test_the_plan_names_a_vision_language_models_text_decoder(tmp_path: Path) -> None:
+    arch = intelrt.plan(str(_config_only(tmp_path, "llava", "LlavaForConditionalGeneration"))).model.architecture
+    assert arch is not None and arch.text_model_type == "llama" and arch.auto_class == "AutoModelForImageTextToText"
+    plain = intelrt.plan(str(_config_only(tmp_path, "bart", "BartForConditionalGeneration"))).model.architecture
+    assert plain is not None and plain.text_model_type is None
+
+
+@pytest.mark.claim("T1")
 def test_a_seq2seq_checkpoint_loads_whole_and_generates_as_transformers(head: Any) -> None:
     directory = head("bart")
     loaded = intelrt.load(directory)

@@ -57,6 +57,10 @@ class Architecture:
     auto_class: str | None = None
     """The auto class of transformers that picks it for the task (``AutoModelForSeq2SeqLM``), which
     ``load`` calls; ``None``: the class ``config.architectures`` names, loaded as itself."""
+    text_model_type: str | None = None
+    """The model type of its text decoder when that is a sub-config (a vision-language model's
+    language model: ``qwen2`` in a LLaVA), else ``None``: what a decode loop over the language
+    model would check its family by."""
 
     @property
     def from_transformers(self) -> bool:
@@ -87,7 +91,8 @@ class Architecture:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
                 "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
-                "tensor_parallel": self.tensor_parallel, "auto_class": self.auto_class}
+                "tensor_parallel": self.tensor_parallel, "auto_class": self.auto_class,
+                "text_model_type": self.text_model_type}
 
 
 def mapping(name: str) -> dict[str, Any]:
@@ -189,4 +194,4 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
         layer_types=tuple(str(t) for t in getattr(text, "layer_types", None) or ()),
         tensor_parallel=bool(getattr(cls, "_tp_plan", None) or getattr(config, "base_model_tp_plan", None)
                              or getattr(text, "base_model_tp_plan", None)),
-        auto_class=auto)
+        auto_class=auto, text_model_type=str(text.model_type) if text.model_type != config.model_type else None)
