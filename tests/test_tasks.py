@@ -92,6 +92,21 @@ def test_the_plan_names_a_vision_language_models_text_decoder(tmp_path: Path) ->
     assert plain is not None and plain.text_model_type is None
 
 
+def test_each_sub_model_gets_an_attention_it_supports(tmp_path: Path) -> None:
+    """RT-DETR's ResNet backbone has no SDPA: plain ``from_pretrained`` gives it eager and the rest
+    SDPA; the plan's ``sdpa`` would make transformers refuse the whole model."""
+    from intelrt.runtime.pretrained_kwargs import from_pretrained_kwargs
+
+    assert not transformers.RTDetrResNetBackbone._supports_sdpa
+    detector = intelrt.plan(str(_config_only(tmp_path, "rt_detr", "RTDetrForObjectDetection")))
+    assert from_pretrained_kwargs(detector)["attn_implementation"] == {"": "sdpa", "backbone_config": None}
+    depth = intelrt.plan(str(_config_only(tmp_path, "zoedepth", "ZoeDepthForDepthEstimation")))
+    assert depth.value("attention") == "eager"  # ZoeDepth itself has no SDPA; its BEiT backbone keeps its own
+    assert from_pretrained_kwargs(depth)["attn_implementation"] == {"": "eager", "backbone_config": None}
+    forced = intelrt.plan(str(_config_only(tmp_path, "llava", "LlavaForConditionalGeneration")), attention="eager")
+    assert from_pretrained_kwargs(forced)["attn_implementation"] == "eager"  # every part supports it
+
+
 @pytest.mark.claim("T1")
 def test_a_seq2seq_checkpoint_loads_whole_and_generates_as_transformers(head: Any) -> None:
     directory = head("bart")

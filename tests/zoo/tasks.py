@@ -103,6 +103,11 @@ VISION_RULES: dict[str, Any] = {
     "d_latents": lambda v: 64 if isinstance(v, int) else v,  # Perceiver
     "num_latents": lambda v: 16 if isinstance(v, int) else v,
     "num_self_attends_per_block": lambda v: 2 if isinstance(v, int) else v,
+    "neck_hidden_sizes": lambda v: [max(8, x // 8) for x in v],  # DPT-style necks and heads
+    "post_process_channels": lambda v: [max(8, x // 8) for x in v],
+    "fusion_hidden_size": lambda v: 32 if isinstance(v, int) else v,
+    "bottleneck_features": lambda v: 32 if isinstance(v, int) else v,
+    "head_hidden_size": lambda v: 32 if isinstance(v, int) else v,
 }
 """Sizes of vision and other non-decoder configs that ``shrink``'s rules (written for causal LMs) leave
 alone, by field name, in every sub-config."""
@@ -136,17 +141,29 @@ def _fit_backbone(d: dict[str, Any]) -> None:
         d.pop("out_features", None)
 
 
-def _shrink_more(d: dict[str, Any]) -> dict[str, Any]:
+def _smaller_images(d: dict[str, Any]) -> None:
+    """A quarter of the image side, a multiple of the patch (or of 32, a convnet's total stride)."""
+    size, patch = d.get("image_size"), d.get("patch_size")
+    step = patch if isinstance(patch, int) and patch > 0 else 32
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 4 * step and size > 96:
+        d["image_size"] = max(2 * step, size // 4 // step * step)
+
+
+def _shrink_more(d: dict[str, Any], images: bool = False) -> dict[str, Any]:
+    """:data:`VISION_RULES` in ``d`` and its sub-configs; ``images``: smaller images too (not for a
+    vision-language model, whose image-token count follows its vision tower's image size)."""
     out = {}
     for key, value in d.items():
         if isinstance(value, dict) and (key.endswith("_config") or "model_type" in value):
-            out[key] = _shrink_more(value)
+            out[key] = _shrink_more(value, images)
         elif key in VISION_RULES and value is not None:
             out[key] = VISION_RULES[key](value)
         else:
             out[key] = value
     if "embed_dim" in out and isinstance(out.get("layers"), int):  # Kosmos-2's text decoder names its layers so
         out["layers"] = shrink.LAYERS
+    if images:
+        _smaller_images(out)
     _fit_backbone(out)
     return out
 
@@ -154,15 +171,17 @@ def _shrink_more(d: dict[str, Any]) -> dict[str, Any]:
 def tiny_config_dict(task: str, model_type: str) -> dict[str, Any]:
     """``shrink``'s tiny config, the sizes it leaves alone shrunk too (:data:`VISION_RULES`), with
     labels for the classifying heads."""
-    config = shrink._merge(_shrink_more(shrink.tiny_config_dict(model_type)), OVERRIDES.get(model_type, {}))
+    images = TASKS[task].compare == "forward"
+    config = shrink._merge(_shrink_more(shrink.tiny_config_dict(model_type), images), OVERRIDES.get(model_type, {}))
     if TASKS[task].compare == "forward" and task not in ("fill-mask", "depth-estimation", "question-answering"):
         config["id2label"] = {str(i): f"label_{i}" for i in range(build.NUM_LABELS)}
         config["label2id"] = {f"label_{i}": i for i in range(build.NUM_LABELS)}
     return config
 
 
-def build_model(task: str, model_type: str, root: Path) -> tuple[Path, dict[str, Any]]:
-    """The tiny checkpoint of ``model_type`` for ``task`` at ``<root>/<task>-<model_type>``."""
+def build_model(task: str, model_type: str, root: Path) -> tuple[Path, dict[str, Any], Any]:
+    """The tiny checkpoint of ``model_type`` for ``task`` at ``<root>/<task>-<model_type>``, and the
+    model itself when it was built now (``None`` when the cache had it)."""
     import torch
     import transformers
     from transformers import CONFIG_MAPPING
@@ -172,7 +191,7 @@ def build_model(task: str, model_type: str, root: Path) -> tuple[Path, dict[str,
     fingerprint = build._fingerprint(f"task-{task}", config_dict)
     info = build._cached(target, fingerprint)
     if info is not None:
-        return target, {**info, "cached": True}
+        return target, {**info, "cached": True}, None
     start = time.perf_counter()
     config = CONFIG_MAPPING[model_type].from_dict(config_dict)
     config.architectures = [class_name(task, model_type)]  # as a hub checkpoint names its class
@@ -191,7 +210,7 @@ def build_model(task: str, model_type: str, root: Path) -> tuple[Path, dict[str,
         build._publish(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target, {**info, "cached": False}
+    return target, {**info, "cached": False}, model
 
 
 def _sub(config: Any, *names: str) -> Any:
@@ -249,9 +268,10 @@ def outputs(task: str, model: Any, batch: dict[str, Any]) -> list[Any]:
 
     with torch.inference_mode():
         if TASKS[task].compare == "generate":
-            out = model.generate(**batch, do_sample=False, max_new_tokens=NEW_TOKENS)
-            sequences = out.sequences if hasattr(out, "sequences") else out
-            return [sequences]
+            # as a dict: a model's own generate may shape its sequences by it (Whisper keeps its
+            # decoder prompt then)
+            out = model.generate(**batch, do_sample=False, max_new_tokens=NEW_TOKENS, return_dict_in_generate=True)
+            return [out.sequences]
         result = model(**batch)
     values = result.values() if hasattr(result, "values") else [result]
     return [v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
@@ -267,7 +287,7 @@ def same(ours: list[Any], theirs: list[Any]) -> str | None:
         if a.shape != b.shape:
             return f"output {i}: shape {tuple(a.shape)} != {tuple(b.shape)}"
         if a.is_floating_point():
-            if not torch.allclose(a, b, atol=ATOL, rtol=0):
+            if not torch.allclose(a, b, atol=ATOL, rtol=0, equal_nan=True):
                 return f"output {i}: largest difference {float((a - b).abs().max()):.2e}"
         elif not torch.equal(a, b):
             return f"output {i}: {a.tolist()} != {b.tolist()}"

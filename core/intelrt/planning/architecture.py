@@ -57,6 +57,10 @@ class Architecture:
     auto_class: str | None = None
     """The auto class of transformers that picks it for the task (``AutoModelForSeq2SeqLM``), which
     ``load`` calls; ``None``: the class ``config.architectures`` names, loaded as itself."""
+    sub_models: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """Its sub-models, as ``(sub-config key, class, the attention implementations it supports)``
+    (``("backbone_config", "RTDetrResNetBackbone", ("eager",))``): transformers gives each its own
+    attention (``PreTrainedConfig._attn_implementation`` takes a dict by sub-config key)."""
     text_model_type: str | None = None
     """The model type of its text decoder when that is a sub-config (a vision-language model's
     language model: ``qwen2`` in a LLaVA), else ``None``: what a decode loop over the language
@@ -83,16 +87,52 @@ class Architecture:
     @property
     def attention(self) -> tuple[str, ...]:
         """The implementations it supports, transformers' default first."""
-        names = [n for n, ok in (("sdpa", self.supports_sdpa), ("eager", True),
-                                 ("flash_attention_2", self.supports_flash_attn),
-                                 ("flex_attention", self.supports_flex_attn)) if ok]
-        return tuple(names)
+        return implementations(self.supports_sdpa, self.supports_flash_attn, self.supports_flex_attn)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
                 "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
                 "tensor_parallel": self.tensor_parallel, "auto_class": self.auto_class,
-                "text_model_type": self.text_model_type}
+                "text_model_type": self.text_model_type,
+                "sub_models": [{"key": k, "class": c, "attention": list(a)} for k, c, a in self.sub_models]}
+
+
+def implementations(sdpa: bool, flash: bool, flex: bool) -> tuple[str, ...]:
+    """Attention implementations a class supports, transformers' default first."""
+    return tuple(n for n, ok in (("sdpa", sdpa), ("eager", True), ("flash_attention_2", flash),
+                                 ("flex_attention", flex)) if ok)
+
+
+def _class_attention(cls: Any) -> tuple[str, ...]:
+    return implementations(bool(getattr(cls, "_supports_sdpa", False)),
+                           bool(getattr(cls, "_supports_flash_attn", False)
+                                or getattr(cls, "_supports_flash_attn_2", False)),
+                           bool(getattr(cls, "_supports_flex_attn", False)))
+
+
+def sub_models(config: Any) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """``(key, class, attention implementations)`` of each sub-config's model class (a backbone's from
+    ``MODEL_FOR_BACKBONE_MAPPING``, others' from ``MODEL_MAPPING``; ``("", ())`` when none maps it)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_BACKBONE_MAPPING, MODEL_MAPPING
+
+    found = []
+    for key in getattr(config, "sub_configs", None) or {}:
+        sub = getattr(config, key, None)
+        if sub is None or not hasattr(sub, "model_type"):
+            continue
+        order = (MODEL_FOR_BACKBONE_MAPPING, MODEL_MAPPING) if "backbone" in key else (MODEL_MAPPING,
+                                                                                       MODEL_FOR_BACKBONE_MAPPING)
+        cls: Any = None
+        for model_mapping in order:
+            try:
+                cls = model_mapping[type(sub)]
+                break
+            except (KeyError, ValueError, ImportError):
+                continue
+        if isinstance(cls, (list, tuple)):
+            cls = cls[0]
+        found.append((key, cls.__name__ if cls is not None else "", _class_attention(cls) if cls is not None else ()))
+    return tuple(found)
 
 
 def mapping(name: str) -> dict[str, Any]:
@@ -194,4 +234,4 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
         layer_types=tuple(str(t) for t in getattr(text, "layer_types", None) or ()),
         tensor_parallel=bool(getattr(cls, "_tp_plan", None) or getattr(config, "base_model_tp_plan", None)
                              or getattr(text, "base_model_tp_plan", None)),
-        auto_class=auto, text_model_type=str(text.model_type) if text.model_type != config.model_type else None)
+        auto_class=auto, sub_models=sub_models(config), text_model_type=str(text.model_type) if text.model_type != config.model_type else None)
