@@ -33,7 +33,11 @@ SUMMARY: dict[str, dict[str, list[str]]] = {}
 """zoo task → outcome (identical, differs, fails, plain fails) → model types; printed at the end."""
 CLASSES: dict[str, dict[str, str]] = {}
 """zoo task → model type → the class intelrt loaded."""
+WHY: dict[str, dict[str, str]] = {}
+"""zoo task → model type → why plain transformers fails on it (the first line of its error)."""
 PARAMS = [(task, model_type) for task in tasks.TASKS for model_type in tasks.model_types(task)]
+WRITE_RESULTS = os.environ.get("INTELRT_ZOO_RESULTS") == "1"
+"""Read at collection: the suite's clean environment hides ``INTELRT_*`` variables from the tests."""
 
 
 def _note(task: str, outcome: str, model_type: str) -> None:
@@ -43,10 +47,11 @@ def _note(task: str, outcome: str, model_type: str) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def record_results() -> Any:
     yield
-    if os.environ.get("INTELRT_ZOO_RESULTS") == "1" and sum(len(v) for o in SUMMARY.values() for v in o.values()) \
+    if WRITE_RESULTS and sum(len(v) for o in SUMMARY.values() for v in o.values()) \
             == len(PARAMS):
         results = {task: {"outcomes": {k: sorted(v) for k, v in sorted(SUMMARY[task].items())},
-                          "classes": dict(sorted(CLASSES.get(task, {}).items()))} for task in tasks.TASKS}
+                          "classes": dict(sorted(CLASSES.get(task, {}).items())),
+                          "plain_fails": dict(sorted(WHY.get(task, {}).items()))} for task in tasks.TASKS}
         table.TASK_RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -60,6 +65,8 @@ def _plain_or_skip(task: str, model_type: str, run: Any) -> Any:
         return run()
     except Exception as exc:  # noqa: BLE001 - plain transformers itself fails: nothing to compare with
         _note(task, "plain fails", model_type)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        WHY.setdefault(task, {})[model_type] = f"{type(exc).__name__}: {first}"[:120]
         pytest.skip(f"plain transformers fails on {model_type}: {type(exc).__name__}: {str(exc)[:160]}")
 
 

@@ -35,6 +35,8 @@ generates the same tokens through intelrt as through plain transformers — one 
 left-padded batch of three — and every text encoder classifies and embeds as plain transformers
 does (`tests/test_model_zoo.py`, in every CI run). This table is generated from intelrt's plans for
 those models (`PYTHONPATH=tests python -m zoo.table --write`; a test fails when it is out of date).
+Every other task — seq2seq, vision-language, speech, the token, span, choice, image and audio heads —
+is [below](#tasks), per task.
 
 Paths: **compact step** — intelrt's fast decode loop running its compact step; **model forward** —
 the fast loop running the model's own forward over a static KV cache; **plain generate** —
@@ -91,7 +93,9 @@ def render_tasks() -> list[str]:
     for task, result in results.items():
         outcome = {m: o for o, models in result["outcomes"].items() for m in models}
         lines += ["", f"### {task}", "", "| model type | class intelrt loads | outcome |", "| --- | --- | --- |"]
-        lines += [f"| {m} | {result['classes'].get(m, '—')} | {outcome[m]} |" for m in sorted(outcome)]
+        why = result.get("plain_fails", {})
+        lines += [f"| {m} | {result['classes'].get(m, '—')} | {outcome[m]}"
+                  f"{': ' + _cell(why[m]) if m in why else ''} |" for m in sorted(outcome)]
     return lines
 
 

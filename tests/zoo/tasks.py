@@ -89,6 +89,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "switch_transformers": {"decoder_start_token_id": shrink.PAD_ID},
     "encoder-decoder": {"decoder_start_token_id": shrink.BOS_ID, "pad_token_id": shrink.PAD_ID},
     "speech-encoder-decoder": {"decoder_start_token_id": shrink.BOS_ID, "pad_token_id": shrink.PAD_ID},
+    "bit": {"num_groups": 8},  # GroupNorm groups of the narrower stages
 }
 """model_type → fields merged last, for what the generic rules cannot know."""
 
@@ -152,12 +153,12 @@ def _smaller_images(d: dict[str, Any]) -> None:
 def _shrink_more(d: dict[str, Any], images: bool = False) -> dict[str, Any]:
     """:data:`VISION_RULES` in ``d`` and its sub-configs; ``images``: smaller images too (not for a
     vision-language model, whose image-token count follows its vision tower's image size)."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in d.items():
         if isinstance(value, dict) and (key.endswith("_config") or "model_type" in value):
             out[key] = _shrink_more(value, images)
-        elif key in VISION_RULES and value is not None:
-            out[key] = VISION_RULES[key](value)
+        elif key in VISION_RULES and value is not None and not (key == "hidden_sizes" and "stage_out_channels" in d):
+            out[key] = VISION_RULES[key](value)  # (HGNet's stages are sized by stage_*_channels)
         else:
             out[key] = value
     if "embed_dim" in out and isinstance(out.get("layers"), int):  # Kosmos-2's text decoder names its layers so
@@ -165,7 +166,19 @@ def _shrink_more(d: dict[str, Any], images: bool = False) -> dict[str, Any]:
     if images:
         _smaller_images(out)
     _fit_backbone(out)
+    _follow_backbone(d, out)
     return out
+
+
+def _follow_backbone(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """A detector's encoder reads the last stages of its backbone (RT-DETR, D-FINE:
+    ``encoder_in_channels`` = the backbone's last ``hidden_sizes``): keep it so once they shrink."""
+    channels = before.get("encoder_in_channels")
+    old = (before.get("backbone_config") or {}).get("hidden_sizes")
+    new = (after.get("backbone_config") or {}).get("hidden_sizes")
+    if isinstance(channels, list) and isinstance(old, list) and isinstance(new, list) and channels and \
+            channels == old[-len(channels):]:
+        after["encoder_in_channels"] = new[-len(channels):]
 
 
 def tiny_config_dict(task: str, model_type: str) -> dict[str, Any]:
@@ -252,14 +265,28 @@ def inputs(task: str, model: Any) -> dict[str, Any]:
         height, width = _image_side(vision)
         channels = int(getattr(vision, "num_channels", None) or getattr(config, "num_channels", None) or 3)
         made["pixel_values"] = torch.randn((ROWS, channels, height, width), generator=generator)
-    if kind == "audio":
-        made["input_values"] = torch.randn((ROWS, AUDIO_SAMPLES), generator=generator)
-    if kind == "features":
-        name = "input_features" if "input_features" in parameters or task == "speech-seq2seq" else "input_values"
-        bins = int(getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", None) or 80)
-        frames = 2 * int(getattr(config, "max_source_positions", None) or 50)
-        made[name] = torch.randn((ROWS, bins, frames), generator=generator)
+    if kind in ("audio", "features"):  # raw audio (wav2vec2) or feature frames (Whisper, Parakeet …)
+        made.update(_speech_features(config, parameters, generator))
     return made
+
+
+def _speech_features(config: Any, parameters: Any, generator: Any) -> dict[str, Any]:
+    """A speech encoder's input: raw audio (``input_values``), Whisper-style log-mel frames
+    ``(batch, mel bins, 2 x max_source_positions)``, or ``(batch, frames, feature size)`` frames."""
+    import torch
+
+    if "input_features" not in parameters and "input_values" in parameters:
+        return {"input_values": torch.randn((ROWS, AUDIO_SAMPLES), generator=generator)}
+    audio = _sub(config, "audio_config", "encoder_config", "speech_config")
+    bins, positions = getattr(audio, "num_mel_bins", None), getattr(audio, "max_source_positions", None)
+    if isinstance(bins, int) and isinstance(positions, int):
+        return {"input_features": torch.randn((ROWS, bins, 2 * positions), generator=generator)}
+    per_channel = getattr(audio, "input_feat_per_channel", None)
+    width = (per_channel * int(getattr(audio, "input_channels", 1) or 1) if isinstance(per_channel, int) else
+             next((v for v in (getattr(audio, n, None) for n in ("feature_projection_input_dim", "input_dim",
+                                                                  "num_mel_bins", "feature_size"))
+                   if isinstance(v, int) and v > 0), 80))
+    return {"input_features": torch.randn((ROWS, 64, int(width)), generator=generator)}
 
 
 def outputs(task: str, model: Any, batch: dict[str, Any]) -> list[Any]:

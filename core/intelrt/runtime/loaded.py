@@ -120,9 +120,12 @@ class Loaded:
         """
         settings = self._settings(generation_kwargs)
         tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
+        mask = tensors.pop("attention_mask", None)  # a mask alone is not an input of another kind
         media = images is not None or audio is not None or videos is not None or bool(tensors)
         if self.task == "text-generation" and not self._encoder_decoder and not media \
                 and not _has_media(prompt) and not self._wants_output(settings):
+            if mask is not None:
+                settings["attention_mask"] = mask
             tokenizer = self._require_tokenizer("generate()")
             prompts, single = self._text_prompts(prompt, tokenizer)
             if tokenizer.pad_token_id is None:
@@ -136,6 +139,8 @@ class Loaded:
             texts = list(tokenizer.batch_decode(rows, skip_special_tokens=True))
             return _per_prompt(texts, len(prompts), single)
         self._require_generative()
+        if mask is not None:
+            tensors["attention_mask"] = mask
         processor = self.processor
         prepared = plain_generate.prepare(self.model, processor, self.tokenizer, prompt, images=images, audio=audio,
                                           sampling_rate=sampling_rate, videos=videos, tensors=tensors)
@@ -234,11 +239,15 @@ class Loaded:
                 "'automatic-speech-recognition')")
 
     def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
+        """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
         if self._wants_output(settings):
             return plain_generate.REASONS["output"]
         if self._encoder_decoder:
             return plain_generate.REASONS["encoder-decoder"]
-        return plain_generate.REASONS["multimodal" if media else "output"]
+        if media:
+            return plain_generate.REASONS["multimodal"]
+        return (f"the model is loaded for {self.plan.task!r}: intelrt's fast decode loop runs text-generation "
+                "models, so transformers' generate runs this call")
 
     def _plain(self, prepared: plain_generate.Prepared, settings: dict[str, Any], reason: str
                ) -> tuple[Any, list[list[int]] | None]:
