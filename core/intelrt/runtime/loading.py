@@ -38,7 +38,8 @@ def model_class(plan: Plan) -> Any:
     """What ``from_pretrained`` is called on (SPEC T1): the auto class that picks the planned class
     (it also loads a PEFT adapter onto its base), the planned class itself when no auto class maps
     it (``config.architectures`` names it), or — for remote code, whose class only its own code
-    knows — the task's first auto class, which runs ``auto_map``."""
+    knows, and a model type this transformers does not know — the task's first auto class, which
+    runs ``auto_map`` or says the model type needs a newer transformers."""
     import importlib
 
     import transformers
@@ -51,7 +52,9 @@ def model_class(plan: Plan) -> Any:
     if arch is not None:
         return getattr(importlib.import_module(arch.module), arch.name)
     task = tasks.get(plan.task)
-    if plan.model.config.get("auto_map") and task.auto_classes:
+    info = plan.model.base or plan.model
+    if task.auto_classes and (info.config.get("auto_map") or info.model_type not in transformers.CONFIG_MAPPING):
+        # remote code, or a model type this transformers does not know: its auto class says which
         return getattr(transformers, task.auto_classes[0])
     raise no_class_for(plan.model, plan.task)
 
