@@ -103,9 +103,10 @@ def train_until_killed() -> ModuleType:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The model zoo's counts (tests/integration/test_model_zoo.py), when it ran."""
-    zoo = __import__("sys").modules.get("test_model_zoo")
-    summary = getattr(zoo, "SUMMARY", None)
+    """The model zoos' counts (tests/integration/test_model_zoo.py, tests/integration/test_task_zoo.py), when they ran."""
+    modules = __import__("sys").modules
+    summary = {kind: outcomes for name in ("test_model_zoo", "test_task_zoo")
+               for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items()}
     if not summary:
         return
     terminalreporter.section("model zoo: intelrt against plain transformers")

@@ -68,9 +68,10 @@ def test_encoder_is_loaded_for_feature_extraction(tiny_encoder: Path) -> None:
         model.generate("hello")
 
 
-def test_classifier_is_loaded_for_sequence_classification(tiny_classifier: Path) -> None:
+def test_classifier_is_loaded_for_text_classification(tiny_classifier: Path) -> None:
     model = intelrt.load(tiny_classifier)
-    assert model.plan.task == "sequence-classification"
+    assert model.plan.task == "text-classification"  # transformers' pipeline name (intelrt's old one is an alias)
+    assert type(model.model).__name__ == "BertForSequenceClassification"
     labels = model.classify(["good", "bad", "neutral"])
     assert len(labels) == 3 and set(labels) <= {"label_0", "label_1", "label_2"}
 

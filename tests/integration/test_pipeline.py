@@ -51,9 +51,10 @@ def test_text_classification_pipeline_answers_as_plain_transformers(tiny_classif
 def test_pipeline_options_go_to_the_plan_and_mismatches_are_refused(tiny_model: Path, tiny_encoder: Path) -> None:
     generator = intelrt.pipeline("text-generation", tiny_model, dtype="bfloat16")
     assert generator.model.dtype == torch.bfloat16
-    with pytest.raises(ConfigurationError, match="intelrt loads models for text-generation"):
+    with pytest.raises(ConfigurationError, match="no class of transformers for task 'image-classification'.*serves "
+                       "text-generation"):
         intelrt.pipeline("image-classification", tiny_model)
     with pytest.raises(ConfigurationError, match="the plan chooses the device"):
         intelrt.pipeline("text-generation", tiny_model, device="cpu")
-    with pytest.raises(ConfigurationError, match="was loaded for 'feature-extraction'"):
+    with pytest.raises(ConfigurationError, match="loaded for 'feature-extraction'"):
         intelrt.load(tiny_encoder).pipeline("text-generation")

@@ -211,7 +211,7 @@ SKIP: dict[str, str] = {
                 "AutoModelForCausalLM does not map) and (batch x codebooks, length) inputs",
     "musicgen_melody": "audio codes, not text: MusicgenMelodyForCausalLM takes a MusicgenMelodyDecoderConfig, which "
                        "AutoModelForCausalLM does not map, and (batch x codebooks, length) inputs",
-    "gemma3n": "multimodal: its vision tower (TimmWrapperModel) needs PIL, not installed here; gemma3n_text covers "
+    "gemma3n": "multimodal: its vision tower (TimmWrapperModel) needs timm, not installed here; gemma3n_text covers "
                "the text decoder",
 }
 """model_type -> why no tiny causal LM is built for it (the reason goes into the report)."""

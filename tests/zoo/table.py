@@ -13,6 +13,21 @@ from typing import Any
 from . import build, sides
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "model-zoo.md"
+TASK_RESULTS = Path(__file__).resolve().parent / "task_results.json"
+"""The outcome of the last complete run of the task zoo (``tests/integration/test_task_zoo.py``
+with ``INTELRT_ZOO_RESULTS=1``)."""
+TASKS_HEADER = """## Tasks
+
+Every model type of the auto class of each task (issue 26), built as a tiny random float32
+checkpoint saved as its hub class: `intelrt.load` loads that class (never a causal LM for a
+`…ForConditionalGeneration`, never the bare base model of a head) and answers one batch as plain
+transformers does — greedy tokens for the generative tasks, every floating tensor of the forward
+within 1e-5 for the others (`tests/integration/test_task_zoo.py`, the integration tier). **plain
+fails**: plain transformers itself cannot build or run the tiny model on the zoo's generic inputs
+(a vision-language model that needs its images, a config that needs fields the defaults lack);
+nothing is compared for it. Rendered from `tests/zoo/task_results.json`, which a complete run writes
+(`INTELRT_ZOO_RESULTS=1 pytest tests/integration/test_task_zoo.py`).
+"""
 HEADER = """# Model zoo
 
 Every causal-LM architecture of the installed transformers, built as a tiny random float32 model,
@@ -20,6 +35,8 @@ generates the same tokens through intelrt as through plain transformers — one 
 left-padded batch of three — and every text encoder classifies and embeds as plain transformers
 does (`tests/integration/test_model_zoo.py`, in every CI run). This table is generated from intelrt's plans for
 those models (`PYTHONPATH=tests python -m zoo.table --write`; a test fails when it is out of date).
+Every other task — seq2seq, vision-language, speech, the token, span, choice, image and audio heads —
+is [below](#tasks), per task.
 
 Paths: **compact step** — intelrt's fast decode loop running its compact step; **model forward** —
 the fast loop running the model's own forward over a static KV cache; **plain generate** —
@@ -60,6 +77,28 @@ def row(model_type: str, directory: Path) -> str:
             f"{_cell(reason)} |")
 
 
+def render_tasks() -> list[str]:
+    """The tasks section: per task, the counts and each model type's class and outcome."""
+    import json
+
+    if not TASK_RESULTS.is_file():
+        return []
+    results = json.loads(TASK_RESULTS.read_text(encoding="utf-8"))
+    lines = ["", TASKS_HEADER.rstrip("\n"), "", "| task | model types | identical | differs | fails | plain fails |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for task, result in results.items():
+        counts = {k: len(v) for k, v in result["outcomes"].items()}
+        lines.append(f"| {task} | {sum(counts.values())} | {counts.get('identical', 0)} | {counts.get('differs', 0)} "
+                     f"| {counts.get('fails', 0)} | {counts.get('plain fails', 0)} |")
+    for task, result in results.items():
+        outcome = {m: o for o, models in result["outcomes"].items() for m in models}
+        lines += ["", f"### {task}", "", "| model type | class intelrt loads | outcome |", "| --- | --- | --- |"]
+        why = result.get("plain_fails", {})
+        lines += [f"| {m} | {result['classes'].get(m, '—')} | {outcome[m]}"
+                  f"{': ' + _cell(why[m]) if m in why else ''} |" for m in sorted(outcome)]
+    return lines
+
+
 def render(root: Path) -> str:
     lines = [HEADER.rstrip("\n"), "", "## Causal LMs", "",
              "| model type | class | one prompt | a list | why (the plan's decode reason) |",
@@ -71,7 +110,7 @@ def render(root: Path) -> str:
             continue
         directory, _info = build.build_causal_lm(model_type, root)
         lines.append(row(model_type, directory))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + render_tasks()) + "\n"
 
 
 def models_root() -> Path:

@@ -45,6 +45,17 @@ class Architecture:
     tensor_parallel: bool = False
     """transformers has a tensor parallel plan for it (the class's ``_tp_plan`` or its config's
     ``base_model_tp_plan``, what ``DistributedConfig(tp_plan="auto")`` applies)."""
+    auto_class: str | None = None
+    """The auto class of transformers that picks it for the task (``AutoModelForSeq2SeqLM``), which
+    ``load`` calls; ``None``: the class ``config.architectures`` names, loaded as itself."""
+    sub_models: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """Its sub-models, as ``(sub-config key, class, the attention implementations it supports)``
+    (``("backbone_config", "RTDetrResNetBackbone", ("eager",))``): transformers gives each its own
+    attention (``PreTrainedConfig._attn_implementation`` takes a dict by sub-config key)."""
+    text_model_type: str | None = None
+    """The model type of its text decoder when that is a sub-config (a vision-language model's
+    language model: ``qwen2`` in a LLaVA), else ``None``: what a decode loop over the language
+    model would check its family by."""
 
     @property
     def from_transformers(self) -> bool:
@@ -67,15 +78,20 @@ class Architecture:
     @property
     def attention(self) -> tuple[str, ...]:
         """The implementations it supports, transformers' default first."""
-        names = [n for n, ok in (("sdpa", self.supports_sdpa), ("eager", True),
-                                 ("flash_attention_2", self.supports_flash_attn),
-                                 ("flex_attention", self.supports_flex_attn)) if ok]
-        return tuple(names)
+        return implementations(self.supports_sdpa, self.supports_flash_attn, self.supports_flex_attn)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
                 "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
-                "tensor_parallel": self.tensor_parallel}
+                "tensor_parallel": self.tensor_parallel, "auto_class": self.auto_class,
+                "text_model_type": self.text_model_type,
+                "sub_models": [{"key": k, "class": c, "attention": list(a)} for k, c, a in self.sub_models]}
+
+
+def implementations(sdpa: bool, flash: bool, flex: bool) -> tuple[str, ...]:
+    """Attention implementations a class supports, transformers' default first."""
+    return tuple(n for n, ok in (("sdpa", sdpa), ("eager", True), ("flash_attention_2", flash),
+                                 ("flex_attention", flex)) if ok)
 
 
 
@@ -90,12 +106,21 @@ class ModelInfo:
     config: dict[str, Any]
     weight_files: tuple[str, ...]
     has_tokenizer: bool
+    """Tokenizer files (``tokenizer.json``, ``tokenizer_config.json``, a vocabulary) lie beside the model."""
     base: ModelInfo | None = None
     """For a PEFT adapter directory (``adapter_config.json``, no ``config.json``): the base model
     it adapts; ``config`` is the base's. transformers loads the base, then the adapter."""
     architecture: Architecture | None = None
     """The transformers class ``load`` will instantiate (set by planning once the task is decided;
     ``None`` for remote code, or a model transformers has no class for)."""
+    processor_files: tuple[str, ...] = ()
+    """Processor files beside the model (:data:`PROCESSOR_FILES`: an image processor's or feature
+    extractor's ``preprocessor_config.json``, a multimodal ``processor_config.json``, a chat template)."""
+
+    @property
+    def has_processor(self) -> bool:
+        """An image processor, feature extractor or multimodal processor is saved beside the model."""
+        return any(f.endswith(".json") and "processor" in f for f in self.processor_files)
 
     @property
     def model_type(self) -> str:
@@ -132,24 +157,39 @@ class ModelInfo:
         return {"source": self.source, "local_dir": self.local_dir, "model_type": self.model_type,
                 "architectures": list(self.architectures), "weights_format": self.weights_format,
                 "weight_bytes": self.weight_bytes, "has_tokenizer": self.has_tokenizer,
+                "processor_files": list(self.processor_files),
                 "adapter_of": self.base.source if self.base else None,
                 "class": self.architecture.to_dict() if self.architecture else None}
+
+
+def _count(value: Any) -> int:
+    """A size field as one int: a per-layer list is its mean, a per-part dict (LXMERT's
+    ``num_hidden_layers`` = ``{"language": 9, "vision": 5, "cross_encoder": 5}``) its sum; 0 if neither."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        counts = [_count(v) for v in value]
+        return sum(counts) // max(len(counts), 1)
+    if isinstance(value, dict):
+        return sum(_count(v) for v in value.values())
+    return 0
 
 
 def estimate_parameters(config: dict[str, Any]) -> int:
     """A rough decoder/encoder parameter count from the usual config fields (0 if unknown)."""
     text = config.get("text_config") or config
-    hidden = int(text.get("hidden_size") or text.get("d_model") or 0)
-    layers = int(text.get("num_hidden_layers") or text.get("n_layer") or 0)
-    vocab = int(text.get("vocab_size") or 0)
-    inter_field = text.get("intermediate_size") or 4 * hidden
-    if isinstance(inter_field, list):  # one size per layer (gemma3n): their mean
-        inter_field = sum(inter_field) // max(len(inter_field), 1) or 4 * hidden
-    inter = int(inter_field)
+    if not isinstance(text, dict):
+        return 0
+    hidden = _count(text.get("hidden_size") or text.get("d_model"))
+    layers = _count(text.get("num_hidden_layers") or text.get("n_layer"))
+    vocab = _count(text.get("vocab_size"))
+    inter = _count(text.get("intermediate_size")) or 4 * hidden
     if not hidden or not layers:
         return 0
     per_layer = 4 * hidden * hidden + 3 * hidden * inter
     embeddings = vocab * hidden * (1 if text.get("tie_word_embeddings", True) else 2)
     return layers * per_layer + embeddings
-
-

@@ -20,7 +20,6 @@ QUANTIZATIONS = ("4bit", "8bit")
 QUANTIZATION_ALIASES = {"4": "4bit", "8": "8bit", "int4": "4bit", "int8": "8bit"}
 SWITCH = ("auto", "on", "off")
 BATCHING = (AUTO, "continuous", "padded")
-TASKS = ("auto", "text-generation", "feature-extraction", "sequence-classification")
 WORKLOADS = ("auto", "one-shot", "server", "batch")
 """The kind of work a load serves (it decides how much warm-up pays for itself)."""
 WARMUPS = (AUTO, *FORCEABLE_WARMUPS)

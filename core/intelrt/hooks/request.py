@@ -21,7 +21,6 @@ from .options import (
     PLANNED_KWARGS,
     SHARDING,
     SWITCH,
-    TASKS,
     WARMUPS,
     WORKLOADS,
     RequestOption,
@@ -84,8 +83,11 @@ class Request:
                                               normalize_quantization, metavar="BITS")
     compile: str = request_option(AUTO, "torch.compile the model: auto, none, on, or a torch.compile backend name",
                                   normalize_compile, metavar="BACKEND")
-    task: str = request_option(AUTO, "what the model is loaded for: auto (from its config), "
-                               + ", ".join(TASKS[1:]), one_of("task", TASKS), choices=TASKS)
+    task: str = request_option(
+        AUTO, "what the model is loaded for: auto (from the class its config names), any task transformers' "
+        "pipeline accepts (text-generation, token-classification, image-text-to-text, automatic-speech-recognition "
+        "…) or a head without a pipeline (text2text-generation, question-answering, multiple-choice …); planning "
+        "checks the name against the installed transformers", text("task"), metavar="TASK")
     batching: str = request_option(AUTO, "how a list of prompts is generated: auto, continuous, padded",
                                    one_of("batching", BATCHING), choices=BATCHING)
     """How a list of prompts is generated: ``continuous`` batching (SPEC X7), ``padded`` batch, or auto."""

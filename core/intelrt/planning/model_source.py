@@ -1,7 +1,5 @@
 """Find a model's files without downloading and read what planning needs from its config; check
-that its weight files are what they claim to be before anything loads them. A hub id whose
-``config.json`` is not cached is fetched only through the ``fetch`` function ``load()`` passes
-(``runtime/download.py``): planning itself never downloads (SPEC C4)."""
+that its weight files are what they claim to be before anything loads them."""
 
 from __future__ import annotations
 
@@ -18,8 +16,12 @@ from ..hooks.model import PICKLE_WEIGHTS, SAFE_WEIGHTS, ModelInfo
 
 log = logging.getLogger(__name__)
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt",
-                    "preprocessor_config.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json",
+                    "spiece.model", "sentencepiece.bpe.model")
+#: What transformers' processors are saved as (``processing_utils``, ``image_processing_base``,
+#: ``feature_extraction_utils``, ``video_processing_utils``: ``PROCESSOR_NAME`` …, ``CHAT_TEMPLATE_FILE``).
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
+                   "chat_template.jinja", "chat_template.json")
 #: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 #: Bytes per element of the safetensors dtypes (a dtype not listed is checked by its offsets only).
@@ -34,6 +36,14 @@ def _weights_in(directory: Path) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in directory.iterdir()
                         if p.is_file() and p.name.endswith(SAFE_WEIGHTS + PICKLE_WEIGHTS)
                         and not p.name.startswith(("optimizer", "scheduler", "rng_state", "training_args"))))
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def _processor_files(directory: Path) -> tuple[str, ...]:
+    return tuple(name for name in PROCESSOR_FILES if (directory / name).is_file())
 
 
 class AdapterChainError(ModelSourceError):
@@ -73,9 +83,9 @@ def _adapter_directory(source: str, directory: Path, fetch: Fetch | None, chain:
             f"transformers puts one adapter on a full model. Merge {base_name} into its base (peft's "
             "merge_and_unload(), then save_pretrained) and set base_model_name_or_path in "
             f"{adapter_file} to the merged model.")
-    has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
     return ModelInfo(source=source, local_dir=str(directory), config=base.config,
-                     weight_files=_weights_in(directory), has_tokenizer=has_tokenizer, base=base)
+                     weight_files=_weights_in(directory), has_tokenizer=_has_tokenizer(directory),
+                     base=base, processor_files=_processor_files(directory))
 
 
 def _refuse_a_loop(directory: Path, chain: tuple[tuple[str, str], ...]) -> None:
@@ -111,9 +121,8 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
         raise ModelSourceError(f"{config_file}: cannot read it as JSON ({exc}); re-save the model") from None
     if not isinstance(config, dict):
         raise ModelSourceError(f"{config_file}: expected a JSON object, got {type(config).__name__}")
-    has_tokenizer = any((directory / name).is_file() for name in _TOKENIZER_FILES)
-    return ModelInfo(source=source, local_dir=str(directory), config=config,
-                     weight_files=_weights_in(directory), has_tokenizer=has_tokenizer)
+    return ModelInfo(source=source, local_dir=str(directory), config=config, weight_files=_weights_in(directory),
+                     has_tokenizer=_has_tokenizer(directory), processor_files=_processor_files(directory))
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")

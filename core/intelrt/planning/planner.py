@@ -24,7 +24,8 @@ from ..hooks.plan import EnvSetting, Plan, PlannedDecision
 from ..hooks.request import NO_MODEL, Request
 from ..hooks.types import EnvVar, Finding
 from ..host.manager import PluginHost, get_host
-from .architecture import resolve, task_of
+from . import tasks
+from .architecture import resolve, task_for
 from .detection import choose_backend, detect_backends
 from .diagnosis import floor_findings
 from .environment import resolve_env
@@ -37,19 +38,21 @@ NO_MODEL_INFO = ModelInfo(source=NO_MODEL, local_dir=None, config={}, weight_fil
 
 
 def decide_task(request: Request, model: ModelInfo) -> PlannedDecision:
-    """The task, from the config's ``architectures`` looked up in transformers' auto mappings."""
-    archs = model.architectures
+    """The task (SPEC T1): the user's, by its canonical name (an alias resolved, an unknown name
+    refused with the list), else the first task whose auto classes hold the class the config's
+    ``architectures`` names (``planning/tasks.py``, read from the installed transformers)."""
     if request.task != AUTO:
-        return PlannedDecision("task", request.task, "requested by the user", "intelrt", True)
-    found = task_of(archs, model.model_type)
+        return PlannedDecision("task", tasks.canonical(request.task), "requested by the user", "intelrt", True)
+    found = task_for(model)
     if found is not None:
         return PlannedDecision("task", found[0], found[1], "intelrt", False)
+    archs = (model.base or model).architectures
     if archs:
         return PlannedDecision("task", "feature-extraction",
-                               f"{archs[0]} is not a generation or classification class of transformers' auto "
-                               "mappings; loaded with AutoModel", "intelrt", False)
-    raise PlanError(f"{model.source}: config.json names no architectures, so the task is unknown; pass "
-                    "task='text-generation', 'feature-extraction' or 'sequence-classification'")
+                               f"{archs[0]} is not a class of any of transformers' auto mappings; loaded with "
+                               "AutoModel", "intelrt", False)
+    raise PlanError(f"{model.source}: config.json names no architectures, so the task is unknown; pass task= one "
+                    f"of {', '.join(tasks.load_tasks())}")
 
 
 def decide_all(host: PluginHost, *, backend: Backend, request: Request, model: ModelInfo,
@@ -133,7 +136,7 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
     if request.has_model:
         model = model or resolve_model(request.model)
         notes += check_safety(model, trust_remote_code=request.trust_remote_code, allow_pickle=request.allow_pickle)
-        if not model.has_tokenizer:
+        if not (model.has_tokenizer or model.has_processor):
             notes.append("no tokenizer or processor files next to the model: generate() needs token ids")
     else:
         model = NO_MODEL_INFO

@@ -1,4 +1,4 @@
-"""A loaded model with its tokenizer and plan: what ``intelrt.load`` returns."""
+"""A loaded model with its tokenizer, processors and plan: what ``intelrt.load`` returns."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from ..errors import ConfigurationError
 from ..hooks.payloads import DecodeChoice, ParallelismChoice
 from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
+from ..planning import tasks
+from . import plain_generate
+from .processors import Processors, explain_missing, pipeline_components, require_vision
 
 if TYPE_CHECKING:
     from ..decoding.engine import FastDecoder
@@ -22,9 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_NEW_TOKENS = 32
-PIPELINE_TASKS = {"text-generation": "text-generation", "feature-extraction": "feature-extraction",
-                  "text-classification": "sequence-classification", "sentiment-analysis": "sequence-classification"}
-"""transformers' pipeline task → the task ``load`` plans for it."""
+"""New tokens per call unless the call, its ``generation_config`` or the model's sets a length."""
+NOT_SETTINGS = frozenset({"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"})
+"""Entries of ``GenerationConfig.to_dict()`` that are bookkeeping, not generation settings."""
 
 
 @dataclass
@@ -42,10 +45,29 @@ class Loaded:
     host: PluginHost | None = field(default=None, repr=False, compare=False)
     """The plugin host that made the plan (asked for the device-graph capturer); default: the process's."""
     _generator: Generator | None = field(default=None, repr=False, compare=False)
+    processors: Processors | None = field(default=None, repr=False, compare=False)
+    """The checkpoint's processors (image processor, feature extractor, ``AutoProcessor`` …), loaded
+    from its directory when first used."""
 
     @property
     def device(self) -> Any:
         return self.model.device
+
+    @property
+    def task(self) -> str:
+        """The plan's task under its canonical name (``sequence-classification`` is ``text-classification``)."""
+        try:
+            return tasks.canonical(self.plan.task)
+        except ConfigurationError:
+            return self.plan.task
+
+    @property
+    def processor(self) -> Any:
+        """What prepares this model's inputs: its multimodal processor (``AutoProcessor``), else its
+        image processor or feature extractor, else its tokenizer."""
+        if self.processors is None:
+            return self.tokenizer
+        return self.processors.main(self.tokenizer)
 
     def _require_tokenizer(self, what: str) -> Any:
         if self.tokenizer is None:
@@ -54,10 +76,10 @@ class Loaded:
                 "tokenizer_config.json). Save one next to the model, or call loaded.model directly with token ids.")
         return self.tokenizer
 
-    def _require_task(self, *tasks: str) -> None:
-        if self.plan.task not in tasks:
+    def _require_task(self, *wanted: str) -> None:
+        if self.task not in {tasks.canonical(t) for t in wanted}:
             raise ConfigurationError(f"this model was loaded for {self.plan.task!r}; that call needs "
-                                     f"{' or '.join(tasks)} (pass task= to intelrt.load)")
+                                     f"{' or '.join(wanted)} (pass task= to intelrt.load)")
 
     @staticmethod
     def _prompts(prompt: str | Sequence[str]) -> tuple[list[str], bool]:
@@ -73,59 +95,229 @@ class Loaded:
             return prompts, False
         raise ConfigurationError(f"prompt must be a str or a list of str, got {type(prompt).__name__}")
 
-    def generate(self, prompt: str | Sequence[str], **generation_kwargs: Any) -> Any:
+    def generate(self, prompt: Any = None, *, images: Any = None, audio: Any = None, sampling_rate: int | None = None,
+                 videos: Any = None, **generation_kwargs: Any) -> Any:
         """Generate a continuation of ``prompt`` (or of each prompt in a list); returns the new text.
 
-        Keyword arguments are transformers generation settings (``max_new_tokens`` defaults to 32
-        unless ``max_length`` is given; greedy unless ``do_sample=True``). Each setting is either
-        honoured by the path the plan picked or sends the call to transformers' ``generate``:
-        intelrt's fast decode loop (static KV cache, compiled and graph-captured step),
-        transformers' continuous batching for lists, or plain ``model.generate``.
-        ``last_generation`` names the path taken and why. With ``num_return_sequences=n > 1``
-        each prompt gives a list of ``n`` texts.
-        """
-        self._require_task("text-generation")
-        tokenizer = self._require_tokenizer("generate()")
-        prompts, single = self._prompts(prompt)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        generation_kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
-        if generation_kwargs.get("stop_strings") is not None:
-            generation_kwargs.setdefault("tokenizer", tokenizer)  # transformers' generate matches them in text
-        ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
-        rows = self._generate_ids(ids, not single, generation_kwargs)
-        texts = list(tokenizer.batch_decode(rows, skip_special_tokens=True))
-        return _per_prompt(texts, len(prompts), single)
+        ``prompt``: a str, a list of str, chat messages (``[{"role": "user", "content": …}]``, image
+        parts included) or a list of conversations. ``images=``, ``audio=`` (with ``sampling_rate=``)
+        and ``videos=`` go to the model's processor with the text; the model's inputs may also be
+        passed as tensors (``input_features=``, ``pixel_values=`` …).
 
-    def generate_ids(self, prompts: Sequence[int] | Sequence[Sequence[int]], **generation_kwargs: Any
-                     ) -> list[int] | list[list[int]]:
-        """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them; returns
-        the new ids of each, up to and including the first end-of-sequence token."""
-        self._require_task("text-generation")
+        Keyword arguments are what ``model.generate`` takes: generation settings, a
+        ``generation_config`` (the call's keywords override it, as in ``generate``), logits
+        processors, ``attention_mask``. The model's generation config applies as ``generate`` applies
+        it (its ``do_sample``, ``top_k``, ``temperature`` …); ``max_new_tokens`` is 32 unless the call,
+        its ``generation_config`` or the model's sets a length. A decoder-only language model decodes
+        on the path the plan picked — intelrt's fast loop (static KV cache, compiled and
+        graph-captured step), transformers' continuous batching for lists, or plain ``model.generate``
+        — each setting either honoured by it or sending the call to ``generate``; encoder-decoder,
+        vision-language and speech models, and calls with ``return_dict_in_generate=True``, run on
+        ``model.generate``. ``last_generation`` names the path taken and why. With
+        ``num_return_sequences=n > 1`` each prompt gives a list of ``n`` texts;
+        ``return_dict_in_generate=True`` returns transformers' own output (``GenerateDecoderOnlyOutput``
+        …, its ``sequences`` holding the prompt too).
+        """
+        settings = self._settings(generation_kwargs)
+        tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
+        mask = tensors.pop("attention_mask", None)  # a mask alone is not an input of another kind
+        media = images is not None or audio is not None or videos is not None or bool(tensors)
+        if self.task == "text-generation" and not self._encoder_decoder and not media \
+                and not _has_media(prompt) and not self._wants_output(settings):
+            if mask is not None:
+                settings["attention_mask"] = mask
+            tokenizer = self._require_tokenizer("generate()")
+            prompts, single = self._text_prompts(prompt, tokenizer)
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            settings.setdefault("pad_token_id", tokenizer.pad_token_id)
+            if settings.get("stop_strings") is not None:
+                settings.setdefault("tokenizer", tokenizer)  # transformers' generate matches them in text
+            rows = self._generate_ids(prompts, not single, settings)
+            if isinstance(rows, _RawOutput):
+                return rows.output
+            texts = list(tokenizer.batch_decode(rows, skip_special_tokens=True))
+            return _per_prompt(texts, len(prompts), single)
+        self._require_generative()
+        if mask is not None:
+            tensors["attention_mask"] = mask
+        processor = self.processor
+        prepared = plain_generate.prepare(self.model, processor, self.tokenizer, prompt, images=images, audio=audio,
+                                          sampling_rate=sampling_rate, videos=videos, tensors=tensors)
+        output, rows = self._plain(prepared, settings, self._plain_reason(media or prompt is None or
+                                                                          _has_media(prompt), settings))
+        if rows is None:
+            return output
+        decoder = processor if hasattr(processor, "batch_decode") else self._require_tokenizer("generate()")
+        texts = list(decoder.batch_decode(rows, skip_special_tokens=True))
+        return _per_prompt(texts, prepared.rows, prepared.single)
+
+    def generate_ids(self, prompts: Any, **generation_kwargs: Any) -> Any:
+        """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them (a tensor
+        of ids too); returns the new ids of each, up to and including the first end-of-sequence token
+        (for an encoder-decoder model: the decoder's ids after its start token)."""
+        if hasattr(prompts, "tolist") and not isinstance(prompts, list):
+            prompts = prompts.tolist()
+        settings = self._settings(generation_kwargs)
         if isinstance(prompts, Sequence) and prompts and all(isinstance(t, int) for t in prompts):
-            return _per_prompt(self._generate_ids([list(prompts)], False, generation_kwargs), 1, True)  # type: ignore[arg-type]
-        if not isinstance(prompts, Sequence) or not prompts or not all(
+            ids, as_list, single = [list(prompts)], False, True
+        elif isinstance(prompts, Sequence) and prompts and all(
                 isinstance(p, Sequence) and p and all(isinstance(t, int) for t in p) for p in prompts):
+            ids, as_list, single = [list(p) for p in prompts], True, False
+        else:
             raise ConfigurationError("generate_ids() takes a non-empty list of token ids, or a non-empty list of "
                                      "such lists")
-        rows = self._generate_ids([list(p) for p in prompts], True, generation_kwargs)  # type: ignore[arg-type]
-        return _per_prompt(rows, len(prompts), False)
+        if self.task == "text-generation" and not self._encoder_decoder:
+            rows = self._generate_ids(ids, as_list, settings)
+            return rows.output if isinstance(rows, _RawOutput) else _per_prompt(rows, len(ids), single)
+        self._require_generative()
+        tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
+        pad = self._pad_id(settings)
+        width = max(len(p) for p in ids)
+        import torch
 
-    def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
-                      ) -> list[list[int]]:
-        if any(not p for p in ids):
-            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
-        kwargs = {"do_sample": False, **generation_kwargs}
-        if "max_length" not in kwargs:
-            kwargs.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-        max_new = kwargs.get("max_new_tokens")
+        mask = settings.pop("attention_mask", None)
+        input_ids = torch.tensor([p + [pad] * (width - len(p)) for p in ids])  # an encoder reads the mask
+        if mask is None:
+            mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in ids])
+        prepared = plain_generate.prepare(self.model, None, None, None, tensors={
+            "input_ids": input_ids, "attention_mask": torch.as_tensor(mask), **tensors})
+        output, rows = self._plain(prepared, settings, self._plain_reason(bool(tensors), settings))
+        return output if rows is None else _per_prompt(rows, len(ids), single)
+
+    @property
+    def _encoder_decoder(self) -> bool:
+        return bool(getattr(self.model.config, "is_encoder_decoder", False))
+
+    def _wants_output(self, settings: dict[str, Any]) -> bool:
+        """The call asks for transformers' output structure (``return_dict_in_generate``)."""
+        own = getattr(getattr(self.model, "generation_config", None), "return_dict_in_generate", None)
+        return bool(settings.get("return_dict_in_generate", own))
+
+    def _settings(self, generation_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's generation settings as ``generate`` reads them: a ``generation_config``'s
+        explicit values under the call's keywords (``GenerationMixin._prepare_generation_config``:
+        keywords > the passed config > the model's), and intelrt's default length."""
+        from transformers import GenerationConfig
+
+        settings = dict(generation_kwargs)
+        given = settings.pop("generation_config", None)
+        if given is not None:
+            if not isinstance(given, GenerationConfig):
+                raise ConfigurationError(f"generation_config= takes a transformers GenerationConfig, got "
+                                         f"{type(given).__name__}")
+            settings = {**{k: v for k, v in given.to_dict().items() if v is not None and k not in NOT_SETTINGS},
+                        **settings}
+        if settings.get("max_length") is None and settings.get("max_new_tokens") is None:
+            own = getattr(getattr(self.model, "generation_config", None), "max_new_tokens", None)
+            settings["max_new_tokens"] = own or DEFAULT_MAX_NEW_TOKENS
+            settings.pop("max_length", None)
+        max_new = settings.get("max_new_tokens")
         if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
             raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        return settings
+
+    def _text_prompts(self, prompt: Any, tokenizer: Any) -> tuple[list[list[int]], bool]:
+        """Token ids of each prompt: text tokenized, chat messages through the tokenizer's chat template."""
+        chats = plain_generate.conversations(prompt)
+        if chats is not None:
+            items, single = chats
+            return [list(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=True)["input_ids"]) for c in items], single
+        prompts, single = self._prompts(prompt)
+        return [list(tokenizer(p)["input_ids"]) for p in prompts], single
+
+    def _require_generative(self) -> None:
+        if self.task == "text-to-audio":
+            raise ConfigurationError("this model generates audio, not text: use loaded.pipeline('text-to-audio')")
+        can = getattr(self.model, "can_generate", None)
+        if not (callable(can) and can()):
+            raise ConfigurationError(
+                f"{type(self.model).__name__} (loaded for {self.plan.task!r}) does not generate (transformers' "
+                "can_generate() is False); use loaded.pipeline() for its task, or load a generative checkpoint "
+                "(task='text-generation', 'text2text-generation', 'image-text-to-text', "
+                "'automatic-speech-recognition')")
+
+    def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
+        """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
+        if self._wants_output(settings):
+            return plain_generate.REASONS["output"]
+        if self._encoder_decoder:
+            return plain_generate.REASONS["encoder-decoder"]
+        if media:
+            return plain_generate.REASONS["multimodal"]
+        return (f"the model is loaded for {self.plan.task!r}: intelrt's fast decode loop runs text-generation "
+                "models, so transformers' generate runs this call")
+
+    def _plain(self, prepared: plain_generate.Prepared, settings: dict[str, Any], reason: str
+               ) -> tuple[Any, list[list[int]] | None]:
+        """``model.generate`` on ``prepared``: (its output, the new ids of each row), the ids ``None``
+        when the caller asked for transformers' output structure."""
+        from ..decoding.generation import GenerationReport
+
+        settings = dict(settings)
+        if not self._encoder_decoder or "pad_token_id" in settings:
+            settings.setdefault("pad_token_id", self._pad_id(settings))
+        trains_sharded = isinstance(self.plan.value("parallelism"), ParallelismChoice) and bool(
+            getattr(self.plan.value("parallelism"), "sharded_load", False))
+        output = plain_generate.run(self.model, prepared, settings, no_grad=trains_sharded)
+        self.last_generation = GenerationReport("generate", reason, prepared.rows, batches=1)
+        if self._wants_output(settings):
+            return output, None
+        return output, plain_generate.new_tokens(output, prepared, plain_generate.eos_ids(self.model, settings),
+                                                 self.model)
+
+    def _pad_id(self, settings: dict[str, Any]) -> int:
+        """The pad id of a call: its own, the model's generation config's, the tokenizer's, or EOS."""
+        for value in (settings.get("pad_token_id"), getattr(getattr(self.model, "generation_config", None),
+                                                              "pad_token_id", None),
+                      getattr(self.tokenizer, "pad_token_id", None)):
+            if isinstance(value, int):
+                return value
+        eos = plain_generate.eos_ids(self.model, settings)
+        return eos[0] if eos else 0
+
+    def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
+                      ) -> Any:
+        """New ids per prompt of a decoder-only language model (or transformers' own output, wrapped
+        in :class:`_RawOutput`, when the call asks for it or masks more than left padding)."""
+        if any(not p for p in ids):
+            raise ConfigurationError("the prompt is empty after tokenization; pass some text")
+        kwargs = dict(generation_kwargs)
+        mask = kwargs.pop("attention_mask", None)
+        if mask is not None:
+            stripped = _strip_left_padding(ids, mask)
+            if stripped is None:
+                return self._masked(ids, mask, kwargs)
+            ids = stripped
         check_prompts(self.model, ids)
+        if self._wants_output(kwargs):
+            from ..decoding.generation import left_pad
+
+            input_ids, padded = left_pad(ids, self._pad_id(kwargs), self.model.device)
+            prepared = plain_generate.Prepared({"input_ids": input_ids, "attention_mask": padded}, len(ids),
+                                               not as_list, int(input_ids.shape[1]))
+            output, _ = self._plain(prepared, kwargs, plain_generate.REASONS["output"])
+            return _RawOutput(output)
         if self._generator is None:
             self._generator = self._new_generator()
         outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
         return outputs
+
+    def _masked(self, ids: list[list[int]], mask: Any, settings: dict[str, Any]) -> Any:
+        """A mask that hides more than left padding: ``generate`` on the ids and mask as given."""
+        import torch
+
+        widths = {len(p) for p in ids}
+        if len(widths) != 1:
+            raise ConfigurationError("attention_mask= masks tokens inside the prompts: give prompts of one length "
+                                     "(padded as you mean them) with a mask of that shape")
+        check_prompts(self.model, ids)
+        prepared = plain_generate.Prepared(
+            plain_generate.on_device({"input_ids": torch.tensor(ids), "attention_mask": torch.as_tensor(mask)},
+                                     self.model), len(ids), len(ids) == 1, widths.pop())
+        output, rows = self._plain(prepared, settings, plain_generate.REASONS["attention_mask"])
+        return _RawOutput(output) if rows is None else rows
 
     def fast_decoder(self) -> FastDecoder | None:
         """The fast decode engine this model's ``generate`` uses, with its compiled and captured
@@ -215,28 +407,64 @@ class Loaded:
         return [labels.get(int(i), str(int(i))) for i in logits.argmax(-1)]
 
     def pipeline(self, task: str | None = None, **pipeline_kwargs: Any) -> Any:
-        """transformers' own ``Pipeline`` for ``task`` (default: the plan's task) on this model,
-        tokenizer and device — the device the plan chose (SPEC X6, H6), with no ``device=`` to pass.
-        Keyword arguments go to ``transformers.pipeline`` (``device``, ``model``, ``tokenizer`` are the plan's)."""
-        wanted = task or next(name for name, planned in PIPELINE_TASKS.items() if planned == self.plan.task)
-        if PIPELINE_TASKS.get(wanted) != self.plan.task:
-            fitting = [name for name, planned in PIPELINE_TASKS.items() if planned == self.plan.task]
-            raise ConfigurationError(f"pipeline task {wanted!r} needs a model loaded for "
-                                     f"{PIPELINE_TASKS.get(wanted, 'a task intelrt does not load')!r}, and this one "
-                                     f"was loaded for {self.plan.task!r}: use task {' or '.join(map(repr, fitting))}, "
-                                     f"or intelrt.pipeline({wanted!r}, model) to load it for that task")
-        taken = sorted({"model", "tokenizer", "device", "device_map"} & set(pipeline_kwargs))
-        if taken:
-            raise ConfigurationError(f"pipeline(): {', '.join(taken)} come from the plan; pass options to "
-                                     "intelrt.load (backend=, devices=) instead")
-        self._require_tokenizer("pipeline()")
+        """transformers' own ``Pipeline`` for ``task`` (default: the plan's task) on this model, its
+        processors and device — the device the plan chose (SPEC X6, H6, T2), with no ``device=`` to
+        pass. Any task ``transformers.pipeline`` accepts whose auto classes load this model's class;
+        the processors it reads (tokenizer, image processor, feature extractor, ``AutoProcessor``) are
+        the checkpoint's own. Keyword arguments go to ``transformers.pipeline`` (``device``, ``model``
+        and the processors are the plan's and the checkpoint's)."""
         import transformers
 
+        name = pipeline_task(task or self._default_pipeline_task())
+        self._check_serves(name)
+        taken = sorted({"model", "tokenizer", "device", "device_map", "image_processor", "feature_extractor",
+                        "processor", "video_processor"} & set(pipeline_kwargs))
+        if taken:
+            raise ConfigurationError(f"pipeline(): {', '.join(taken)} come from the plan and the checkpoint; pass "
+                                     "options to intelrt.load (backend=, devices=) instead")
+        from transformers.pipelines import PIPELINE_REGISTRY
+
+        entry = PIPELINE_REGISTRY.supported_tasks[name]
+        pipeline_class = _pipeline_class(entry)
+        if entry.get("type") in ("image", "video") or getattr(pipeline_class, "_load_image_processor", None):
+            require_vision(f"the {name} pipeline")
+        processors = self.processors or Processors(self.plan.model.local_dir or self.plan.model.source,
+                                                   trust_remote_code=self.plan.request.trust_remote_code)
         build: Any = transformers.pipeline  # typed per literal task name; ours is a runtime string
         # A model placed by accelerate (device_map) is where the plan put it; the pipeline reads its
         # device from the model, and refuses a second device= for it.
         device = None if getattr(self.model, "hf_device_map", None) else self.model.device
-        return build(wanted, model=self.model, tokenizer=self.tokenizer, device=device, **pipeline_kwargs)
+        try:
+            components = pipeline_components(pipeline_class, processors, self.tokenizer)
+            return build(name, model=self.model, device=device, **components, **pipeline_kwargs)
+        except ImportError as exc:
+            raise explain_missing(f"the {name} pipeline", exc) or exc from exc
+
+    def _default_pipeline_task(self) -> str:
+        if tasks.get(self.task).pipeline:
+            return self.task
+        serving = [t for t in tasks.tasks_of_class(type(_unwrapped(self.model)).__name__) if tasks.get(t).pipeline]
+        if serving:
+            return serving[0]
+        raise ConfigurationError(f"this model was loaded for {self.plan.task!r}, which transformers has no pipeline "
+                                 f"for (transformers.pipelines.SUPPORTED_TASKS); call loaded.model directly, or "
+                                 "pass a pipeline task")
+
+    def _check_serves(self, name: str) -> None:
+        """The pipeline of task ``name`` runs the classes its auto classes load: refuse another class
+        (transformers would only log an error, then answer with the wrong head or fail)."""
+        model = _unwrapped(self.model)
+        cls = type(model)
+        if not cls.__module__.startswith("transformers."):
+            return  # remote code: its class is its own, and its pipeline its own business
+        if cls.__name__ in tasks.class_names(name):
+            return
+        fitting = [t for t in tasks.tasks_of_class(cls.__name__) if tasks.get(t).pipeline]
+        raise ConfigurationError(
+            f"pipeline task {name!r} runs models of {', '.join(tasks.get(name).auto_classes) or 'its own classes'}, "
+            f"and this one is a {cls.__name__} (loaded for {self.plan.task!r})"
+            + (f": use task {' or '.join(map(repr, fitting))}" if fitting else "")
+            + f", or intelrt.pipeline({name!r}, model) to load it for that task")
 
     def train(self, data: Any, *, lora: Any = None, epochs: float = 1.0, output_dir: Any,
               resume: Any = False, overwrite: bool = False, sharding: str = "auto",
@@ -261,6 +489,83 @@ class Loaded:
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
                      overwrite=overwrite, sharding=sharding, **training_overrides)
+
+
+@dataclass(frozen=True)
+class _RawOutput:
+    """transformers' own ``generate`` output, returned to the caller as it is."""
+
+    output: Any
+
+
+def _has_media(prompt: object) -> bool:
+    """Chat messages with image, video or audio parts."""
+    chats = plain_generate.conversations(prompt)
+    if chats is None:
+        return False
+    return any(isinstance(part, dict) and part.get("type") in ("image", "video", "audio")
+               for conversation in chats[0] for message in conversation
+               for part in (message.get("content") if isinstance(message.get("content"), list) else ()))
+
+
+def _strip_left_padding(ids: list[list[int]], mask: Any) -> list[list[int]] | None:
+    """The prompts without the tokens ``mask`` hides, when it hides only left padding (what intelrt
+    pads with itself); ``None`` when it hides anything else."""
+    rows = mask.tolist() if hasattr(mask, "tolist") else mask
+    if isinstance(rows, list) and rows and not isinstance(rows[0], list):
+        rows = [rows]
+    if not isinstance(rows, list) or len(rows) != len(ids) or any(
+            not isinstance(r, list) or len(r) != len(p) for r, p in zip(rows, ids, strict=False)):
+        raise ConfigurationError("attention_mask= must have one row per prompt, each as long as its prompt's ids")
+    stripped = []
+    for prompt, row in zip(ids, rows, strict=True):
+        start = next((i for i, v in enumerate(row) if v), len(row))
+        if not all(row[start:]) or start == len(row):
+            return None
+        stripped.append(prompt[start:])
+    return stripped
+
+
+def _unwrapped(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper."""
+    base = getattr(model, "get_base_model", None)
+    return base() if callable(base) else model
+
+
+def _pipeline_class(entry: dict[str, Any]) -> Any:
+    """The ``Pipeline`` class of a ``SUPPORTED_TASKS`` entry (its ``impl`` is the class or its dotted path)."""
+    import importlib
+
+    impl = entry["impl"]
+    if isinstance(impl, str):
+        module, _, name = impl.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return impl
+
+
+def pipeline_task(task: str) -> str:
+    """``task`` as ``transformers.pipeline`` names it (aliases resolved: ``ner``, ``sentiment-analysis``);
+    a task it removed or does not know is a :class:`ConfigurationError` saying what to use instead."""
+    from transformers import pipelines
+
+    removed = getattr(pipelines, "REMOVED_TASKS", {})
+    base = "translation" if task.startswith("translation_") else task
+    if base in removed:
+        how = "loaded.generate() runs it" if base in ("text2text-generation", "summarization", "translation") else \
+            removed[base]
+        raise ConfigurationError(f"transformers {_version()} has no {task!r} pipeline any more ({removed[base]}); "
+                                 f"{how}")
+    try:
+        return str(pipelines.PIPELINE_REGISTRY.check_task(task)[0])
+    except KeyError:
+        raise ConfigurationError(f"pipeline task {task!r} is not one transformers {_version()} has; one of: "
+                                 f"{', '.join(tasks.pipeline_tasks())}") from None
+
+
+def _version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
 
 
 def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:

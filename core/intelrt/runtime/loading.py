@@ -7,12 +7,12 @@ import os
 from typing import Any
 
 from ..errors import ConfigurationError, IntelrtError, ModelSourceError
+from ..hooks.model import ModelInfo
 from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
 from ..hooks.plan import Plan
 from ..hooks.request import Request, split_credentials
 from ..host.manager import PluginHost, get_host
-from ..planning.architecture import AUTO_CLASSES
 from ..planning.model_source import require_weights, resolve_model
 from ..planning.planner import make_plan
 from ..support.distributed import is_distributed_launch, world_size
@@ -23,6 +23,7 @@ from .download import config_fetcher
 from .environment import apply_in_process
 from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
+from .processors import Processors
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,45 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
+
+
+def model_class(plan: Plan) -> Any:
+    """What ``from_pretrained`` is called on (SPEC T1): the auto class that picks the planned class
+    (it also loads a PEFT adapter onto its base), the planned class itself when no auto class maps
+    it (``config.architectures`` names it), or — for remote code, whose class only its own code
+    knows, and a model type this transformers does not know — the task's first auto class, which
+    runs ``auto_map`` or says the model type needs a newer transformers."""
+    import importlib
+
+    import transformers
+
+    from ..planning import tasks
+
+    arch = plan.model.architecture
+    if arch is not None and arch.auto_class:
+        return getattr(transformers, arch.auto_class)
+    if arch is not None:
+        return getattr(importlib.import_module(arch.module), arch.name)
+    task = tasks.get(plan.task)
+    info = plan.model.base or plan.model
+    if task.auto_classes and (info.config.get("auto_map") or info.model_type not in transformers.CONFIG_MAPPING):
+        # remote code, or a model type this transformers does not know: its auto class says which
+        return getattr(transformers, task.auto_classes[0])
+    raise no_class_for(plan.model, plan.task)
+
+
+def no_class_for(model: ModelInfo, task: str) -> ConfigurationError:
+    """The error for a task transformers has no class of this model for, naming the tasks its class serves."""
+    from ..planning import tasks
+
+    info = model.base or model
+    autos = ", ".join(tasks.get(task).auto_classes) or "-"
+    serves = ", ".join(tasks.tasks_of_class(info.architectures[0])) if info.architectures else ""
+    return ConfigurationError(
+        f"{model.source} ({info.model_type}) has no class of transformers for task {task!r} (its auto classes "
+        f"{autos} do not map {info.model_type!r})"
+        + (f"; its checkpoint class {info.architectures[0]} serves {serves}" if serves else "")
+        + ". Pass a task its class serves, or leave task= to intelrt.")
 
 
 def check_ranks(plan: Plan) -> None:
@@ -62,31 +102,31 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     ``from_pretrained`` here and nowhere else: a plan never holds them."""
     check_ranks(plan)
     prepare(plan, host)
-    import transformers
-
     credentials = dict(credentials or {})
-    auto_class = getattr(transformers, AUTO_CLASSES[plan.task][0])
+    cls = model_class(plan)
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
     log.info("loading %s with %s%s", source,
              redact({k: v for k, v in kwargs.items() if k not in ("kernel_config", "distributed_config")}),
              f" and credentials {sorted(credentials)}" if credentials else "")
     try:
-        model = auto_class.from_pretrained(source, **kwargs, **credentials)
+        model = cls.from_pretrained(source, **kwargs, **credentials)
     except OSError as exc:  # the hub's connection errors name HF_ENDPOINT, password included
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
-    return adopt(model, _load_tokenizer(plan, source, credentials), plan, host)
+    processors = Processors(source, trust_remote_code=plan.request.trust_remote_code, credentials=credentials)
+    return adopt(model, _load_tokenizer(plan, source, credentials), plan, host, processors)
 
 
-def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None) -> Loaded:
+def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None,
+          processors: Processors | None = None) -> Loaded:
     """A model built under ``plan`` after ``prepare(plan)`` (the benchmarks build random weights in
     memory from a config), finished as ``apply_plan`` finishes a loaded one: eval mode and the
-    plan's compile."""
+    plan's compile. ``processors``: the checkpoint's, loaded when first used."""
     model.eval()
     model = compile_with_plan(model, plan)
-    return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host)
+    return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host, processors=processors)
 
 
 def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:

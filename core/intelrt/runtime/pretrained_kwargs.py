@@ -59,12 +59,38 @@ def distributed_config(plan: Plan) -> Any:
     return DistributedConfig(**dict[str, Any](value.distributed_config))
 
 
+def attention_implementation(plan: Plan) -> Any:
+    """The plan's attention as ``attn_implementation``: one name, or — for a model whose sub-models
+    (a backbone, an audio tokenizer) do not all support it — a dict by sub-config key, as
+    ``PreTrainedConfig._attn_implementation`` takes it. A sub-model gets the planned implementation
+    where it supports it (or where the plan holds a hub kernel), else ``None``: transformers' own
+    default for it, as plain ``from_pretrained`` gives. An ``eager`` the plan fell back to (not
+    forced) is the top class's limit, not a choice: the sub-models keep their defaults."""
+    value = plan.decided.attention
+    arch = plan.model.architecture
+    if not isinstance(value, str) or arch is None or not arch.sub_models:
+        return value
+    decision = plan.decisions.get("attention")
+    forced = bool(decision is not None and decision.forced)
+    base = value.removeprefix("paged|")
+    named = base in ("eager", "sdpa", "flex_attention") or base.startswith("flash_attention")
+    chosen: dict[str, Any] = {"": value}
+    for key, _cls, supported in arch.sub_models:
+        if base == "eager" and not forced:
+            chosen[key] = None
+        elif not named or base in supported or (not supported and forced):
+            chosen[key] = value
+        else:
+            chosen[key] = None
+    return value if all(v == value for v in chosen.values()) else chosen
+
+
 def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
     """Everything the plan decided, as ``from_pretrained`` keywords (plus the user's extras)."""
     kwargs: dict[str, Any] = {
         "dtype": plan.decided.dtype,
         **(plan.decided.placement or Placement(None)).from_pretrained_kwargs(),
-        "attn_implementation": plan.decided.attention,
+        "attn_implementation": attention_implementation(plan),
         "trust_remote_code": plan.request.trust_remote_code,
     }
     if not plan.request.allow_pickle:

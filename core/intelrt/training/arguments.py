@@ -194,16 +194,18 @@ def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost
 
 
 def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
-                             settings: list[TrainingSetting]) -> Any:
-    """``TrainingArguments(output_dir, **settings)``; a refusal by transformers names intelrt's part."""
-    from transformers import TrainingArguments
+                             settings: list[TrainingSetting], seq2seq: bool = False) -> Any:
+    """``TrainingArguments(output_dir, **settings)`` (``Seq2SeqTrainingArguments`` for
+    ``Seq2SeqTrainer``: ``seq2seq=True``); a refusal by transformers names intelrt's part."""
+    from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
     kwargs = {s.name: s.value for s in settings}
     for s in settings:
         if s.source != USER:
             log.info("TrainingArguments %s", s)
+    arguments = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
     try:
-        return TrainingArguments(output_dir=os.fspath(output_dir), **kwargs)
+        return arguments(output_dir=os.fspath(output_dir), **kwargs)
     except ValueError as exc:
         added = "; ".join(str(s) for s in settings if s.source != USER) or "nothing"
         raise ConfigurationError(f"transformers refused these training arguments: {exc} "

@@ -1,6 +1,8 @@
-"""``Loaded.train``: fine-tune a loaded causal LM with transformers' ``Trainer`` — whole, or
-LoRA adapters through PEFT (QLoRA when the model was loaded in 4-bit, SPEC X9/H7) — and save
-what was trained so ``intelrt.load(output_dir)`` loads it back.
+"""``Loaded.train``: fine-tune a loaded causal LM, seq2seq model or token classifier with
+transformers' ``Trainer`` (``Seq2SeqTrainer`` for seq2seq) — whole, or LoRA adapters through PEFT
+(QLoRA when the model was loaded in 4-bit, SPEC X9/H7) — or LoRA adapters on the language model of
+a vision-language model, and save what was trained so ``intelrt.load(output_dir)`` loads it back
+(what each head reads and how it is batched: :mod:`intelrt.training.heads`).
 
 Nothing here is a training loop of its own: ``Trainer`` trains, checkpoints and resumes; intelrt
 prepares its arguments from the plan (:mod:`intelrt.training.arguments`), the data and the adapters.
@@ -30,6 +32,19 @@ from .arguments import (
 )
 from .data import DEFAULT_BLOCK_SIZE, ModelLimits, causal_lm_blocks
 from .divergence import Divergence, diverged_error, divergence_guard, non_finite_weight
+from .heads import (
+    CAUSAL,
+    LORA_TASK_TYPES,
+    SEQ2SEQ,
+    TOKENS,
+    VISION_LANGUAGE,
+    VisionLanguageCollator,
+    language_model_linears,
+    seq2seq_examples,
+    token_examples,
+    training_kind,
+    vision_language_rows,
+)
 from .locking import hold_output_dir, is_main_process, refuse_if_held
 from .output_dir import (
     clean_debris,
@@ -130,11 +145,18 @@ def _peft() -> Any:
     return peft
 
 
-def _lora_config(lora: object) -> Any:
+def _lora_config(lora: object, kind: str = CAUSAL, model: Any = None) -> Any:
+    """``lora=True``: :data:`DEFAULT_LORA` with PEFT's task type for ``kind`` (on a vision-language
+    model, on its language model's linear layers only); a ``peft.LoraConfig`` as given."""
     from peft import LoraConfig
 
     if lora is True:
-        return LoraConfig(task_type="CAUSAL_LM", **DEFAULT_LORA)  # type: ignore[arg-type]
+        settings: dict[str, Any] = dict(DEFAULT_LORA)
+        if kind == VISION_LANGUAGE:
+            settings["target_modules"] = language_model_linears(model)
+        if kind == TOKENS:  # PEFT trains the classifier whole (TOKEN_CLS: modules_to_save), not through LoRA
+            settings["exclude_modules"] = ["classifier", "score"]
+        return LoraConfig(task_type=LORA_TASK_TYPES[kind], **settings)
     if isinstance(lora, LoraConfig):
         return lora
     raise ConfigurationError(f"lora= takes True or a peft.LoraConfig, not {type(lora).__name__}")
@@ -152,7 +174,8 @@ def _quiet_progress() -> Any:
     return LossOnBar
 
 
-def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradient_checkpointing: bool) -> tuple[Any, bool]:
+def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradient_checkpointing: bool,
+                   kind: str = CAUSAL) -> tuple[Any, bool]:
     from transformers import set_seed
 
     peft = _peft()
@@ -170,6 +193,11 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
                                      "to keep training them, or reload the base model for a new LoraConfig")
         return model, True
     if not lora:
+        if kind == VISION_LANGUAGE:
+            raise ConfigurationError(
+                "Loaded.train trains a vision-language model's language model with LoRA adapters (lora=True); "
+                "to train the whole model, use transformers.Trainer on loaded.model with "
+                "intelrt.training_arguments(output_dir, plan=loaded)")
         if quantized:
             raise ConfigurationError(
                 f"the model was loaded {loaded.plan.request.quantization} (quantized): its weights cannot be trained "
@@ -177,7 +205,7 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
         return model, False
     if peft is None:
         raise ConfigurationError(PEFT_MISSING)
-    config = _lora_config(lora)
+    config = _lora_config(lora, kind, model)
     if quantized:
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     set_seed(seed)  # adapter initialisation is random: the same seed gives the same run
@@ -255,8 +283,8 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
           block_size: int = DEFAULT_BLOCK_SIZE, callbacks: Sequence[Any] = (), sharding: str = AUTO,
           **training_overrides: Any) -> TrainResult:
     """Fine-tune ``loaded`` on ``data``; see :meth:`intelrt.Loaded.train`."""
-    loaded._require_task("text-generation")
-    tokenizer = loaded._require_tokenizer("train()")
+    kind = training_kind(loaded.task, loaded.model)
+    tokenizer = loaded._require_tokenizer("train()") if kind != VISION_LANGUAGE else None
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
         raise ConfigurationError(f"epochs must be a number > 0, got {epochs!r}")
     if "num_train_epochs" in training_overrides:
@@ -274,20 +302,60 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
     plan = _sharding_plan(loaded, sharding, resume)
     quantized = loaded.plan.decided.quantization is not None
     _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    with _progress("cutting the data into blocks and building TrainingArguments"):
-        dataset = causal_lm_blocks(data, tokenizer, block_size, _model_limits(loaded))
+    if kind == VISION_LANGUAGE and not lora and not _is_peft(loaded.model):
+        _prepare_model(loaded, lora, quantized, 0, False, kind)  # refuses, before anything is read
+    with _progress("preparing the data and building TrainingArguments"):
+        dataset = _dataset(kind, loaded, tokenizer, data, block_size)
         overrides = {**DEFAULT_TRAINING, "num_train_epochs": float(epochs), **training_overrides}
         if lora or quantized:
             overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
+        if kind == VISION_LANGUAGE:
+            overrides.setdefault("remove_unused_columns", False)  # the collator reads the raw rows
         settings = training_settings(plan, overrides)
-        args = build_training_arguments(out, plan, settings)
+        args = build_training_arguments(out, plan, settings, seq2seq=kind == SEQ2SEQ)
     check_writable(out)  # before training: a full or read-only disk must not cost the whole run
     with hold_output_dir(out):
         return _train_holding(loaded, dataset, out, lora=lora, quantized=quantized, resume=resume,
                               overwrite=overwrite, args=args, settings=settings, callbacks=callbacks,
-                              sharding=parallelism_of(plan))
+                              sharding=parallelism_of(plan), kind=kind)
+
+
+def _dataset(kind: str, loaded: Any, tokenizer: Any, data: object, block_size: int) -> Any:
+    """The training examples of ``data`` for a model that trains as ``kind``."""
+    limits = _model_limits(loaded)
+    if kind == SEQ2SEQ:
+        return seq2seq_examples(data, tokenizer, limits)
+    if kind == TOKENS:
+        return token_examples(data, tokenizer, dict(loaded.model.config.label2id), limits)
+    if kind == VISION_LANGUAGE:
+        return vision_language_rows(data)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return causal_lm_blocks(data, tokenizer, block_size, limits)
+
+
+def _trainer(kind: str, loaded: Any, model: Any, args: Any, dataset: Any, callbacks: list[Any]) -> Any:
+    """transformers' trainer for ``kind``, with the collator transformers' examples use for it."""
+    from transformers import (
+        DataCollatorForLanguageModeling,
+        DataCollatorForSeq2Seq,
+        DataCollatorForTokenClassification,
+        Seq2SeqTrainer,
+        Trainer,
+    )
+
+    if kind == VISION_LANGUAGE:
+        processor = loaded.processor
+        return Trainer(model=model, args=args, train_dataset=dataset, processing_class=processor,
+                       data_collator=VisionLanguageCollator(processor), callbacks=callbacks)
+    tokenizer = loaded.tokenizer
+    if kind == SEQ2SEQ:
+        return Seq2SeqTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                              data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), callbacks=callbacks)
+    collator = DataCollatorForTokenClassification(tokenizer) if kind == TOKENS else \
+        DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    return Trainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, data_collator=collator,
+                   callbacks=callbacks)
 
 
 def _progress(what: str) -> contextlib.AbstractContextManager[None]:
@@ -300,7 +368,7 @@ def _progress(what: str) -> contextlib.AbstractContextManager[None]:
 
 def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantized: bool, resume: object,
                    overwrite: bool, args: Any, settings: list[TrainingSetting], callbacks: Sequence[Any],
-                   sharding: ParallelismChoice) -> TrainResult:
+                   sharding: ParallelismChoice, kind: str = CAUSAL) -> TrainResult:
     """The run itself, while this process holds ``out``."""
     main = is_main_process()
     if main:
@@ -309,15 +377,12 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
             remove_earlier_checkpoints(out)
     checkpoint = resume_checkpoint(resume, out)
     with _progress("setting up the Trainer" + (" and the LoRA adapters" if lora or quantized else "")):
-        model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing))
+        model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing), kind)
 
-        from transformers import DataCollatorForLanguageModeling, Trainer
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         guard = divergence_guard()
-        trainer = Trainer(model=model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer,
-                          data_collator=DataCollatorForLanguageModeling(loaded.tokenizer, mlm=False),
-                          callbacks=[*callbacks, guard])
+        trainer = _trainer(kind, loaded, model, args, dataset, [*callbacks, guard])
     trainer.pop_callback(PrinterCallback)  # one summary at the end instead of a dict per log step
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_quiet_progress())
@@ -352,7 +417,7 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
                          epochs=float(trainer.state.epoch or 0.0), seconds=seconds, losses=losses,
                          mean_loss=float(output.training_loss), trainable_parameters=trainable,
                          total_parameters=total, examples=len(dataset), resumed_from=checkpoint,
-                         settings=tuple(settings), truncated_rows=dataset.truncated,
+                         settings=tuple(settings), truncated_rows=int(getattr(dataset, "truncated", 0)),
                          sharding=sharding.training if int(args.world_size) > 1 else "none",
                          world_size=int(args.world_size))
     if trainer.is_world_process_zero():  # in a launched job every rank trains; one writes

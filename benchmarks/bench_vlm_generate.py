@@ -1,0 +1,155 @@
+"""A vision-language model's decode through intelrt against plain ``model.generate`` (issue 26).
+
+    python benchmarks/bench_vlm_generate.py --out results/         # LLaVA-shaped ~1.9B, random weights, cuda
+    python benchmarks/bench_vlm_generate.py --tiny --out /tmp/vlm  # a tiny shape, on the CPU in seconds
+
+The model is built from its config with random weights (no download): a LLaVA whose language model
+is Qwen2-1.5B-shaped (a compact-step family of intelrt's fast loop) and whose vision tower is
+CLIP-ViT-L/14-336-shaped. One image and a text prompt; greedy ``--new-tokens`` tokens, batch 1.
+Prints and writes (``<out>/bench_vlm_generate.json``) for each side the new tokens per second
+(median of ``--repeats``), the ratio intelrt / plain, the peak device memory, the path intelrt took
+and why (``Loaded.last_generation``), and whether the tokens are identical — in float32 by
+default (``--dtype bfloat16`` for the speed of a real deployment).
+
+Today intelrt runs ``model.generate`` for vision-language models (the fast loop decodes token ids
+through a decoder's self-attention cache; a VLM's prefill merges image features), so the ratio
+measures intelrt's own overhead; it is the yardstick for a fast loop over the language model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+IMAGE_TOKEN = 151655
+SHAPES: dict[str, dict[str, Any]] = {
+    "llava-qwen2-1.5b": {
+        "text_config": {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
+                        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+                        "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": True},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096,
+                          "num_hidden_layers": 24, "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+                          "projection_dim": 768},
+        "image_token_index": IMAGE_TOKEN, "image_seq_length": 576, "vision_feature_select_strategy": "default",
+        "vision_feature_layer": -2,
+    },
+    "tiny": {
+        "text_config": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+                        "max_position_embeddings": 512},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                          "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                          "projection_dim": 32},
+        "image_token_index": 250, "image_seq_length": 4, "vision_feature_select_strategy": "default",
+        "vision_feature_layer": -2,
+    },
+}
+
+
+def build(shape: dict[str, Any], workdir: Path, dtype: Any, device: str) -> tuple[Any, Any]:
+    """(the plan for the config-only directory, the random-weight model built on ``device``)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, LlavaConfig
+
+    import intelrt
+
+    config = LlavaConfig(**{k: v for k, v in shape.items() if not k.endswith("_config")},
+                         text_config=dict(shape["text_config"]), vision_config=dict(shape["vision_config"]))
+    config.architectures = ["LlavaForConditionalGeneration"]
+    config.save_pretrained(workdir)
+    plan = intelrt.plan(workdir, backend="cuda" if device == "cuda" else "cpu",
+                        dtype="float32" if dtype == torch.float32 else "bfloat16")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+    model.generation_config.eos_token_id = None  # decode the full length on both sides
+    model.generation_config.pad_token_id = 0
+    return plan, model.eval()
+
+
+def inputs(shape: dict[str, Any], device: str, dtype: Any) -> dict[str, Any]:
+    import torch
+
+    vision = shape["vision_config"]
+    generator = torch.Generator().manual_seed(1)
+    text = torch.randint(10, min(shape["text_config"]["vocab_size"], 20000) - 1, (1, 24), generator=generator)
+    ids = torch.cat([torch.full((1, shape["image_seq_length"]), shape["image_token_index"]), text], dim=1)
+    pixels = torch.randn((1, 3, vision["image_size"], vision["image_size"]), generator=generator)
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device),
+            "pixel_values": pixels.to(device, dtype)}
+
+
+def timed(device: str, run: Any, repeats: int) -> tuple[Any, float, int]:
+    """(the last output, the median seconds of ``repeats`` runs after one warm-up, peak bytes)."""
+    import torch
+
+    run()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    seconds = []
+    out = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    peak = int(torch.cuda.max_memory_allocated()) if device == "cuda" else 0
+    return out, statistics.median(seconds), peak
+
+
+def main() -> int:
+    import torch
+
+    from intelrt.runtime.loading import adopt, prepare
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for bench_vlm_generate.json")
+    parser.add_argument("--tiny", action="store_true", help="the tiny shape, on the CPU")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
+    name = "tiny" if args.tiny else "llava-qwen2-1.5b"
+    shape = SHAPES[name]
+    dtype = getattr(torch, args.dtype)
+    settings = {"max_new_tokens": args.new_tokens, "do_sample": False}
+    with tempfile.TemporaryDirectory() as workdir:
+        plan, model = build(shape, Path(workdir), dtype, device)
+        prepare(plan)
+        batch = inputs(shape, device, dtype)
+        width = batch["input_ids"].shape[1]
+        with torch.inference_mode():
+            plain, plain_s, plain_peak = timed(
+                device, lambda: model.generate(**batch, **settings)[:, width:].tolist(), args.repeats)
+        loaded = adopt(model, None, plan)
+        ours, ours_s, ours_peak = timed(device, lambda: loaded.generate_ids(
+            batch["input_ids"][0].tolist(), pixel_values=batch["pixel_values"], **settings), args.repeats)
+        report = loaded.last_generation
+    ours_rows = ours if ours and isinstance(ours[0], list) else [ours]
+    result = {
+        "shape": name, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "dtype": args.dtype,
+        "parameters": sum(p.numel() for p in model.parameters()), "new_tokens": args.new_tokens,
+        "plain_generate": {"tok_s": args.new_tokens / plain_s, "seconds": plain_s, "peak_bytes": plain_peak},
+        "intelrt": {"tok_s": args.new_tokens / ours_s, "seconds": ours_s, "peak_bytes": ours_peak,
+                    "path": report.path if report else None, "reason": report.reason if report else None},
+        "ratio": plain_s / ours_s, "identical": ours_rows == plain,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_vlm_generate.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"{name} ({result['parameters'] / 1e9:.2f}B, {args.dtype}, {result['device']}): plain generate "
+          f"{result['plain_generate']['tok_s']:.1f} tok/s, intelrt {result['intelrt']['tok_s']:.1f} tok/s "
+          f"(x{result['ratio']:.2f}; path {result['intelrt']['path']}), peak {plain_peak / 2**30:.2f} / "
+          f"{ours_peak / 2**30:.2f} GiB, tokens {'identical' if result['identical'] else 'DIFFER'}")
+    return 0 if result["identical"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,235 @@
+"""``Loaded.generate`` where transformers' ``generate`` runs the whole call (SPEC T3): encoder-decoder
+models (T5, BART, Marian, Whisper …), vision-language and speech models, and calls that ask for
+transformers' own output structure (``return_dict_in_generate=True``).
+
+Why ``generate`` and not intelrt's fast loop: the fast loop decodes decoder-only causal LMs from
+token ids (its static KV cache holds self-attention only). An encoder-decoder model runs its encoder
+once and then decodes with a cross-attention cache over the encoder's output — exactly what
+``generate`` does (``GenerationMixin._prepare_encoder_decoder_kwargs_for_generation``, then the
+decoder loop); a vision-language model merges image features into the prompt's embeddings at the
+prefill. Both would need steps the loop does not have, so ``generate`` runs them and
+``Loaded.last_generation`` says so.
+
+The inputs are what the checkpoint's own processor makes of the call — text, ``images=``,
+``audio=`` (with ``sampling_rate=``), chat messages with image parts — or the model's inputs given
+as tensors (``input_features=``, ``pixel_values=`` …), moved to the model's device, floating point
+ones in the model's dtype (as transformers' pipelines do: ``Pipeline._ensure_tensor_on_device``,
+``ImageTextToTextPipeline.preprocess``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+
+REASONS = {
+    "encoder-decoder": ("an encoder-decoder model: transformers' generate runs its encoder once and its decoder "
+                        "loop over the encoder's cached output (intelrt's fast loop decodes decoder-only models)"),
+    "multimodal": ("the prompt carries images, audio or other model inputs the processor made: the model merges "
+                   "them at the prefill, which intelrt's fast loop (token ids only) does not, so transformers' "
+                   "generate runs this call"),
+    "output": ("return_dict_in_generate=True asks for transformers' own output structure (sequences, scores, "
+               "logits …): transformers' generate runs this call and its output is returned as it is"),
+    "attention_mask": ("the attention_mask given masks tokens that are not left padding: transformers' generate "
+                       "runs this call on the ids and mask as given"),
+}
+"""Why a call ran on transformers' ``generate`` (``Loaded.last_generation.reason``)."""
+
+
+def is_chat(prompt: object) -> bool:
+    """One conversation: a list of ``{"role": …, "content": …}`` messages."""
+    return isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes)) and bool(prompt) and all(
+        isinstance(m, Mapping) and "role" in m for m in prompt)
+
+
+def conversations(prompt: object) -> tuple[list[Any], bool] | None:
+    """``(conversations, single)`` when ``prompt`` is one conversation or a list of them."""
+    if is_chat(prompt):
+        return [list(prompt)], True  # type: ignore[call-overload]
+    if isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes)) and prompt and all(
+            is_chat(p) for p in prompt):
+        return [list(p) for p in prompt], False
+    return None
+
+
+def model_input_names(kwargs: Mapping[str, Any]) -> list[str]:
+    """The keywords of a ``generate`` call that are not generation settings but tensors for the model
+    (``pixel_values``, ``input_features`` …): what ``GenerationConfig.update`` leaves unused."""
+    from transformers import GenerationConfig
+
+    unused = GenerationConfig().update(**{k: v for k, v in kwargs.items() if k != "generation_config"})
+    return sorted(k for k, v in unused.items() if hasattr(v, "shape"))
+
+
+DECODER_START = -1
+"""``Prepared.prompt_width`` of an encoder-decoder call without ``decoder_input_ids``: its output
+starts with the decoder's start token when ``generate`` prepends it (see :func:`new_tokens`)."""
+
+
+@dataclass
+class Prepared:
+    """The model's inputs for one call, and how to read its output."""
+
+    inputs: dict[str, Any]
+    rows: int
+    single: bool
+    prompt_width: int
+    """Tokens of the (left-padded) prompt a decoder-only model's output starts with; for an
+    encoder-decoder model, the ``decoder_input_ids`` given, or :data:`DECODER_START`."""
+
+
+def on_device(inputs: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """Every tensor on the model's device, floating point ones in its dtype."""
+    out: dict[str, Any] = {}
+    for name, value in inputs.items():
+        if hasattr(value, "to") and hasattr(value, "is_floating_point"):
+            value = value.to(model.device)
+            if value.is_floating_point():
+                value = value.to(model.dtype)
+        out[name] = value
+    return out
+
+
+def _texts(prompt: object) -> tuple[list[str] | None, bool]:
+    if prompt is None:
+        return None, True
+    if isinstance(prompt, str):
+        return [prompt], True
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
+        return list(prompt), False
+    raise ConfigurationError("the prompt must be a str, a list of str, chat messages ([{'role': …, 'content': …}]) "
+                             f"or a list of conversations; got {type(prompt).__name__}")
+
+
+def prepare(model: Any, processor: Any, tokenizer: Any, prompt: object, *, images: Any = None, audio: Any = None,
+            sampling_rate: int | None = None, videos: Any = None, tensors: Mapping[str, Any] | None = None,
+            processor_kwargs: Mapping[str, Any] | None = None) -> Prepared:
+    """The inputs for ``model.generate``: the processor's output for the prompt and media, or the
+    tensors given (``input_ids``, ``input_features`` …) as they are."""
+    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    extra = dict(processor_kwargs or {})
+    given = dict(tensors or {})
+    chats = conversations(prompt)
+    media = {k: v for k, v in (("images", images), ("audio", audio), ("videos", videos)) if v is not None}
+    if chats is not None:
+        handler = processor if hasattr(processor, "apply_chat_template") else tokenizer
+        if handler is None or not hasattr(handler, "apply_chat_template"):
+            raise ConfigurationError("chat messages need a processor or tokenizer with a chat template, and this "
+                                     "model has neither")
+        if media:
+            raise ConfigurationError(f"{', '.join(media)}= and chat messages: put the images in the messages "
+                                     "({'type': 'image', 'image': …}) instead")
+        items, single = chats
+        batch = _pad_left(items, encoder_decoder)
+        made = handler.apply_chat_template(items if not single else items[0], add_generation_prompt=True,
+                                           tokenize=True, return_dict=True, return_tensors="pt",
+                                           **batch, **extra)
+        inputs = {**dict(made), **given}
+    elif media or prompt is not None:
+        texts, single = _texts(prompt)
+        inputs = {**_process(processor, tokenizer, texts, media, sampling_rate, encoder_decoder, extra), **given}
+        if texts is None:
+            single = _rows(inputs) == 1
+    elif given:
+        inputs, single = given, _rows(given) == 1
+    else:
+        raise ConfigurationError("generate() needs a prompt, images=, audio= or the model's inputs (input_ids=, "
+                                 "input_features=, pixel_values= …)")
+    inputs = on_device(inputs, model)
+    rows = _rows(inputs)
+    if encoder_decoder:
+        start = inputs.get("decoder_input_ids")
+        width = int(start.shape[-1]) if start is not None else DECODER_START
+    else:
+        ids = inputs.get("input_ids")
+        width = int(ids.shape[-1]) if ids is not None else 0
+    return Prepared(inputs=inputs, rows=rows, single=single, prompt_width=width)
+
+
+def _pad_left(items: list[Any], encoder_decoder: bool) -> dict[str, Any]:
+    """A batch of prompts for a decoder-only model is padded on the left (generate continues the
+    last token of every row)."""
+    if len(items) > 1:
+        return {"padding": True, **({} if encoder_decoder else {"padding_side": "left"})}
+    return {}
+
+
+def _process(processor: Any, tokenizer: Any, texts: list[str] | None, media: dict[str, Any],
+             sampling_rate: int | None, encoder_decoder: bool, extra: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal processor takes everything in one call; otherwise the image processor takes
+    ``images``, the feature extractor ``audio`` and the tokenizer the text."""
+    from transformers import ProcessorMixin
+    from transformers.image_processing_utils import BaseImageProcessor
+
+    padding = _pad_left(texts or [], encoder_decoder)
+    rate = {"sampling_rate": sampling_rate} if sampling_rate is not None else {}
+    if isinstance(processor, ProcessorMixin):
+        return dict(processor(text=texts, **media, **rate, return_tensors="pt", **padding, **extra))
+    made: dict[str, Any] = {}
+    if media:
+        reads = "images" if isinstance(processor, BaseImageProcessor) else "audio"
+        if processor is None or processor is tokenizer or set(media) != {reads}:
+            what = type(processor).__name__ if processor is not None and processor is not tokenizer else "no processor"
+            raise ConfigurationError(f"{', '.join(media)}=: this model has {what}, which reads "
+                                     f"{reads if what != 'no processor' else 'nothing'}; save the model's processor "
+                                     "beside it (save_pretrained) or pass the model's inputs as tensors")
+        made.update(processor(media[reads], **(rate if reads == "audio" else {}), return_tensors="pt", **extra))
+    if texts is not None:
+        if tokenizer is None:
+            raise ConfigurationError("a text prompt needs the model's tokenizer, and none is saved beside it")
+        made.update(tokenizer(texts, return_tensors="pt", **padding, **({} if media else extra)))
+    return made
+
+
+def _rows(inputs: Mapping[str, Any]) -> int:
+    for value in inputs.values():
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return 1
+
+
+def run(model: Any, prepared: Prepared, settings: Mapping[str, Any], no_grad: bool = False) -> Any:
+    """``model.generate`` on the prepared inputs (``settings``: the generation keywords)."""
+    import torch
+
+    clash = sorted(set(prepared.inputs) & set(settings))
+    if clash:
+        raise ConfigurationError(f"{', '.join(clash)} given twice: as generate() keywords and by the processor's "
+                                 "output; pass them once")
+    with torch.no_grad() if no_grad else torch.inference_mode():
+        return model.generate(**prepared.inputs, **settings)
+
+
+def new_tokens(output: Any, prepared: Prepared, eos: Sequence[int], model: Any) -> list[list[int]]:
+    """Each row's generated ids, past the prompt (decoder-only) or the decoder's start token
+    (encoder-decoder), up to and including its first end-of-sequence id.
+
+    ``GenerationMixin.generate`` returns an encoder-decoder's decoder sequence with its start token
+    first (``_prepare_decoder_input_ids_for_generation``); a model's own ``generate`` may not
+    (Whisper's returns the tokens after its decoder prompt: ``generation_whisper.py:
+    _postprocess_outputs``), so there the start token is cut only where every row begins with it."""
+    from transformers import GenerationMixin
+
+    from ..decoding.generation import until_eos
+
+    sequences = output.sequences if hasattr(output, "sequences") else output
+    width = prepared.prompt_width
+    if width == DECODER_START:
+        width = 1
+        if getattr(type(model), "generate", None) is not GenerationMixin.generate:
+            start = getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
+            start = start if start is not None else getattr(model.config, "decoder_start_token_id", None)
+            width = int(start is not None and bool((sequences[:, :1] == start).all()))
+    return until_eos(sequences[:, width:].tolist(), eos)
+
+
+def eos_ids(model: Any, settings: Mapping[str, Any]) -> list[int]:
+    """The end-of-sequence ids of this call (its own, else the model's generation config's)."""
+    value = settings.get("eos_token_id", getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    if value is None:
+        return []
+    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
