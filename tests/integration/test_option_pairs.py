@@ -30,6 +30,7 @@ FREE_TEXT = {
     "devices": ["0"],
     "dtype": ["float32", "bfloat16", "float16"],
     "attention": [*KNOWN_ATTENTION, "kernels-community/flash-attn2"],
+    "task": ["text-generation", "feature-extraction", "text-classification"],
     "quantization": ["4bit", "8bit"],
     "compile": ["on", "none", "nosuchbackend"],
 }

@@ -310,25 +310,10 @@ def test_attention_mask_is_accepted(tiny_model: Path) -> None:
     assert got == out[:, 4:].tolist()
 
 
-# -- load(task=) for every task (needs options.py to take planning.tasks' list: issue 25) ---------------
+# -- load(task=) for every task ------------------------------------------------------------------
 
 
-def _forced_tasks_accepted() -> bool:
-    from intelrt.planning.request import Request
 
-    try:
-        Request.build("model", task="token-classification")
-    except ConfigurationError:
-        return False
-    return True
-
-
-needs_task_option = pytest.mark.skipif(
-    not _forced_tasks_accepted(), reason="planning/options.py does not take the tasks of intelrt.planning.tasks yet "
-    "(its task option's normaliser is planning.tasks.normalize_task once issue 25 wires it)")
-
-
-@needs_task_option
 @pytest.mark.claim("T2")
 def test_load_takes_every_task_and_its_aliases(head: Any, tmp_path: Path) -> None:
     from intelrt.planning import tasks

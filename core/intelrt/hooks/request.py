@@ -144,7 +144,7 @@ class Request:
 
     @classmethod
     def build(cls, model: object, **options: Any) -> Request:
-        """Validate ``model`` and the request options (see :data:`~intelrt.planning.options.REQUEST_OPTIONS`);
+        """Validate ``model`` and the request options (see :data:`REQUEST_OPTIONS`);
         keywords that are not options go to ``from_pretrained`` unchanged, except credentials
         (:func:`split_credentials`), of which only the names are kept."""
         if model != NO_MODEL and (not isinstance(model, (str, os.PathLike)) or not str(model)):

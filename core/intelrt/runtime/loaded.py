@@ -258,8 +258,8 @@ class Loaded:
         settings = dict(settings)
         if not self._encoder_decoder or "pad_token_id" in settings:
             settings.setdefault("pad_token_id", self._pad_id(settings))
-        trains_sharded = isinstance(self.plan.value("parallelism"), ParallelismChoice) and bool(
-            getattr(self.plan.value("parallelism"), "sharded_load", False))
+        parallelism = self.plan.decided.parallelism
+        trains_sharded = parallelism is not None and parallelism.sharded_load
         output = plain_generate.run(self.model, prepared, settings, no_grad=trains_sharded)
         self.last_generation = GenerationReport("generate", reason, prepared.rows, batches=1)
         if self._wants_output(settings):
