@@ -60,14 +60,19 @@ def run(command: str, cwd: Path) -> tuple[int, list[str]]:
     process = subprocess.Popen([*argv, "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env, cwd=cwd)
     assert process.stdout is not None
-    lines, deadline = [], time.monotonic() + 300
-    for line in process.stdout:
-        lines.append(line.rstrip("\n"))
-        if line.startswith(READY) or time.monotonic() > deadline:
-            break
-    process.send_signal(signal.SIGTERM)
-    rest, _ = process.communicate(timeout=120)
-    return process.returncode, lines + rest.splitlines()
+    try:
+        lines, deadline = [], time.monotonic() + 300
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(READY) or time.monotonic() > deadline:
+                break
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=120)
+        return process.returncode, lines + rest.splitlines()
+    finally:
+        if process.poll() is None:  # a timed-out test must not leave a server behind
+            process.kill()
+            process.wait()
 
 
 def test_every_page_marks_the_output_it_shows() -> None:
