@@ -322,8 +322,7 @@ class FastDecoder:
             return batch
         size = self.size_for(rows, max(context, longest), needed, device)
         self._offline = None  # its memory back before the new one is made
-        self._offline = InflightBatch(self, size, device)
-        self._offline._warm = True  # offline: each row bucket is captured when first used
+        self._offline = InflightBatch(self, size, device)  # each row bucket captured when first used
         return self._offline
 
     def _generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], rows: int,

@@ -192,7 +192,6 @@ class InflightBatch:
         self._decoding: list[_Sequence] = []
         """Decoding requests by row: ``_decoding[r].row == r``."""
         self._handles = 0
-        self._warm = False
         self.stats = EngineStats()
         self.row_cap = rows
         self.token_budget = size.max_batch_tokens
@@ -254,7 +253,6 @@ class InflightBatch:
         for tensor in self.cache.tensors():
             tensor.zero_()  # what warm-up wrote is never read, but zeros cannot turn into NaN
         self.report.notes = list(self.decoder.notes)
-        self._warm = True
 
     def _dummy_prefill(self, tokens: int) -> None:
         """One prefill of ``tokens`` tokens writing only to the null block (warm-up, profiling)."""
@@ -437,8 +435,6 @@ class InflightBatch:
         progress = Progress()
         if not self._sequences:
             return progress
-        if not self._warm:
-            self.warm_up()
         steps = min(self.max_steps, steps or self.tuning.inflight_steps)
         self.stats.looks += 1
         with torch.inference_mode():

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 GIB = 2**30
 
 
+def size_text(count: int) -> str:
+    """``count`` bytes as GiB, or MiB below one GiB."""
+    return f"{count / GIB:,.2f} GiB" if abs(count) >= GIB else f"{count / 2**20:,.1f} MiB"
+
+
 @dataclass(frozen=True)
 class KVShape:
     """What the KV cache stores per token: keys and values of every layer."""
@@ -145,13 +150,13 @@ def memory_budget(device: Any, tuning: DecodeTuning, activation_bytes: int = 0, 
     if memory is None:
         kv = tuning.cpu_kv_cache_bytes
         where = "the CPU" if device.type == "cpu" else f"{device} (its runtime reports no free memory)"
-        return MemoryBudget(kv, f"KV cache {kv / GIB:,.2f} GiB: configured for {where} "
+        return MemoryBudget(kv, f"KV cache budget {size_text(kv)}: configured for {where} "
                                 "(DecodeTuning.cpu_kv_cache_bytes)")
     free, total = memory
     kv = int(share * free) - activation_bytes - graph_bytes
-    how = (f"KV cache {max(kv, 0) / GIB:,.2f} GiB = {share:g} x {free / GIB:,.2f} GiB free on {device} "
-           f"({total / GIB:,.1f} GiB total; the weights loaded)"
-           f" - {activation_bytes / GIB:,.2f} GiB activation peak - {graph_bytes / GIB:,.2f} GiB for device graphs")
+    how = (f"KV cache budget {size_text(max(kv, 0))} = {share:g} x {size_text(free)} free on {device} "
+           f"({size_text(total)} total, the weights loaded) - {size_text(activation_bytes)} activation peak - "
+           f"{size_text(graph_bytes)} for device graphs")
     return MemoryBudget(kv, how, ceiling=(total - free) + int(share * free))
 
 
@@ -200,7 +205,7 @@ def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, r
     if affordable < longest:
         fits = affordable * block
         raise ConfigurationError(
-            f"the KV cache budget ({budget.kv_bytes / GIB:,.2f} GiB, {affordable} blocks of {block} tokens) cannot "
+            f"the KV cache budget ({size_text(budget.kv_bytes)}, {affordable} blocks of {block} tokens) cannot "
             f"hold one completion of {context} tokens: at most {fits} fit. Pass a context length of at most "
             f"{fits}, or give the cache more memory (a higher memory utilization, DecodeTuning.cpu_kv_cache_bytes "
             "on the CPU)" if fits else
@@ -217,6 +222,6 @@ def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, r
         reasons.append(f"rows cut from {rows} to {blocks}: each decoding row needs a block of its own")
         rows = blocks
     size = EngineSize(rows, context, block, blocks + 1, tuning.max_batch_tokens, shape.bytes_per_token)
-    reasons.append(f"{blocks:,} blocks of {block} tokens ({size.tokens:,} tokens, {size.kv_bytes / GIB:,.2f} GiB)")
+    reasons.append(f"KV cache: {blocks:,} blocks of {block} tokens ({size.tokens:,} tokens, {size_text(size.kv_bytes)})")
     return EngineSize(size.rows, size.context, size.block_size, size.blocks, size.max_batch_tokens,
                       size.bytes_per_token, tuple(reasons))
