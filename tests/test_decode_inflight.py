@@ -494,3 +494,53 @@ def test_rows_that_end_never_step_past_a_learned_position_table() -> None:
                                                                 SamplingParams(max_new_tokens=30),
                                                                 SamplingParams(max_new_tokens=61)], rows=3)
     assert outputs[0] == outputs[2] == want and len(outputs[1]) == 30
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_random_traffic_with_shared_prefixes_through_a_tiny_cache(loaded: intelrt.Loaded, seed: int) -> None:
+    """Requests built from three shared headers join at random looks, some clients leave mid-way,
+    through 14 blocks of 4 tokens (prefix hits, evictions of free cached blocks, preemptions, waits
+    for blocks, all at once): every request that ran to its end got exactly what generate gives its
+    prompt alone, and the pool's books balance after every look."""
+    import random
+
+    import torch
+
+    rng = random.Random(seed)
+    headers = [tuple(rng.randrange(3, 300) for _ in range(n)) for n in (12, 17, 9)]
+    prompts = [headers[i % 3] + tuple(rng.randrange(3, 300) for _ in range(rng.randrange(1, 8))) for i in range(14)]
+    max_new = [rng.randrange(3, 14) for _ in prompts]
+    reference: dict[tuple[int, ...], list[int]] = {}
+    for prompt, count in zip(prompts, max_new, strict=True):
+        row = torch.tensor([prompt])
+        with torch.inference_mode():
+            reference[prompt] = loaded.model.generate(row, attention_mask=torch.ones_like(row), max_new_tokens=count,
+                                                      do_sample=False, eos_token_id=None,
+                                                      pad_token_id=0)[0, len(prompt):].tolist()
+    batch = batch_of(loaded, rows=4, blocks=14, context=40, tuning=replace(TUNING, max_batch_tokens=12))
+    owner: dict[int, int] = {}
+    got: dict[int, list[int]] = {}
+    ended: set[int] = set()
+    left: set[int] = set()
+    order = list(range(len(prompts)))
+    while order or batch.pending:
+        if order and rng.random() < 0.6:
+            index = order.pop(0)
+            owner[batch.add([_request(loaded, prompts[index], max_new[index], stop_token_ids=())])[0]] = index
+            got[index] = []
+        running = [h for h in owner if h in batch._sequences]
+        if running and rng.random() < 0.05:
+            leaving = rng.choice(running)
+            batch.retire(leaving)
+            left.add(owner[leaving])
+        progress = batch.step(rng.choice([1, 2, 4]))
+        assert not progress.failed
+        for handle, tokens in progress.tokens.items():
+            got[owner[handle]] += tokens
+        ended |= {owner[h] for h in progress.finished}
+        batch.check()
+    assert batch.pool.used == 0
+    assert ended | left == set(range(len(prompts))) and len(ended) >= 10
+    for index in ended:
+        assert got[index] == reference[prompts[index]][:max_new[index]], index
+    assert batch.pool.stats.hit_tokens > 0 and batch.stats.preemptions + batch.pool.stats.evicted_blocks > 0

@@ -414,6 +414,10 @@ class CompactModel:
         rotations = self._rotations(hidden, positions)
         rows = hidden.shape[0]
         tuning = self.tuning
+        decode_attention: Any = None
+        arrivals: Any = None
+        one_token: dict[str | None, tuple[Any, Any]] = {}
+        newest: Any = None
         if fused_attention:  # registered when attention_kernel_fits() said yes
             decode_attention = torch.ops.intelrt.decode_attention
             # The kernel's arrival counters (one per row and key/value head); each layer's kernel

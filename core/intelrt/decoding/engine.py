@@ -35,7 +35,7 @@ from .inflight import (
     record_step,
 )
 from .keywords import DecodeOptions
-from .memory import EngineSize, kv_shape, memory_budget, size_engine
+from .memory import EngineSize, MemoryBudget, kv_shape, memory_budget, size_engine
 from .paged import PagedCache
 from .report import GenerationReport
 from .sampling import DecodeRequest, SamplingParams
@@ -269,6 +269,34 @@ class FastDecoder:
         shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
         return size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
                            needed_tokens=needed_tokens)
+
+    def serving_size(self, rows: int, context: int, device: Any, *, rows_asked: bool = False
+                     ) -> tuple[EngineSize, MemoryBudget]:
+        """A server's engine size and the memory budget it comes from: on a device that reports its
+        memory, one prefill of ``max_batch_tokens`` tokens and one decode step of ``rows`` rows
+        (the costliest sampler kind) are profiled on a batch with no KV cache to speak of, and their
+        peak, the batch's own buffers and (with graphs) what the captured steps will hold are set
+        aside before the utilization's share of the free memory goes to the KV cache.
+        ``InflightUnavailable`` when the step cannot run over the paged cache."""
+        from .memory import KVShape, device_memory
+
+        self.prepare()
+        layers, kv_heads, head_dim = self.kv_layout()
+        shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
+        activation = graphs = 0
+        if device_memory(device) is not None:
+            probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
+                                    shape.bytes_per_token)
+            probe = InflightBatch(self, probe_size, device, preallocate=True)
+            prefill, decode = probe.profile()
+            held = probe.buffer_bytes()
+            del probe
+            activation = max(prefill, decode) + held
+            if self.graphs:  # each captured step holds its own intermediate buffers
+                buckets = self.row_buckets(rows)
+                graphs = int(decode * sum(buckets) / rows) * 2  # greedy and sampling, per bucket
+        budget = memory_budget(device, self.tuning, activation, graphs)
+        return size_engine(shape, budget, self.tuning, rows=rows, context=context, rows_asked=rows_asked), budget
 
     # -- offline decoding ----------------------------------------------------------------------------
     def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, GenerationReport]:

@@ -132,8 +132,9 @@ def paged_model_cache(cache: PagedCache, layers: int) -> PagedModelCache:
     """A :class:`PagedModelCache` of ``layers`` layers over ``cache``."""
     from transformers.cache_utils import Cache
 
-    made: PagedModelCache = _cache_class().__new__(_cache_class())
-    Cache.__init__(made, layers=[_PagedLayer(made, i) for i in range(layers)])  # type: ignore[arg-type]
+    made: PagedModelCache = object.__new__(_cache_class())
+    layer_list: Any = [_PagedLayer(made, i) for i in range(layers)]
+    Cache.__init__(made, layers=layer_list)  # type: ignore[arg-type]
     made.paged = cache
     return made
 

@@ -119,9 +119,6 @@ class _Sequence:
         """Blocks given to the prefix cache."""
         self.row: int | None = None
         self.state = "waiting"
-        self.found: list[int] = []
-        """Prefix-cache blocks found for it while waiting (not yet held)."""
-        self.looked = False
         self.stops = frozenset(self.params.stop_token_ids)
 
     @property
@@ -281,6 +278,13 @@ class InflightBatch:
                 self._step_fn(self.buckets[-1], kind, self._width(self.buckets[-1], compiled=True))()
         self._idle_all()
         return prefill.bytes, decode.bytes
+
+    def buffer_bytes(self) -> int:
+        """Device bytes the batch holds besides its KV cache (row state, outputs, the sampler's)."""
+        tensors = [self.token, self.position, self.write_slot, self.table, self.done, self.remaining, self.stops,
+                   self.out, self.out_logprob, self.out_top_ids, self.out_top_values, self.index,
+                   *self.sampler.buffers()]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def _idle_all(self) -> None:
         self.done.fill_(True)
@@ -491,7 +495,7 @@ class InflightBatch:
         its full blocks are still there)."""
         self._release(sequence)
         self._running.remove(sequence)
-        sequence.computed, sequence.state, sequence.looked, sequence.found = 0, "waiting", False, []
+        sequence.computed, sequence.state = 0, "waiting"
         self._waiting.appendleft(sequence)
         self.stats.preemptions += 1
         self.report.preemptions += 1
@@ -532,11 +536,9 @@ class InflightBatch:
                 budget -= count
         while budget > 0 and self._waiting and len(self._running) < self.row_cap:
             sequence = self._waiting[0]
-            if not sequence.looked:
-                usable = (len(sequence.tokens) - 1) // self.block_size
-                sequence.found = self.pool.lookup(sequence.full_digests(usable, self.block_size))
-                sequence.looked = True
-            found = sequence.found
+            # Looked up at every try: a cached block found at an earlier look may have been evicted since.
+            usable = (len(sequence.tokens) - 1) // self.block_size
+            found = self.pool.lookup(sequence.full_digests(usable, self.block_size))
             start = len(found) * self.block_size
             count = min(len(sequence.tokens) - start, budget)
             evictable = sum(1 for b in found if self.pool.refs(b) == 0)
@@ -550,7 +552,7 @@ class InflightBatch:
             self.report.prefix_hit_tokens += start
             sequence.blocks = list(found) + self.pool.allocate(need)
             sequence.computed = sequence.remembered = start
-            sequence.found, sequence.state = [], "prefill"
+            sequence.state = "prefill"
             self._running.append(sequence)
             chunks.append((sequence, count))
             budget -= count
@@ -627,7 +629,7 @@ class InflightBatch:
         params = [s.params for s in sequences]
         kind = SamplerKind.of(params)
         for sequence in sequences:
-            if sequence.params.constraint is not None:
+            if sequence.params.constraint is not None and sequence.row is not None:
                 self.sampler.set_allowed(sequence.row, sequence.params.constraint.allowed_tokens_mask(self.vocab))
         chosen, logprob, top_ids, top_values = self.sampler.choose(logits, first, count, positions, kind)
         sampled = _sampled(chosen[:, None], None if logprob is None else logprob[:, None],
@@ -692,7 +694,7 @@ class InflightBatch:
             steps = 1  # each mask depends on the token before: the host looks after every step
             for sequence in self._decoding:
                 constraint = sequence.params.constraint
-                if constraint is not None:
+                if constraint is not None and sequence.row is not None:
                     self.sampler.set_allowed(sequence.row, constraint.allowed_tokens_mask(self.vocab))
         steps = max(1, min(steps, max(s.params.max_new_tokens - s.generated for s in self._decoding)))
         bucket = next(b for b in self.buckets if b >= busy)
@@ -716,8 +718,8 @@ class InflightBatch:
         self.report.steps += ran
         if ran:
             tokens = self.out[:busy, :ran]
-            logprobs = (self.out_logprob[:busy, :ran], self.out_top_ids[:busy, :ran], self.out_top_values[:busy, :ran]
-                        ) if kind.logprobs else (None, None, None)
+            logprobs: tuple[Any, Any, Any] = (self.out_logprob, self.out_top_ids, self.out_top_values
+                                              ) if kind.logprobs else (None, None, None)
             sampled = _sampled(tokens, *logprobs, busy, ran)
             for sequence, row_tokens in zip(list(self._decoding), sampled, strict=True):
                 self._accept(sequence, row_tokens, ran, progress)

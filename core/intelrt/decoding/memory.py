@@ -193,8 +193,8 @@ class EngineSize:
 def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, rows: int, context: int,
                 needed_tokens: int | None = None, rows_asked: bool = False) -> EngineSize:
     """The engine's size for ``rows`` completions of up to ``context`` tokens each within
-    ``budget``: as many blocks as the budget holds (at most what ``needed_tokens`` — an offline
-    call's prompts and new tokens — need, when given). ``ConfigurationError`` when the budget
+    ``budget``: as many blocks as the budget holds — at most what ``needed_tokens`` (an offline
+    call's prompts and new tokens) need, when given, else at most every row at ``context`` tokens. ``ConfigurationError`` when the budget
     cannot hold one completion of ``context`` tokens, naming the largest context it holds;
     ``rows_asked``: the caller gave ``rows`` itself (rows beyond the blocks are refused rather than cut)."""
     block = tuning.block_size
@@ -215,6 +215,10 @@ def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, r
     if needed_tokens is not None:
         need = -(-needed_tokens // block)
         blocks = max(longest, min(affordable, need))
+    elif affordable > rows * longest:
+        blocks = rows * longest
+        reasons.append(f"KV cache capped at {rows} rows x {context} tokens: more blocks than every row at its "
+                       "longest could use")
     if rows > blocks:
         if rows_asked:
             raise ConfigurationError(f"{rows} rows need at least {rows} KV blocks, and the budget holds {blocks}: "
