@@ -168,10 +168,10 @@ def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: inte
 
 
 def test_decode_engine_captures_one_step_per_row_bucket_and_sampler_kind(loaded: intelrt.Loaded) -> None:
-    """With graphs, the decode step is captured the first time a row bucket (and sampler kind) is
-    used and replayed after: two prompts use the two-row step, prompts of any length then share the
-    one-row greedy step, a sampling call its own; prompts are prefilled uncaptured (their length
-    varies); and the tokens equal an uncaptured decode's."""
+    """With graphs, the decode step is captured the first time a row bucket (and sampler kind, and
+    power of two of table blocks the torch attention reads) is used, and replayed after: a repeated
+    call captures nothing; prompts are prefilled uncaptured (their length varies); a sampling call
+    gets its own step; the tokens equal an uncaptured decode's."""
     from intelrt.decoding.engine import FastDecoder
     from intelrt.decoding.keywords import DecodeOptions
 
@@ -186,21 +186,22 @@ def test_decode_engine_captures_one_step_per_row_bucket_and_sampler_kind(loaded:
     compact = replace(EAGER, step="compact")
     plain = FastDecoder(loaded.model, compact, None)
     graphed = FastDecoder(loaded.model, replace(compact, graphs="test"), naming_capturer)
-    calls = [["Intel GPUs are", "hi"], ["Intel GPUs are"], ["the cat sat on the mat and then"], ["hello " * 12],
-             ["Intel GPUs are", "hi"]]
+    pair, one, other, long = ["Intel GPUs are", "hi"], ["Intel GPUs are"], ["hi there"], ["hello " * 12]
+    block = graphed.tuning.block_size
+    assert all(len(loaded.tokenizer(p)["input_ids"]) + 11 <= block for p in pair + other), "one block each"
     reported = []
-    for prompts in calls:
+    for prompts in (pair, one, one, other, pair, long, long):
         expected, _ = _decode(plain, loaded, prompts, 12)
         tokens, report = _decode(graphed, loaded, prompts, 12)
         assert tokens.tolist() == expected.tolist() and report.step == "compact"
         reported.append(report.captured)
-    assert reported == [True, True, False, False, False]  # what last_generation.captured tells the user
-    assert captured == ["_step_fn", "_step_fn"]  # the two-row step, then the one-row step
+    assert reported[:5] == [True, True, False, False, False]  # what last_generation.captured tells the user
+    assert reported[6] is False and set(captured) == {"_step_fn"} and len(captured) == 2 + reported[5]
     import torch
 
     ids = torch.tensor([loaded.tokenizer("Intel GPUs are")["input_ids"]])
     _, sampled = graphed.decode(ids, torch.ones_like(ids), DecodeOptions(12, True, 1.0, 0, 0.9, (), 1))
-    assert sampled.captured and len(captured) == 3
+    assert sampled.captured and len(captured) == 3 + reported[5]
 
 
 def test_decode_engine_pauses_the_garbage_collector_only_for_captured_shapes(loaded: intelrt.Loaded) -> None:

@@ -453,22 +453,20 @@ class CompactModel:
 
         ``input_ids``/``positions``: (1, tokens), the chunks end to end; ``write_slots``: (tokens,)
         flat cache slots of their keys and values; ``segments``: where each request's chunk lies in
-        the packed tokens and its block table (attention is per segment, over the request's cached
-        context and the chunk, with ``scaled_dot_product_attention``)."""
+        the packed tokens and its block table. Each chunk attends its own request's cached context
+        and itself (``paged.PackedPrefill``: FlashAttention's variable-length kernel over the
+        blocks, or one masked ``scaled_dot_product_attention``, or one per chunk)."""
         import torch
 
         hidden = self.embed(input_ids)
         rotations = self._rotations(hidden, positions)
-        flat_positions = positions[0]
+        packed = paged.PackedPrefill(segments, positions[0], keys[0].shape[1], hidden.device, keys[0].dtype)
 
         def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
             q, k, v = self._qkv(layer, qkv, cos, sin)
             paged.write(keys[index], write_slots, k[0].transpose(0, 1))
             paged.write(values[index], write_slots, v[0].transpose(0, 1))
-            parts = [paged.prefill_attention(q[:, :, seg.start:seg.end], keys[index], values[index], seg.table,
-                                             flat_positions[seg.start:seg.end], seg.context, layer.scaling,
-                                             layer.window, layer.softcap) for seg in segments]
-            return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+            return packed.attend(q, keys[index], values[index], layer.scaling, layer.window, layer.softcap)
 
         residual = self._layers(hidden, rotations, attend, False)
         last = torch.tensor([seg.end - 1 for seg in segments], device=hidden.device)

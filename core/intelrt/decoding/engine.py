@@ -281,6 +281,12 @@ class FastDecoder:
         from .memory import KVShape, device_memory
 
         self.prepare()
+        if self._planned_kernel and not self.attention_kernel:
+            # A server's decode steps read long contexts through the block table: the one-kernel
+            # attention stops at each row's length (the torch attention gathers whole blocks), so
+            # it runs from the start here, whether or not an adaptive plan has compiled yet.
+            self.attention_kernel = True
+            self._offline = None
         layers, kv_heads, head_dim = self.kv_layout()
         shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
         activation = graphs = 0
@@ -288,13 +294,13 @@ class FastDecoder:
             probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
                                     shape.bytes_per_token)
             probe = InflightBatch(self, probe_size, device, preallocate=True)
-            prefill, decode = probe.profile()
+            prefill, decode, warmed = probe.profile()
             held = probe.buffer_bytes()
             del probe
             activation = max(prefill, decode) + held
-            if self.graphs:  # each captured step holds its own intermediate buffers
+            if self.graphs:  # each captured step holds its own intermediate buffers, about in proportion to its rows
                 buckets = self.row_buckets(rows)
-                graphs = int(decode * sum(buckets) / rows) * 2  # greedy and sampling, per bucket
+                graphs = int(sum(warmed) * sum(buckets) / rows)
         budget = memory_budget(device, self.tuning, activation, graphs)
         return size_engine(shape, budget, self.tuning, rows=rows, context=context, rows_asked=rows_asked), budget
 

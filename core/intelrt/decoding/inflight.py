@@ -233,9 +233,9 @@ class InflightBatch:
             self._warm_up(kinds)
 
     def _warm_up(self, kinds: Sequence[SamplerKind]) -> None:
-        width = self._width(self.buckets[-1], compiled=True)
         with self.decoder.compiler_settings():
             for bucket in self.buckets:
+                width = self._width(bucket, warm=True)
                 for kind in kinds:
                     self.sampler.prepare(kind)
                     self.index.zero_()
@@ -262,22 +262,27 @@ class InflightBatch:
         table = torch.zeros((1, self.width), dtype=torch.long, device=self.device)
         self._forward(1).prefill(ids, positions, slots, [Segment(0, tokens, table, tokens)])
 
-    def profile(self) -> tuple[int, int]:
-        """Device memory (bytes above what is held now) of the largest prefill and of the largest
-        decode step with the costliest sampler kind: what a budget sets aside for activations
-        (0, 0 on a device that keeps no peak, e.g. the CPU). Run on an idle batch."""
+    def profile(self, kinds: Sequence[SamplerKind] = (GREEDY, SAMPLING)) -> tuple[int, int, list[int]]:
+        """Device memory (bytes above what is held now) of the largest prefill, of the largest
+        decode step with the costliest sampler kind, and of the largest decode step of each of
+        ``kinds`` (what their captured steps hold): what a budget sets aside for activations and
+        graphs (zeros on a device that keeps no peak, e.g. the CPU). Run on an idle batch."""
         import torch
 
-        kind = SamplerKind(sample=True, filter="sort", penalty=True, bias=True, mask=True, logprobs=True)
+        costliest = SamplerKind(sample=True, filter="sort", penalty=True, bias=True, mask=True, logprobs=True)
+        bucket = self.buckets[-1]
+        peaks = []
         with torch.inference_mode(), self.decoder.compiler_settings():
             with PeakMemory(self.device) as prefill:
                 self._dummy_prefill(min(self.token_budget, self.size.context))
-            self.sampler.prepare(kind)
-            self.index.zero_()
-            with PeakMemory(self.device) as decode:
-                self._step_fn(self.buckets[-1], kind, self._width(self.buckets[-1], compiled=True))()
+            for kind in (costliest, *kinds):
+                self.sampler.prepare(kind)
+                self.index.zero_()
+                with PeakMemory(self.device) as decode:  # the widest step: every row at its longest
+                    self._step_fn(bucket, kind, self.width)()
+                peaks.append(decode.bytes)
         self._idle_all()
-        return prefill.bytes, decode.bytes
+        return prefill.bytes, peaks[0], peaks[1:]
 
     def buffer_bytes(self) -> int:
         """Device bytes the batch holds besides its KV cache (row state, outputs, the sampler's)."""
@@ -295,15 +300,14 @@ class InflightBatch:
         self.index.zero_()
 
     # -- the device work ---------------------------------------------------------------------------
-    def _width(self, bucket: int, compiled: bool | None = None) -> int:
-        """Blocks of the table a step of ``bucket`` rows reads: all of them for a captured or
-        compiled step and for the one-kernel attention (which stops at each row's length), else the
-        smallest power of two holding the busy rows' blocks."""
-        if compiled is None:
-            compiled = bool(self.decoder.graphs or self.decoder.compile_backend)
-        if compiled or getattr(self._forward(bucket), "fused_attention", False):
+    def _width(self, bucket: int, warm: bool = False) -> int:
+        """Blocks of the table a step of ``bucket`` rows reads: all of them for the one-kernel
+        attention (which stops at each row's own length), else the smallest power of two holding
+        the busy rows' blocks (the torch attention gathers that many blocks per row; ``warm``: one,
+        at warm-up, before any row holds blocks)."""
+        if getattr(self._forward(bucket), "fused_attention", False):
             return self.width
-        longest = max((len(s.blocks) for s in self._decoding), default=1)
+        longest = 1 if warm else max((len(s.blocks) for s in self._decoding), default=1)
         width = 1
         while width < longest:
             width *= 2
@@ -732,6 +736,9 @@ class InflightBatch:
         with self.decoder.compiler_settings(), collector_paused(run is not None):
             done = 0
             if run is None and self.decoder.graphs and steps > self.tuning.warmup_steps:
+                for stale in [k for k in self._replays if k[:2] == (bucket, kind)]:  # narrower: its graph memory back
+                    del self._replays[stale]
+                    self._steps.pop(stale, None)
                 self._replays[key] = run = self.decoder.capture(self._step_fn(bucket, kind, width),
                                                                 self.tuning.warmup_steps, self.report)
                 done = int(self.index.item())  # the capture's warm-up steps ran for real

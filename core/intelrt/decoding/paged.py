@@ -21,9 +21,12 @@ Attention here is for devices (or layers) without the one-kernel decode attentio
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .blocks import BlockPool
+
+log = logging.getLogger(__name__)
 
 PREFILL_SCORE_TILE = 1 << 22
 """A soft-capped layer's prefill computes at most this many scores (query x key x head) at once."""
@@ -144,3 +147,127 @@ def prefill_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: A
         attended = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=allowed[None, None],
                                                                     scale=scaling)
     return attended.transpose(1, 2).reshape(1, steps, q_heads * dim)
+
+
+_VARLEN_REFUSED: list[str] = []
+"""Why this process's ``varlen_attn`` refused paged keys once (it is not asked again)."""
+
+
+def varlen_paged_attention() -> Any:
+    """``torch.nn.attention.varlen.varlen_attn`` when this torch has it with paged keys and values
+    (``block_table``: FlashAttention reads each request's blocks itself, nothing gathered) and it
+    has not refused them in this process, else ``None``."""
+    import inspect
+
+    if _VARLEN_REFUSED:
+        return None
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn if "block_table" in inspect.signature(varlen_attn).parameters else None
+
+
+class PackedPrefill:
+    """The attention of one packed prefill — several requests' prompt chunks end to end — planned
+    once per pass and applied per layer.
+
+    ``segments`` (start, end, table, context) as ``compact.Segment``; ``positions`` (tokens,) the
+    chunks' positions. Three ways, the first the device allows:
+
+    * ``varlen``: FlashAttention's variable-length kernel over the paged cache
+      (``torch.nn.attention.varlen.varlen_attn`` with ``block_table``, CUDA, half precision): one
+      call per layer for every chunk, each query seeing its request's blocks up to its position
+      (causal, aligned to the context's end), nothing gathered — vLLM's prefill path
+      (``flash_attn_varlen_func`` with a block table);
+    * ``packed``: every chunk's context gathered once per layer into one key/value sequence, and one
+      ``scaled_dot_product_attention`` with a mask that lets each query see its own request's keys up
+      to its position (a fused kernel, no score matrix materialised);
+    * ``each``: one ``prefill_attention`` per chunk (the CPU, whose SDPA gains nothing from packing;
+      and soft-capped layers, which SDPA cannot express).
+    """
+
+    def __init__(self, segments: Any, positions: Any, block_size: int, device: Any, dtype: Any,
+                 packed: bool | None = None) -> None:
+        import torch
+
+        self.segments, self.positions = segments, positions
+        self.varlen = varlen_paged_attention() if device.type == "cuda" and dtype in (torch.float16,
+                                                                                    torch.bfloat16) else None
+        self.packed = (device.type != "cpu" if packed is None else packed) and len(segments) > 1
+        self._masks: dict[int | None, Any] = {}
+        if self.varlen is not None:
+            self.cu_seq_q = torch.tensor([0, *[seg.end for seg in segments]], dtype=torch.int32).to(device)
+            self.seqused_k = torch.tensor([seg.context for seg in segments], dtype=torch.int32).to(device)
+            width = max(-(-seg.context // block_size) for seg in segments)
+            self.block_table = torch.cat([seg.table[:, :width] for seg in segments]).to(torch.int32)
+            self.max_q = max(seg.end - seg.start for seg in segments)
+            self.max_k = max(seg.context for seg in segments)
+        if self.packed:
+            self._plan_packed(block_size, device)
+
+    def _plan_packed(self, block_size: int, device: Any) -> None:
+        """The gathered contexts' slots and the mask of the ``packed`` way."""
+        import torch
+
+        self.packed = True
+        slots, key_positions, key_owner, query_owner = [], [], [], []
+        for index, seg in enumerate(self.segments):
+            blocks = -(-seg.context // block_size)
+            context = torch.arange(seg.context, device=device)
+            table = seg.table[0, :blocks]
+            slots.append(table[context // block_size] * block_size + context % block_size)
+            key_positions.append(context)
+            key_owner.append(torch.full((seg.context,), index, device=device))
+            query_owner.append(torch.full((seg.end - seg.start,), index, device=device))
+        self.context_slots = torch.cat(slots)
+        self.key_positions = torch.cat(key_positions)
+        self.same = torch.cat(query_owner)[:, None] == torch.cat(key_owner)[None, :]
+
+    def _mask(self, window: int | None) -> Any:
+        mask = self._masks.get(window)
+        if mask is None:
+            query = self.positions[:, None]
+            mask = self.same & (self.key_positions[None, :] <= query)
+            if window is not None:
+                mask = mask & (self.key_positions[None, :] > query - window)
+            self._masks[window] = mask
+        return mask
+
+    def attend(self, q: Any, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
+               softcap: float | None) -> Any:
+        """Attention of ``q`` (1, q_heads, tokens, D), the chunks' keys and values already written
+        to the pools; (1, tokens, q_heads * D)."""
+        import torch
+
+        _, q_heads, tokens, dim = q.shape
+        if self.varlen is not None and window is None and softcap is None:
+            try:
+                out = self.varlen(q[0].transpose(0, 1), k_pool, v_pool, self.cu_seq_q, None, self.max_q,
+                                  self.max_k, scale=scaling, window_size=(-1, 0), enable_gqa=True,
+                                  seqused_k=self.seqused_k, block_table=self.block_table)
+                return out.reshape(1, tokens, q_heads * dim)
+            except RuntimeError as exc:  # e.g. a block size its kernel does not take: gathered instead
+                if "out of memory" in str(exc).lower():
+                    raise
+                _VARLEN_REFUSED.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                log.warning("intelrt: varlen_attn refused the paged cache (%s); prompts are attended through "
+                            "gathered blocks from now on", _VARLEN_REFUSED[0])
+                self.varlen = None
+                if not self.packed:
+                    self._plan_packed(k_pool.shape[1], q.device)
+        if self.packed and softcap is None:
+            keys = flat(k_pool).index_select(0, self.context_slots).to(q.dtype)  # (keys, kv_heads, D)
+            values = flat(v_pool).index_select(0, self.context_slots).to(q.dtype)
+            groups = q_heads // keys.shape[1]
+            keys = keys.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+            values = values.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+            attended = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                        attn_mask=self._mask(window)[None, None],
+                                                                        scale=scaling)
+            return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
+        parts = [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
+                                   self.positions[seg.start:seg.end], seg.context, scaling, window, softcap)
+                 for seg in self.segments]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
