@@ -53,14 +53,16 @@ def _case(seed: int, window: int | None, softcap: float | None = None) -> dict[s
 
 
 @pytest.mark.parametrize("window", [None, 5], ids=["full", "sliding-5"])
-@pytest.mark.parametrize("packed", [False, True], ids=["each", "packed"])
-def test_prefill_chunks_attend_their_own_request_through_its_blocks(window: int | None, packed: bool) -> None:
+@pytest.mark.parametrize("packed, pack_keys, packs", [(False, 16384, 0), (True, 16384, 1), (True, 30, 2),
+                                                      (True, 1, 3)], ids=["each", "one-pack", "two-packs", "a-pack-each"])
+def test_prefill_chunks_attend_their_own_request_through_its_blocks(window: int | None, packed: bool,
+                                                                    pack_keys: int, packs: int) -> None:
     import torch
 
     case = _case(3, window)
     prefill = PackedPrefill(case["segments"], case["positions"], 4, torch.device("cpu"), torch.float32,
-                            packed=packed)
-    assert prefill.packed is packed
+                            packed=packed, pack_keys=pack_keys)
+    assert prefill.packed is packed and len(prefill.packs) == packs  # contexts of 6, 14 and 20 keys
     out = prefill.attend(case["q"], case["k"], case["v"], 0.3, window, None)
     torch.testing.assert_close(out, case["expected"], rtol=1e-5, atol=1e-5)
 

@@ -251,16 +251,18 @@ class InflightBatch:
             tensor.zero_()  # what warm-up wrote is never read, but zeros cannot turn into NaN
         self.report.notes = list(self.decoder.notes)
 
-    def _dummy_prefill(self, tokens: int) -> None:
-        """One prefill of ``tokens`` tokens writing only to the null block (warm-up, profiling)."""
+    def _dummy_prefill(self, tokens: int, context: int | None = None) -> None:
+        """One prefill of ``tokens`` tokens writing only to the null block (warm-up, profiling);
+        ``context``: the tokens they attend, their own last (default: just themselves)."""
         import torch
 
         tokens = max(1, tokens)
+        context = max(tokens, context or tokens)
         ids = torch.zeros((1, tokens), dtype=torch.long, device=self.device)
-        positions = torch.arange(tokens, device=self.device)[None, :]
+        positions = torch.arange(context - tokens, context, device=self.device)[None, :]
         slots = positions[0] % self.block_size
         table = torch.zeros((1, self.width), dtype=torch.long, device=self.device)
-        self._forward(1).prefill(ids, positions, slots, [Segment(0, tokens, table, tokens)])
+        self._forward(1).prefill(ids, positions, slots, [Segment(0, tokens, table, context)])
 
     def profile(self, kinds: Sequence[SamplerKind] = (GREEDY, SAMPLING)) -> tuple[int, int, list[int]]:
         """Device memory (bytes above what is held now) of the largest prefill, of the largest
@@ -273,8 +275,8 @@ class InflightBatch:
         bucket = self.buckets[-1]
         peaks = []
         with torch.inference_mode(), self.decoder.compiler_settings():
-            with PeakMemory(self.device) as prefill:
-                self._dummy_prefill(min(self.token_budget, self.size.context))
+            with PeakMemory(self.device) as prefill:  # the last chunk of the longest prompt: the widest prefill
+                self._dummy_prefill(min(self.token_budget, self.size.context), self.size.context)
             for kind in (costliest, *kinds):
                 self.sampler.prepare(kind)
                 self.index.zero_()

@@ -103,8 +103,10 @@ def release_cached_memory(device: Any) -> None:
 
 
 class PeakMemory:
-    """The most memory the allocator held on ``device`` while the block ran, above what it held at
-    the start (``bytes``; 0 where the runtime keeps no peak, e.g. the CPU)."""
+    """The most memory the allocator reserved from ``device`` while the block ran, above what it
+    held at the start (``bytes``; 0 where the runtime keeps no peak, e.g. the CPU). Reserved, not
+    allocated: the allocator keeps freed blocks cached, and the device (and ``nvidia-smi``) counts
+    them as used."""
 
     def __init__(self, device: Any) -> None:
         self.module = _memory_module(device)
@@ -113,14 +115,15 @@ class PeakMemory:
     def __enter__(self) -> PeakMemory:
         module = self.module
         if module is not None and hasattr(module, "reset_peak_memory_stats"):
+            release_cached_memory(self.device)
             module.reset_peak_memory_stats(self.device)
-            self._start = int(module.memory_allocated(self.device))
+            self._start = int(module.memory_reserved(self.device))
         return self
 
     def __exit__(self, *exc: object) -> None:
         module = self.module
-        if module is not None and hasattr(module, "max_memory_allocated"):
-            self.bytes = max(0, int(module.max_memory_allocated(self.device)) - self._start)
+        if module is not None and hasattr(module, "max_memory_reserved"):
+            self.bytes = max(0, int(module.max_memory_reserved(self.device)) - self._start)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 PREFILL_SCORE_TILE = 1 << 22
 """A soft-capped layer's prefill computes at most this many scores (query x key x head) at once."""
+PACK_KEYS = 16384
+"""A packed prefill attends at most this many gathered keys at once (more chunks are attended in
+several packs): its mask and gathered keys stay near what one chunk of a long prompt needs."""
 
 
 class PagedCache:
@@ -181,22 +184,24 @@ class PackedPrefill:
       call per layer for every chunk, each query seeing its request's blocks up to its position
       (causal, aligned to the context's end), nothing gathered — vLLM's prefill path
       (``flash_attn_varlen_func`` with a block table);
-    * ``packed``: every chunk's context gathered once per layer into one key/value sequence, and one
-      ``scaled_dot_product_attention`` with a mask that lets each query see its own request's keys up
-      to its position (a fused kernel, no score matrix materialised);
+    * ``packed``: the chunks' contexts gathered once per layer into one key/value sequence per
+      *pack* (chunks whose contexts hold at most ``pack_keys`` keys together), and one
+      ``scaled_dot_product_attention`` per pack with a mask that lets each query see its own
+      request's keys up to its position (a fused kernel, no score matrix materialised);
     * ``each``: one ``prefill_attention`` per chunk (the CPU, whose SDPA gains nothing from packing;
       and soft-capped layers, which SDPA cannot express).
     """
 
     def __init__(self, segments: Any, positions: Any, block_size: int, device: Any, dtype: Any,
-                 packed: bool | None = None) -> None:
+                 packed: bool | None = None, pack_keys: int = PACK_KEYS) -> None:
         import torch
 
-        self.segments, self.positions = segments, positions
+        self.segments, self.positions, self.pack_keys = segments, positions, pack_keys
         self.varlen = varlen_paged_attention() if device.type == "cuda" and dtype in (torch.float16,
                                                                                     torch.bfloat16) else None
         self.packed = (device.type != "cpu" if packed is None else packed) and len(segments) > 1
-        self._masks: dict[int | None, Any] = {}
+        self.packs: list[tuple[int, int, Any, Any, Any]] = []
+        self._masks: dict[tuple[int, int | None], Any] = {}
         if self.varlen is not None:
             self.cu_seq_q = torch.tensor([0, *[seg.end for seg in segments]], dtype=torch.int32).to(device)
             self.seqused_k = torch.tensor([seg.context for seg in segments], dtype=torch.int32).to(device)
@@ -208,31 +213,40 @@ class PackedPrefill:
             self._plan_packed(block_size, device)
 
     def _plan_packed(self, block_size: int, device: Any) -> None:
-        """The gathered contexts' slots and the mask of the ``packed`` way."""
+        """The ``packed`` way's packs: consecutive chunks whose contexts together hold at most
+        ``pack_keys`` keys (a chunk of a longer context is a pack of its own), each with its
+        gathered contexts' slots, the positions of those keys and which query sees which key's
+        request."""
         import torch
 
         self.packed = True
-        slots, key_positions, key_owner, query_owner = [], [], [], []
-        for index, seg in enumerate(self.segments):
-            blocks = -(-seg.context // block_size)
-            context = torch.arange(seg.context, device=device)
-            table = seg.table[0, :blocks]
-            slots.append(table[context // block_size] * block_size + context % block_size)
-            key_positions.append(context)
-            key_owner.append(torch.full((seg.context,), index, device=device))
-            query_owner.append(torch.full((seg.end - seg.start,), index, device=device))
-        self.context_slots = torch.cat(slots)
-        self.key_positions = torch.cat(key_positions)
-        self.same = torch.cat(query_owner)[:, None] == torch.cat(key_owner)[None, :]
+        group: list[Any] = []
+        for seg in [*self.segments, None]:
+            if group and (seg is None or sum(g.context for g in group) + seg.context > self.pack_keys):
+                slots, key_positions, key_owner, query_owner = [], [], [], []
+                for index, member in enumerate(group):
+                    blocks = -(-member.context // block_size)
+                    context = torch.arange(member.context, device=device)
+                    table = member.table[0, :blocks].to(device)
+                    slots.append(table[context // block_size] * block_size + context % block_size)
+                    key_positions.append(context)
+                    key_owner.append(torch.full((member.context,), index, device=device))
+                    query_owner.append(torch.full((member.end - member.start,), index, device=device))
+                same = torch.cat(query_owner)[:, None] == torch.cat(key_owner)[None, :]
+                self.packs.append((group[0].start, group[-1].end, torch.cat(slots), torch.cat(key_positions), same))
+                group = []
+            if seg is not None:
+                group.append(seg)
 
-    def _mask(self, window: int | None) -> Any:
-        mask = self._masks.get(window)
+    def _mask(self, pack: int, window: int | None) -> Any:
+        mask = self._masks.get((pack, window))
         if mask is None:
-            query = self.positions[:, None]
-            mask = self.same & (self.key_positions[None, :] <= query)
+            start, end, _, key_positions, same = self.packs[pack]
+            query = self.positions[start:end, None]
+            mask = same & (key_positions[None, :] <= query)
             if window is not None:
-                mask = mask & (self.key_positions[None, :] > query - window)
-            self._masks[window] = mask
+                mask = mask & (key_positions[None, :] > query - window)
+            self._masks[pack, window] = mask
         return mask
 
     def attend(self, q: Any, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
@@ -258,14 +272,16 @@ class PackedPrefill:
                 if not self.packed:
                     self._plan_packed(k_pool.shape[1], q.device)
         if self.packed and softcap is None:
-            keys = flat(k_pool).index_select(0, self.context_slots).to(q.dtype)  # (keys, kv_heads, D)
-            values = flat(v_pool).index_select(0, self.context_slots).to(q.dtype)
-            groups = q_heads // keys.shape[1]
-            keys = keys.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
-            values = values.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
-            attended = torch.nn.functional.scaled_dot_product_attention(q, keys, values,
-                                                                        attn_mask=self._mask(window)[None, None],
-                                                                        scale=scaling)
+            out = []
+            for index, (start, end, slots, _, _) in enumerate(self.packs):
+                keys = flat(k_pool).index_select(0, slots).to(q.dtype)  # (keys, kv_heads, D)
+                values = flat(v_pool).index_select(0, slots).to(q.dtype)
+                groups = q_heads // keys.shape[1]
+                keys = keys.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+                values = values.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+                out.append(torch.nn.functional.scaled_dot_product_attention(
+                    q[:, :, start:end], keys, values, attn_mask=self._mask(index, window)[None, None], scale=scaling))
+            attended = out[0] if len(out) == 1 else torch.cat(out, dim=2)
             return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
         parts = [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
                                    self.positions[seg.start:seg.end], seg.context, scaling, window, softcap)
