@@ -228,7 +228,5 @@ def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, r
                                      f"pass at most {blocks} rows, or give the cache more memory")
         reasons.append(f"rows cut from {rows} to {blocks}: each decoding row needs a block of its own")
         rows = blocks
-    size = EngineSize(rows, context, block, blocks + 1, tuning.max_batch_tokens, shape.bytes_per_token)
-    reasons.append(f"KV cache: {blocks:,} blocks of {block} tokens ({size.tokens:,} tokens, {size_text(size.kv_bytes)})")
-    return EngineSize(size.rows, size.context, size.block_size, size.blocks, size.max_batch_tokens,
-                      size.bytes_per_token, tuple(reasons))
+    return EngineSize(rows, context, block, blocks + 1, tuning.max_batch_tokens, shape.bytes_per_token,
+                      tuple(reasons))
