@@ -304,10 +304,11 @@ class InflightBatch:
     # -- the device work ---------------------------------------------------------------------------
     def _width(self, bucket: int, warm: bool = False) -> int:
         """Blocks of the table a step of ``bucket`` rows reads: all of them for the one-kernel
-        attention (which stops at each row's own length), else the smallest power of two holding
-        the busy rows' blocks (the torch attention gathers that many blocks per row; ``warm``: one,
-        at warm-up, before any row holds blocks)."""
-        if getattr(self._forward(bucket), "fused_attention", False):
+        attention (which stops at each row's own length) and for a compiled step (one shape, one
+        compilation), else the smallest power of two holding the busy rows' blocks (the torch
+        attention gathers that many blocks per row; ``warm``: one, at warm-up, before any row holds
+        blocks)."""
+        if self.decoder.compile_backend or getattr(self._forward(bucket), "fused_attention", False):
             return self.width
         longest = 1 if warm else max((len(s.blocks) for s in self._decoding), default=1)
         width = 1
