@@ -566,7 +566,8 @@ def test_cli_serve_takes_the_plan_options_and_its_own() -> None:
     result = _cli("serve", "--help")
     assert result.returncode == 0, result.stderr
     for flag in ("--host", "--port", "--served-model-name", "--max-batch", "--context-length", "--max-queue",
-                 "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate"):
+                 "--drain-timeout", "--gpu-memory-utilization", "--max-batch-tokens", "--no-prefix-caching",
+                 "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate"):
         assert flag in result.stdout
 
 
@@ -582,6 +583,8 @@ def test_cli_serve_simulated_shows_the_dry_plan_and_the_limits(tiny_model: Path)
     assert "rows in flight: 8" in text.stdout and "context per row: 256 tokens" in text.stdout
     refused = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--context-length", "9999")
     assert refused.returncode == 2 and "context_length=9999 is more than the model reads" in refused.stderr
+    too_much = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--gpu-memory-utilization", "1.5")
+    assert too_much.returncode == 2 and "--gpu-memory-utilization 1.5 must be in (0, 1]" in too_much.stderr
 
 
 def test_without_the_serve_extra_every_command_runs_and_serve_says_what_to_install(tiny_model: Path) -> None:

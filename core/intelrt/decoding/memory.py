@@ -77,29 +77,50 @@ def _memory_module(device: Any) -> Any:
 
 
 def device_memory(device: Any) -> tuple[int, int] | None:
-    """(free, total) bytes of ``device``'s memory as its runtime reports them (``None``: the CPU,
-    or a runtime without the query)."""
+    """(free, total) bytes of ``device``'s memory as its runtime reports them: ``torch.accelerator``'s
+    query, else the device module's ``mem_get_info`` (``torch.cuda``, ``torch.xpu``, ``torch.hpu``);
+    ``None`` on the CPU, or for a runtime with neither."""
+    import torch
+
     module = _memory_module(device)
     if module is None:
         return None
-    query = getattr(module, "get_memory_info", None) or getattr(module, "mem_get_info", None)
-    if query is None:
+    for owner in dict.fromkeys([module, getattr(torch, device.type, None)]):
+        query = getattr(owner, "get_memory_info", None) or getattr(owner, "mem_get_info", None)
+        if query is None:
+            continue
+        try:
+            free, total = query(device)
+        except Exception as exc:  # noqa: BLE001 - the next query, or no budget from the device (said at start)
+            log.debug("intelrt: %s reports no free memory through %s (%s)", device, owner.__name__, exc)
+            continue
+        return int(free), int(total)
+    return None
+
+
+def _memory_call(device: Any, name: str, *args: Any) -> Any:
+    """``name(*args)`` of ``torch.accelerator``, else of the device module (``torch.xpu`` …), the
+    first that has it and answers; ``None`` when none does (the CPU, or a runtime without it)."""
+    import torch
+
+    module = _memory_module(device)
+    if module is None:
         return None
-    try:
-        free, total = query(device)
-    except Exception as exc:  # noqa: BLE001 - a runtime without the query: the budget says so
-        log.debug("intelrt: %s reports no free memory (%s)", device, exc)
-        return None
-    return int(free), int(total)
+    for owner in dict.fromkeys([module, getattr(torch, device.type, None)]):
+        function = getattr(owner, name, None)
+        if function is None:
+            continue
+        try:
+            return function(*args)
+        except Exception as exc:  # noqa: BLE001 - the next module, or nothing measured
+            log.debug("intelrt: %s.%s failed on %s (%s)", owner.__name__, name, device, exc)
+    return None
 
 
 def release_cached_memory(device: Any) -> None:
     """Hand the allocator's cached, unused blocks back to the device (before measuring free memory,
     and after an out-of-memory error)."""
-    module = _memory_module(device)
-    empty = getattr(module, "empty_cache", None) if module is not None else None
-    if empty is not None:
-        empty()
+    _memory_call(device, "empty_cache")
 
 
 class PeakMemory:
@@ -109,21 +130,17 @@ class PeakMemory:
     them as used."""
 
     def __init__(self, device: Any) -> None:
-        self.module = _memory_module(device)
         self.device, self.bytes, self._start = device, 0, 0
 
     def __enter__(self) -> PeakMemory:
-        module = self.module
-        if module is not None and hasattr(module, "reset_peak_memory_stats"):
-            release_cached_memory(self.device)
-            module.reset_peak_memory_stats(self.device)
-            self._start = int(module.memory_reserved(self.device))
+        release_cached_memory(self.device)
+        _memory_call(self.device, "reset_peak_memory_stats", self.device)
+        self._start = int(_memory_call(self.device, "memory_reserved", self.device) or 0)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        module = self.module
-        if module is not None and hasattr(module, "max_memory_reserved"):
-            self.bytes = max(0, int(module.max_memory_reserved(self.device)) - self._start)
+        peak = _memory_call(self.device, "max_memory_reserved", self.device)
+        self.bytes = max(0, int(peak) - self._start) if peak is not None else 0
 
 
 @dataclass(frozen=True)
