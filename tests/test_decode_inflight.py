@@ -550,3 +550,16 @@ def test_random_traffic_with_shared_prefixes_through_a_tiny_cache(loaded: intelr
     for index in ended:
         assert got[index] == reference[prompts[index]][:max_new[index]], index
     assert batch.pool.stats.hit_tokens > 0 and batch.stats.preemptions + batch.pool.stats.evicted_blocks > 0
+
+
+def test_layers_the_engine_cannot_mask_are_refused_not_attended_wrongly(loaded: intelrt.Loaded) -> None:
+    """A layer kind the model's own forward over the paged cache has no mask for (Llama-4's
+    ``chunked_attention``) is refused with the reason, never attended as full attention."""
+    config = loaded.model.config
+    before = config.layer_types
+    config.layer_types = ["full_attention", "chunked_attention"]
+    try:
+        with pytest.raises(InflightUnavailable, match="chunked_attention layers"):
+            batch_of(loaded, rows=2, blocks=16, context=64, choice=MODEL_STEP)
+    finally:
+        config.layer_types = before

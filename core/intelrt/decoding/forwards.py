@@ -54,15 +54,23 @@ class CompactForward:
         return self.compact.prefill(input_ids, positions, write_slots, segments, self.cache.keys, self.cache.values)
 
 
+def layer_kinds(config: Any) -> list[str]:
+    """Each layer's attention kind (transformers' ``config.layer_types``; without it, every layer
+    sliding when the config has a ``sliding_window``, as transformers' continuous batching reads it:
+    ``continuous_batching/cache.py``, ``group_layers_by_attn_type``)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = getattr(text, "layer_types", None)
+    if kinds is None:
+        window = getattr(text, "sliding_window", None)
+        kinds = ["sliding_attention" if window else "full_attention"] * int(text.num_hidden_layers)
+    return [str(kind) for kind in kinds]
+
+
 def layer_windows(config: Any) -> list[int | None]:
     """Each layer's sliding window (``None``: full attention), as transformers' masks apply it."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    count = int(text.num_hidden_layers)
     window = getattr(text, "sliding_window", None)
-    kinds = getattr(text, "layer_types", None)
-    if kinds is None:
-        kinds = ["sliding_attention" if window else "full_attention"] * count
-    return [int(window) if kind == "sliding_attention" and window else None for kind in kinds]
+    return [int(window) if kind == "sliding_attention" and window else None for kind in layer_kinds(config)]
 
 
 class _PagedLayer:
@@ -149,6 +157,7 @@ class ModelForward:
         self.fused_attention = False
         config = model.config
         self.attention = str(getattr(config, "_attn_implementation", None) or "eager")
+        self.kinds = layer_kinds(config)
         self.windows = layer_windows(config)
         self.sliding = sorted({w for w in self.windows if w is not None})
         self.model_cache = paged_model_cache(cache, len(self.windows))
@@ -158,6 +167,10 @@ class ModelForward:
         if self.attention not in MASKED_ATTENTION:
             return (f"the model runs {self.attention} attention, which takes no 4D mask over gathered context; the "
                     f"engine runs the model's own forward with {' or '.join(MASKED_ATTENTION)} attention")
+        odd = sorted(set(self.kinds) - set(LAYER_KINDS))
+        if odd:
+            return (f"the model has {', '.join(odd)} layers; the engine masks the model's own forward for "
+                    f"{' and '.join(LAYER_KINDS)} layers only")
         if len(self.sliding) > 1:
             return f"the model's layers slide over windows of {', '.join(map(str, self.sliding))}: one window at most"
         return None
