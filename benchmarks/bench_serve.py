@@ -1,26 +1,40 @@
-"""``intelrt serve`` against ``transformers serve`` (issue 19), in one run, through one client.
+"""``intelrt serve`` against ``transformers serve --continuous-batching`` under workloads like real
+traffic (issues 19 and 27), in one run, through one client.
 
-    python benchmarks/bench_serve.py --shape qwen3-0.6b   # Qwen3-0.6B-shaped, random bf16 weights (the H200 run)
-    python benchmarks/bench_serve.py --tiny               # the tiny model on the CPU, a few minutes
+    python benchmarks/bench_serve.py --out results/serve            # the H200 run: Qwen3-1.7B-shaped
+    python benchmarks/bench_serve.py --tiny --out /tmp/serve-smoke  # the tiny model on the CPU, minutes
 
-Builds the model from its config (no download) with a word-level tokenizer over its whole
-vocabulary (every token id decodes to a word, so both servers stream every token) and no
-end-of-sequence token (every request generates exactly ``--max-tokens``). Then, one server at a
-time, each a process of its own on 127.0.0.1: ``intelrt serve``, ``transformers serve`` and
-``transformers serve --continuous-batching``. For concurrency 1, 16 and 64, clients of the
-``openai`` Python client (the same for all three; for 16 and more, spread over processes so the
-client is not what is measured) stream ``/v1/completions`` back to back: ``--requests-per-client``
-each, after an unmeasured warm-up round at that concurrency. A cell stops at ``--cell-seconds``:
-requests unfinished by then are cut and counted as such. Per server and concurrency: time to first
-token p50/p99 (from sending to the first text), inter-token latency (a request's time from first to
-last text over its tokens after the first; p50 over requests), total generated tokens per second
-(over the cell's wall time), and intelrt's ratios to the better ``transformers serve`` mode. Ends
-with PASS/MISS against issue 19's targets: at concurrency 64, total tok/s >= 5x the better
-``transformers serve`` mode; at concurrency 1, time to first token p50 <= ``transformers serve``'s
-(the lower of its two modes).
+Builds the model from its config (random bf16 weights, no download; on the CPU, so this process
+holds no device memory) with a word-level tokenizer over its whole vocabulary — every token id is
+one word ``w<id>``, so a prompt of ``n`` words is ``n`` tokens and a streamed chunk's words are its
+tokens — and no end-of-sequence token (every request generates exactly its ``max_tokens``). Then,
+one server at a time, each a process of its own on 127.0.0.1: ``intelrt serve`` (and, with
+``intelrt-no-prefix-cache`` in ``--servers``, the same with ``--no-prefix-caching``),
+``transformers serve --continuous-batching`` (and plain ``transformers serve`` when named).
 
-``--servers`` runs a subset; with ``--results FILE`` each run adds its rows to FILE and the table
-and verdict cover every server FILE holds (so the servers can run in separate commands).
+Workloads (``--workloads``), each a seeded list of (prompt tokens, new tokens) per request:
+
+* ``mixed``: prompts log-uniform in 16 … 1,536 tokens, outputs log-uniform in 16 … 384;
+* ``long``: every 8th prompt 8,192 tokens, the others log-uniform in 16 … 256; outputs 16 … 256;
+* ``prefix``: one shared 1,024-token prefix, then 16 … 128 tokens of each request's own; outputs
+  16 … 128 (the prefix-cache comparison: run with ``intelrt-no-prefix-cache`` too).
+
+For each workload and concurrency (``--concurrency``, default 1, 32, 128, 256): after an
+unmeasured warm-up round, ``concurrency`` clients of the ``openai`` Python client (spread over
+processes, so the client is not what is measured) stream ``/v1/completions`` back to back until
+``--requests`` have been sent (at least one per client); a cell stops at ``--cell-seconds``
+(unfinished requests are counted as such). Every row: finished / sent, errors, total generated
+tokens per second over the cell's wall time, time to first token p50/p99 (send to first text),
+inter-token latency p50/p99 (over every token after a request's first: a chunk's gap over its
+tokens), and the server process's peak device memory during the cell (``nvidia-smi``; on the CPU
+its resident memory). intelrt's ratio to ``transformers serve --continuous-batching`` follows.
+
+Ends with PASS/MISS against issue 27's targets: every intelrt cell 100 % finished with no error;
+tok/s >= 4x the continuous-batching transformers serve at concurrency 32 and above; TTFT p99 <= 2 s
+at concurrency 32 on the mixed workload; with the shared prefix, TTFT p50 <= 0.3x the run without
+prefix caching; peak device memory within the ceiling intelrt printed at start. Results are
+written to ``OUT/results.json`` after every cell (rows of servers not run this time, from an
+earlier run into the same ``--out``, are kept); server logs go to ``OUT`` too.
 """
 
 from __future__ import annotations
@@ -30,13 +44,15 @@ import asyncio
 import json
 import math
 import os
+import random
+import re
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -44,17 +60,32 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-SERVERS = ("intelrt", "transformers", "transformers-cb")
-TARGET_TOK_S_RATIO = 5.0
-"""At concurrency 64: intelrt's total tok/s over the better transformers serve mode's."""
-CLIENTS_PER_PROCESS = 8
-SHAPES = ("qwen3-0.6b", "tiny")
+SERVERS = ("intelrt", "intelrt-no-prefix-cache", "transformers-cb", "transformers")
+DEFAULT_SERVERS = "intelrt,intelrt-no-prefix-cache,transformers-cb"
+WORKLOADS = ("mixed", "long", "prefix")
+TARGET_TOK_S_RATIO = 4.0
+"""At concurrency 32 and above: intelrt's tok/s over transformers serve --continuous-batching's."""
+TARGET_TTFT_P99_S = 2.0
+"""Mixed workload, concurrency 32: intelrt's time-to-first-token p99."""
+TARGET_PREFIX_TTFT_RATIO = 0.3
+"""Shared-prefix workload: intelrt's TTFT p50 over the same server's without prefix caching."""
+CLIENTS_PER_PROCESS = 16
+PREFIX_TOKENS = 1024
+LONG_PROMPT = 8192
+QWEN3_1_7B = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2048,
+    "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 128, "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True, "hidden_act": "silu"}
+"""Qwen3-1.7B's shape (the model of issue 27's report)."""
+SHAPES = ("qwen3-1.7b", "qwen3-0.6b", "tiny")
 
 
 @dataclass
 class Request:
     ttft: float | None = None
-    itl: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    """Inter-token latency samples: each chunk after the first, its gap over its tokens, per token."""
     tokens: int = 0
     finished: bool = False
     error: str | None = None
@@ -63,33 +94,45 @@ class Request:
 @dataclass
 class Cell:
     server: str
+    workload: str
     concurrency: int
-    requests: int = 0
+    sent: int = 0
     finished: int = 0
+    errors: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    tok_s: float = 0.0
     ttft_p50: float | None = None
     ttft_p99: float | None = None
     itl_p50: float | None = None
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def tok_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
+    itl_p99: float | None = None
+    peak_memory_mib: float | None = None
+    memory_source: str | None = None
+    error_examples: list[str] = field(default_factory=list)
 
 
 # -- the model ---------------------------------------------------------------------------------
 
-def build(workdir: Path, shape: str, device: str) -> None:
-    """The model's weights (``intelrt.cli.bench.build_model``), a word-level tokenizer over its
-    vocabulary, and no end-of-sequence token."""
+def build(workdir: Path, shape: str) -> None:
+    """The model's random weights (bf16; the tiny model float32), a word-level tokenizer over its
+    vocabulary, and no end-of-sequence token — built on the CPU."""
+    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerFast
 
-    from intelrt.cli.bench import build_model
+    from intelrt.cli.bench import QWEN3_0_6B, build_model
+    from intelrt.cli.shapes import random_model
     from intelrt.tiny import CHAT_TEMPLATE
 
-    build_model(workdir, tiny=shape == "tiny", device=device)
+    if shape == "tiny":
+        build_model(workdir, tiny=True, device="cpu")
+    else:
+        config = QWEN3_1_7B if shape == "qwen3-1.7b" else {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                                                            **QWEN3_0_6B}
+        model = random_model(config, dtype=torch.bfloat16, device="cpu")
+        model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = None, None, 1
+        model.save_pretrained(workdir, safe_serialization=True)
+        del model
     config = AutoConfig.from_pretrained(workdir)
     # Special tokens are matched anywhere in a text: named so that no word contains one.
     vocabulary = {"<unk>": 0, "<pad>": 1, **{f"w{i}": i for i in range(2, config.vocab_size)}}
@@ -102,16 +145,43 @@ def build(workdir: Path, shape: str, device: str) -> None:
     tokenizer.save_pretrained(workdir)
     config.eos_token_id, config.bos_token_id, config.pad_token_id = None, None, 1
     config.save_pretrained(workdir)
-    generation = GenerationConfig.from_pretrained(workdir)
+    generation = GenerationConfig.from_pretrained(workdir) if (workdir / "generation_config.json").is_file() \
+        else GenerationConfig()
     generation.eos_token_id, generation.bos_token_id, generation.pad_token_id = None, None, 1
     generation.save_pretrained(workdir)
 
 
-def prompts(count: int, tokens: int, vocab: int, seed: int) -> list[str]:
-    import random
+# -- the workloads -----------------------------------------------------------------------------
 
-    rng = random.Random(seed)
-    return [" ".join(f"w{rng.randrange(2, vocab)}" for _ in range(tokens)) for _ in range(count)]
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
+
+
+def workload(name: str, count: int, vocab: int, seed: int, scale: float = 1.0) -> list[tuple[str, int]]:
+    """``count`` (prompt text, max_tokens) of workload ``name``, seeded; ``scale`` shrinks every
+    length (the tiny model's CPU smoke run)."""
+    rng = random.Random(f"{name}-{seed}")
+
+    def words(n: int) -> str:
+        return " ".join(f"w{rng.randrange(2, vocab)}" for _ in range(max(1, int(n * scale))))
+
+    def out(low: int, high: int) -> int:
+        return max(2, int(_log_uniform(rng, low, high) * scale))
+
+    requests = []
+    prefix_rng = random.Random("the shared prefix")  # the same prefix for every request and cell
+    shared = " ".join(f"w{prefix_rng.randrange(2, vocab)}" for _ in range(max(1, int(PREFIX_TOKENS * scale))))
+    for i in range(count):
+        if name == "mixed":
+            requests.append((words(_log_uniform(rng, 16, 1536)), out(16, 384)))
+        elif name == "long":
+            length = LONG_PROMPT if i % 8 == 7 else _log_uniform(rng, 16, 256)
+            requests.append((words(length), out(16, 256)))
+        elif name == "prefix":
+            requests.append((f"{shared} {words(_log_uniform(rng, 16, 128))}", out(16, 128)))
+        else:
+            raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    return requests
 
 
 # -- the servers -------------------------------------------------------------------------------
@@ -122,12 +192,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start(server: str, workdir: Path, device: str, log: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+def start(server: str, workdir: Path, device: str, context: int, log: Path,
+          extra: list[str]) -> tuple[subprocess.Popen[bytes], str, str]:
     """(the server's process, its URL, the model name clients send)."""
     port = free_port()
-    if server == "intelrt":
+    if server.startswith("intelrt"):
         command = [sys.executable, "-m", "intelrt.cli", "serve", str(workdir), "--port", str(port),
-                   "--served-model-name", "bench", "--backend", device]
+                   "--served-model-name", "bench", "--backend", device, "--context-length", str(context),
+                   "--max-queue", "4096", *extra]
+        if server == "intelrt-no-prefix-cache":
+            command.append("--no-prefix-caching")
         name = "bench"
     else:
         cli = shutil.which("transformers", path=os.path.dirname(sys.executable)) or "transformers"
@@ -143,7 +217,7 @@ def wait_up(server: str, url: str, process: subprocess.Popen[bytes], timeout: fl
     """Seconds until the server answers ready (intelrt: ``/ready``; transformers: ``/health``)."""
     import urllib.request
 
-    path = "/ready" if server == "intelrt" else "/health"
+    path = "/ready" if server.startswith("intelrt") else "/health"
     began = time.monotonic()
     while time.monotonic() - began < timeout:
         if process.poll() is not None:
@@ -168,14 +242,84 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def ceiling_gib(log: Path) -> float | None:
+    """The device memory ceiling intelrt printed at start (GiB), if it printed one."""
+    found = re.search(r"device memory ceiling: ([\d,.]+) (GiB|MiB)", log.read_text(errors="replace"))
+    if found is None:
+        return None
+    value = float(found.group(1).replace(",", ""))
+    return value if found.group(2) == "GiB" else value / 1024
+
+
+class MemoryWatch:
+    """The peak memory of process group ``pid`` while running (MiB): its GPU memory from
+    ``nvidia-smi`` on a GPU, its resident memory on the CPU."""
+
+    def __init__(self, pid: int, device: str) -> None:
+        self.pid, self.device = pid, device
+        self.peak: float | None = None
+        self.source: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _group(self) -> set[int]:
+        pids = {self.pid}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.pid:
+                        pids.add(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def _sample(self) -> float | None:
+        pids = self._group()
+        if self.device == "cuda" and shutil.which("nvidia-smi"):
+            self.source = "nvidia-smi used_memory of the server's processes"
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            used = [float(parts[1]) for line in out.splitlines() if len(parts := [p.strip() for p in line.split(",")]) == 2
+                    and parts[0].isdigit() and int(parts[0]) in pids]
+            return sum(used) if used else None
+        self.source = "resident memory of the server's processes (VmRSS)"
+        total = 0.0
+        for pid in pids:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            found = re.search(r"VmRSS:\s+(\d+) kB", status)
+            total += int(found.group(1)) / 1024 if found else 0
+        return total
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                value = self._sample()
+            except Exception:  # noqa: BLE001 - a missed sample only loses precision
+                value = None
+            if value is not None:
+                self.peak = max(self.peak or 0.0, value)
+            self._stop.wait(0.5)
+
+
 # -- the clients -------------------------------------------------------------------------------
 
 async def _one(client: Any, model: str, prompt: str, max_tokens: int, deadline: float) -> Request:
-    """One streamed completion; cut (unfinished, its streamed chunks counted as tokens) at ``deadline``."""
+    """One streamed completion; cut (unfinished, its streamed words counted as tokens) at ``deadline``."""
     result = Request()
     sent = time.perf_counter()
-    first = last = None
-    chunks = 0
+    last: float | None = None
+    words = 0
     usage = None
     try:
         async with asyncio.timeout(max(0.0, deadline - time.time())):
@@ -183,10 +327,15 @@ async def _one(client: Any, model: str, prompt: str, max_tokens: int, deadline: 
                                                      stream=True, stream_options={"include_usage": True})
             async for chunk in stream:
                 now = time.perf_counter()
-                if chunk.choices and chunk.choices[0].text:
-                    chunks += 1
-                    first = first or now
+                text = chunk.choices[0].text if chunk.choices else ""
+                count = len(text.split())
+                if count:
+                    if last is None:
+                        result.ttft = now - sent
+                    else:
+                        result.gaps += [(now - last) / count] * count
                     last = now
+                    words += count
                 if getattr(chunk, "usage", None) is not None:
                     usage = chunk.usage
         result.finished = True
@@ -194,73 +343,73 @@ async def _one(client: Any, model: str, prompt: str, max_tokens: int, deadline: 
         pass
     except Exception as exc:  # noqa: BLE001 - counted and shown, the run goes on
         result.error = f"{type(exc).__name__}: {str(exc)[:200]}"
-    result.tokens = usage.completion_tokens if usage is not None and result.finished else chunks
-    if first is not None:
-        result.ttft = first - sent
-        if last is not None and result.tokens > 1 and last > first:
-            result.itl = (last - first) / (result.tokens - 1)
+    result.tokens = usage.completion_tokens if usage is not None and result.finished else words
+    if result.finished and result.tokens < max_tokens:
+        result.error = result.error or f"only {result.tokens} of {max_tokens} tokens"
     return result
 
 
-async def _clients(url: str, model: str, texts: list[str], clients: int, per_client: int, max_tokens: int,
+async def _clients(url: str, model: str, work: list[tuple[str, int]], clients: int,
                    deadline: float) -> tuple[list[Request], float, float]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+    queue = list(reversed(work))
 
-    async def worker(index: int) -> list[Request]:
+    async def worker() -> list[Request]:
         done = []
-        for turn in range(per_client):
-            if time.time() > deadline:
-                break
-            prompt = texts[(index * per_client + turn) % len(texts)]
+        while queue and time.time() < deadline:
+            prompt, max_tokens = queue.pop()
             done.append(await _one(client, model, prompt, max_tokens, deadline))
         return done
 
     began = time.time()
     try:
-        results = await asyncio.gather(*(worker(i) for i in range(clients)))
+        results = await asyncio.gather(*(worker() for _ in range(clients)))
     finally:
         await client.close()
     return [r for rs in results for r in rs], began, time.time()
 
 
-def _client_process(url: str, model: str, texts: list[str], clients: int, per_client: int, max_tokens: int,
-                    seconds: float, barrier: Any = None) -> tuple[list[dict[str, Any]], float, float]:
+def _client_process(url: str, model: str, work: list[tuple[str, int]], clients: int, seconds: float,
+                    barrier: Any = None) -> tuple[list[dict[str, Any]], float, float]:
     import openai  # noqa: F401 - imported before the barrier: no process starts its clients late
 
     if barrier is not None:
         barrier.wait(600)  # every process starts its clients at once
     deadline = time.time() + seconds
-    results, began, ended = asyncio.run(_clients(url, model, texts, clients, per_client, max_tokens, deadline))
+    results, began, ended = asyncio.run(_clients(url, model, work, clients, deadline))
     return [asdict(r) for r in results], began, ended
 
 
-def run_cell(server: str, url: str, model: str, texts: list[str], concurrency: int, per_client: int, max_tokens: int,
-             seconds: float) -> Cell:
-    """``concurrency`` clients, ``per_client`` streamed requests each, stopped after ``seconds``."""
+def run_cell(server: str, name: str, url: str, model: str, work: list[tuple[str, int]], concurrency: int,
+             seconds: float, pid: int, device: str) -> Cell:
+    """``concurrency`` clients streaming ``work`` back to back, stopped after ``seconds``."""
     processes = max(1, math.ceil(concurrency / CLIENTS_PER_PROCESS)) if concurrency > 1 else 1
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
-    if processes == 1:
-        outcomes = [_client_process(url, model, texts, concurrency, per_client, max_tokens, seconds)]
-    else:
-        context = get_context("spawn")
-        with context.Manager() as manager, ProcessPoolExecutor(processes, mp_context=context) as pool:
-            barrier = manager.Barrier(processes)
-            futures = [pool.submit(_client_process, url, model, texts[i::processes] or texts, share, per_client,
-                                   max_tokens, seconds, barrier) for i, share in enumerate(shares)]
-            outcomes = [f.result() for f in futures]
+    with MemoryWatch(pid, device) as memory:
+        if processes == 1:
+            outcomes = [_client_process(url, model, work, concurrency, seconds)]
+        else:
+            context = get_context("spawn")
+            with context.Manager() as manager, ProcessPoolExecutor(processes, mp_context=context) as pool:
+                barrier = manager.Barrier(processes)
+                futures = [pool.submit(_client_process, url, model, work[i::processes], share, seconds, barrier)
+                           for i, share in enumerate(shares)]
+                outcomes = [f.result() for f in futures]
     requests = [Request(**r) for rows, _, _ in outcomes for r in rows]
     began, ended = min(o[1] for o in outcomes), max(o[2] for o in outcomes)
-    cell = Cell(server, concurrency, len(requests), sum(r.finished for r in requests),
-                sum(r.tokens for r in requests), ended - began)
+    cell = Cell(server, name, concurrency, len(requests), sum(r.finished and not r.error for r in requests),
+                sum(r.error is not None for r in requests), sum(r.tokens for r in requests), ended - began)
+    cell.tok_s = cell.tokens / cell.seconds if cell.seconds else 0.0
     ttfts = sorted(r.ttft for r in requests if r.ttft is not None)
-    itls = sorted(r.itl for r in requests if r.itl is not None)
+    gaps = sorted(g for r in requests for g in r.gaps)
     if ttfts:
         cell.ttft_p50, cell.ttft_p99 = _percentile(ttfts, 50), _percentile(ttfts, 99)
-    if itls:
-        cell.itl_p50 = _percentile(itls, 50)
-    cell.errors = sorted({r.error for r in requests if r.error})[:3]
+    if gaps:
+        cell.itl_p50, cell.itl_p99 = _percentile(gaps, 50), _percentile(gaps, 99)
+    cell.peak_memory_mib, cell.memory_source = memory.peak, memory.source
+    cell.error_examples = sorted({r.error for r in requests if r.error})[:3]
     return cell
 
 
@@ -272,48 +421,73 @@ def _percentile(values: list[float], q: float) -> float:
 
 # -- the report --------------------------------------------------------------------------------
 
-def best_transformers(cells: list[Cell], concurrency: int) -> tuple[Cell | None, Cell | None]:
-    """(the transformers cell with the most tok/s, the one with the lowest TTFT p50) at ``concurrency``."""
-    theirs = [c for c in cells if c.server != "intelrt" and c.concurrency == concurrency]
-    fastest = max(theirs, key=lambda c: c.tok_s, default=None)
-    quickest = min((c for c in theirs if c.ttft_p50 is not None), key=lambda c: c.ttft_p50 or 0.0, default=None)
-    return fastest, quickest
+def _find(cells: list[Cell], server: str, workload_name: str, concurrency: int) -> Cell | None:
+    return next((c for c in cells if (c.server, c.workload, c.concurrency) == (server, workload_name, concurrency)),
+                None)
 
 
 def table(cells: list[Cell]) -> str:
     def ms(value: float | None) -> str:
         return f"{value * 1000:,.1f}" if value is not None else "-"
 
-    lines = [f"{'server':<16} {'conc':>4} {'done':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} "
-             f"{'tok/s':>9} {'vs best tf':>10}  (ms; tok/s over the cell's wall time)"]
-    for cell in sorted(cells, key=lambda c: (c.concurrency, SERVERS.index(c.server))):
-        fastest, _ = best_transformers(cells, cell.concurrency)
-        ratio = (f"{cell.tok_s / fastest.tok_s:.2f}x" if cell.server == "intelrt" and fastest is not None
-                 and fastest.tok_s else "")
-        lines.append(f"{cell.server:<16} {cell.concurrency:>4} {cell.finished:>4}/{cell.requests:<4} "
-                     f"{ms(cell.ttft_p50):>9} {ms(cell.ttft_p99):>9} {ms(cell.itl_p50):>8} {cell.tok_s:>9,.0f} "
-                     f"{ratio:>10}" + (f"  errors: {'; '.join(cell.errors)}" if cell.errors else ""))
+    lines = [f"{'workload':<8} {'server':<24} {'conc':>4} {'done':>9} {'err':>4} {'tok/s':>9} {'vs tf-cb':>8} "
+             f"{'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'peak MiB':>9}  (ms)"]
+    order = {s: i for i, s in enumerate(SERVERS)}
+    for cell in sorted(cells, key=lambda c: (WORKLOADS.index(c.workload) if c.workload in WORKLOADS else 9,
+                                             c.concurrency, order.get(c.server, 9))):
+        theirs = _find(cells, "transformers-cb", cell.workload, cell.concurrency)
+        ratio = (f"{cell.tok_s / theirs.tok_s:.2f}x" if cell.server.startswith("intelrt") and theirs is not None
+                 and theirs.tok_s else "")
+        peak = f"{cell.peak_memory_mib:,.0f}" if cell.peak_memory_mib is not None else "-"
+        lines.append(f"{cell.workload:<8} {cell.server:<24} {cell.concurrency:>4} {cell.finished:>4}/{cell.sent:<4} "
+                     f"{cell.errors:>4} {cell.tok_s:>9,.0f} {ratio:>8} {ms(cell.ttft_p50):>9} {ms(cell.ttft_p99):>9} "
+                     f"{ms(cell.itl_p50):>8} {ms(cell.itl_p99):>8} {peak:>9}"
+                     + (f"  errors: {'; '.join(cell.error_examples)}" if cell.error_examples else ""))
     return "\n".join(lines)
 
 
-def verdict(cells: list[Cell]) -> list[str]:
+def verdict(cells: list[Cell], ceilings: dict[str, float | None]) -> list[str]:
+    """PASS/MISS lines for issue 27's targets over the cells measured."""
     lines = []
-    ours = {c.concurrency: c for c in cells if c.server == "intelrt"}
-    fastest, _ = best_transformers(cells, 64)
-    if 64 in ours and fastest is not None and fastest.tok_s:
-        ratio = ours[64].tok_s / fastest.tok_s
-        lines.append(f"{'PASS' if ratio >= TARGET_TOK_S_RATIO else 'MISS'} concurrency 64: {ours[64].tok_s:,.0f} tok/s "
-                     f"= {ratio:.2f}x {fastest.server} ({fastest.tok_s:,.0f} tok/s; target >= "
-                     f"{TARGET_TOK_S_RATIO:g}x the better transformers serve mode)")
-    else:
-        lines.append("MISS concurrency 64: not measured for intelrt and transformers serve in this run/results file")
-    _, quickest = best_transformers(cells, 1)
-    if 1 in ours and ours[1].ttft_p50 is not None and quickest is not None and quickest.ttft_p50 is not None:
-        ok = ours[1].ttft_p50 <= quickest.ttft_p50
-        lines.append(f"{'PASS' if ok else 'MISS'} concurrency 1: TTFT p50 {ours[1].ttft_p50 * 1000:.1f} ms vs "
-                     f"{quickest.server} {quickest.ttft_p50 * 1000:.1f} ms (target <= transformers serve's)")
-    else:
-        lines.append("MISS concurrency 1: not measured for intelrt and transformers serve in this run/results file")
+    ours = [c for c in cells if c.server == "intelrt"]
+    if not ours:
+        return ["MISS: intelrt was not measured in this run/results"]
+    incomplete = [c for c in ours if c.finished != c.sent or c.errors]
+    lines.append(f"{'PASS' if not incomplete else 'MISS'} every intelrt cell finished all its requests with no error"
+                 + ("" if not incomplete else ": " + ", ".join(f"{c.workload} c={c.concurrency} {c.finished}/{c.sent}"
+                                                              for c in incomplete)))
+    for cell in ours:
+        if cell.concurrency < 32:
+            continue
+        theirs = _find(cells, "transformers-cb", cell.workload, cell.concurrency)
+        if theirs is None or not theirs.tok_s:
+            lines.append(f"MISS {cell.workload} c={cell.concurrency}: transformers-cb not measured")
+            continue
+        ratio = cell.tok_s / theirs.tok_s
+        lines.append(f"{'PASS' if ratio >= TARGET_TOK_S_RATIO else 'MISS'} {cell.workload} c={cell.concurrency}: "
+                     f"{cell.tok_s:,.0f} tok/s = {ratio:.2f}x transformers-cb ({theirs.tok_s:,.0f}; target >= "
+                     f"{TARGET_TOK_S_RATIO:g}x)")
+    mixed = _find(cells, "intelrt", "mixed", 32)
+    if mixed is not None and mixed.ttft_p99 is not None:
+        ok = mixed.ttft_p99 <= TARGET_TTFT_P99_S
+        lines.append(f"{'PASS' if ok else 'MISS'} mixed c=32: TTFT p99 {mixed.ttft_p99:.2f} s (target <= "
+                     f"{TARGET_TTFT_P99_S:g} s)")
+    for cell in (c for c in ours if c.workload == "prefix"):
+        without = _find(cells, "intelrt-no-prefix-cache", "prefix", cell.concurrency)
+        if without is None or not without.ttft_p50 or cell.ttft_p50 is None:
+            continue
+        ratio = cell.ttft_p50 / without.ttft_p50
+        lines.append(f"{'PASS' if ratio <= TARGET_PREFIX_TTFT_RATIO else 'MISS'} prefix c={cell.concurrency}: TTFT p50 "
+                     f"{cell.ttft_p50 * 1000:.1f} ms = {ratio:.2f}x without prefix caching "
+                     f"({without.ttft_p50 * 1000:.1f} ms; target <= {TARGET_PREFIX_TTFT_RATIO:g}x)")
+    for server in ("intelrt", "intelrt-no-prefix-cache"):
+        ceiling = ceilings.get(server)
+        peaks = [c.peak_memory_mib for c in cells if c.server == server and c.peak_memory_mib is not None]
+        if ceiling is None or not peaks or not any(c.memory_source and "nvidia" in c.memory_source for c in cells):
+            continue
+        peak = max(peaks) / 1024
+        lines.append(f"{'PASS' if peak <= ceiling else 'MISS'} {server}: peak device memory {peak:,.1f} GiB within the "
+                     f"ceiling it printed ({ceiling:,.1f} GiB)")
     return lines
 
 
@@ -321,80 +495,98 @@ def verdict(cells: list[Cell]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", choices=SHAPES, default="qwen3-0.6b", help="the model's shape (random weights)")
-    parser.add_argument("--tiny", action="store_true", help="--shape tiny on the CPU, with a small workload")
+    parser.add_argument("--out", required=True, help="directory for results.json, the model and the server logs")
+    parser.add_argument("--shape", choices=SHAPES, default="qwen3-1.7b", help="the model's shape (random weights)")
+    parser.add_argument("--tiny", action="store_true", help="--shape tiny on the CPU, lengths scaled down, few requests")
     parser.add_argument("--device", default=None, help="cuda, xpu, hpu or cpu (default: cuda when present)")
-    parser.add_argument("--servers", default=",".join(SERVERS), help=f"which of {', '.join(SERVERS)} to run")
-    parser.add_argument("--concurrency", default="1,16,64", help="client counts, comma-separated")
-    parser.add_argument("--prompt-tokens", type=int, default=None, help="tokens per prompt (default 128; tiny 16)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per completion (default 128; tiny 16)")
-    parser.add_argument("--requests-per-client", type=int, default=2, help="streamed requests each client sends")
+    parser.add_argument("--servers", default=DEFAULT_SERVERS, help=f"which of {', '.join(SERVERS)} to run")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"which of {', '.join(WORKLOADS)} to run")
+    parser.add_argument("--concurrency", default="1,32,128,256", help="client counts, comma-separated")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="requests per cell (default 192, at least the concurrency; tiny 24)")
     parser.add_argument("--cell-seconds", type=float, default=None,
-                        help="a server x concurrency cell stops after this (default 30; tiny 15)")
-    parser.add_argument("--startup-seconds", type=float, default=480, help="how long a server may take to be ready")
-    parser.add_argument("--workdir", default=None, help="where the model and server logs go (default: a temp dir)")
-    parser.add_argument("--results", default=None, help="JSON file: rows of earlier runs are shown too, this run's added")
+                        help="a cell stops after this (default 600; tiny 120)")
+    parser.add_argument("--startup-seconds", type=float, default=900, help="how long a server may take to be ready")
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="run intelrt without prefix caching (its rows are then that comparison)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None,
+                        help="passed to intelrt serve (its default: 0.9)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.tiny:
         args.shape, args.device = "tiny", args.device or "cpu"
     tiny = args.shape == "tiny"
-    prompt_tokens = args.prompt_tokens or (16 if tiny else 128)
-    max_tokens = args.max_tokens or (16 if tiny else 128)
-    seconds = args.cell_seconds or (15.0 if tiny else 30.0)
+    scale = 1 / 32 if tiny else 1.0
+    seconds = args.cell_seconds or (120.0 if tiny else 600.0)
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
-    unknown = sorted(set(servers) - set(SERVERS))
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = sorted(set(servers) - set(SERVERS)) + sorted(set(names) - set(WORKLOADS))
     if unknown:
-        parser.error(f"unknown server(s) {', '.join(unknown)}; choose from {', '.join(SERVERS)}")
+        parser.error(f"unknown server(s) or workload(s) {', '.join(unknown)}")
     levels = [int(c) for c in args.concurrency.split(",")]
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="intelrt-bench-serve-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    model_dir = workdir / "model"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = out / f"model-{args.shape}"
     began = time.monotonic()
     if not (model_dir / "config.json").is_file():
-        build(model_dir, args.shape, device)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        build(model_dir, args.shape)
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
+    longest = max(int(LONG_PROMPT * scale) + 384, int((PREFIX_TOKENS + 128) * scale) + 384, 1536 + 384)
+    context = min(int(AutoConfig.from_pretrained(model_dir).max_position_embeddings), longest)
+    extra = ["--no-prefix-caching"] if args.no_prefix_caching else []
+    if args.gpu_memory_utilization is not None:
+        extra += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
     print(f"bench_serve: {args.shape} model in {model_dir} ({time.monotonic() - began:.0f} s); device {device}; "
-          f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {args.requests_per_client} requests per client, "
-          f"cells stop at {seconds:g} s", flush=True)
-    results = Path(args.results) if args.results else None
-    earlier = [Cell(**row) for row in json.loads(results.read_text())["cells"]] \
-        if results is not None and results.is_file() else []
-    cells: list[Cell] = [c for c in earlier if c.server not in servers]
+          f"workloads {', '.join(names)}; concurrency {', '.join(map(str, levels))}; cells stop at {seconds:g} s",
+          flush=True)
+    results = out / "results.json"
+    earlier = json.loads(results.read_text()) if results.is_file() else {}
+    cells: list[Cell] = [Cell(**row) for row in earlier.get("cells", []) if row["server"] not in servers]
+    ceilings: dict[str, float | None] = {k: v for k, v in earlier.get("ceilings", {}).items() if k not in servers}
     failures: list[str] = []
+
+    def save() -> None:
+        results.write_text(json.dumps({"shape": args.shape, "device": device, "torch": torch.__version__,
+                                       "scale": scale, "context": context, "cells": [asdict(c) for c in cells],
+                                       "ceilings": ceilings, "verdict": verdict(cells, ceilings)}, indent=2))
+
     for server in servers:
-        log = workdir / f"{server}.log"
-        process, url, name = start(server, model_dir, device, log)
+        log = out / f"{server}.log"
+        process, url, model = start(server, model_dir, device, context, log, extra)
         try:
             ready = wait_up(server, url, process, args.startup_seconds, log)
+            ceilings[server] = ceiling_gib(log) if server.startswith("intelrt") else None
             print(f"bench_serve: {server} ready after {ready:.0f} s", flush=True)
-            for level in levels:
-                texts = prompts(level * args.requests_per_client, prompt_tokens, vocab, seed=level)
-                warm = run_cell(server, url, name, prompts(level, prompt_tokens, vocab, seed=1000 + level), level, 1,
-                                min(8, max_tokens), args.startup_seconds)
-                cell = run_cell(server, url, name, texts, level, args.requests_per_client, max_tokens, seconds)
-                cells.append(cell)
-                print(f"bench_serve: {server} c={level}: warm-up {warm.seconds:.1f} s; {cell.finished}/{cell.requests} "
-                      f"finished, {cell.tok_s:,.0f} tok/s, TTFT p50 {(cell.ttft_p50 or 0) * 1000:.1f} ms"
-                      + (f"; errors: {'; '.join(cell.errors)}" if cell.errors else ""), flush=True)
-                if results is not None:  # after every cell: a run cut short still leaves its rows
-                    results.write_text(json.dumps({"shape": args.shape, "device": device, "prompt_tokens": prompt_tokens,
-                                                   "max_tokens": max_tokens, "cells": [asdict(c) for c in cells]},
-                                                  indent=2))
+            for name in names:
+                for level in levels:
+                    count = max(args.requests or (24 if tiny else 192), level)
+                    work = workload(name, count, vocab, args.seed + level, scale)
+                    warm = workload(name, level, vocab, args.seed + 1000 + level, scale)
+                    run_cell(server, name, url, model, [(p, min(8, n)) for p, n in warm], level, args.startup_seconds,
+                             process.pid, device)
+                    cell = run_cell(server, name, url, model, work, level, seconds, process.pid, device)
+                    cells.append(cell)
+                    print(f"bench_serve: {server} {name} c={level}: {cell.finished}/{cell.sent} finished, "
+                          f"{cell.tok_s:,.0f} tok/s, TTFT p50 {(cell.ttft_p50 or 0) * 1000:.1f} ms"
+                          + (f"; errors: {'; '.join(cell.error_examples)}" if cell.error_examples else ""), flush=True)
+                    save()  # after every cell: a run cut short still leaves its rows
         except Exception as exc:  # noqa: BLE001 - the other servers still run; the verdict says what is missing
             failures.append(f"{server}: {type(exc).__name__}: {exc}")
             print(f"bench_serve: {server} failed: {exc}", flush=True)
         finally:
             stop(process)
+    save()
     print()
     print(f"intelrt serve vs transformers serve — {args.shape}, random weights, on {device} "
-          f"(torch {torch.__version__}); {time.monotonic() - began:.0f} s in all")
+          f"(torch {torch.__version__}); {time.monotonic() - began:.0f} s in all; results in {results}")
     print(table(cells))
-    for line in verdict(cells):
+    for line in verdict(cells, ceilings):
         print(line)
     for failure in failures:
         print(f"FAILED {failure.splitlines()[0]}")

@@ -34,7 +34,6 @@ VARIANTS: dict[str, dict[str, object]] = {
                                "_fused": False},
     "compact+cdt+nofold": {"_step": "compact", "coordinate_descent_tuning": True, "_fold": False},
     "compact+cdt+combine": {"_step": "compact", "coordinate_descent_tuning": True, "_merge": False},
-    "compact+cdt+eagerprompt": {"_step": "compact", "coordinate_descent_tuning": True, "_compiled_prompt": False},
     "compact+cdt+nopf": {"_step": "compact", "coordinate_descent_tuning": True, "_prefetch": "off"},
     "compact+cdt+pflate": {"_step": "compact", "coordinate_descent_tuning": True, "_prefetch": "late"},
     "compact+cdt+pfqkv": {"_step": "compact", "coordinate_descent_tuning": True, "_pf_weights": ("next_qkv",)},
@@ -49,7 +48,7 @@ VARIANTS: dict[str, dict[str, object]] = {
 decode attention, decoding/triton_attention.py, where available); the other ``_`` knobs are
 ``DecodeTuning`` fields (``TUNING``); the rest are inductor settings. Unnamed knobs take their
 defaults."""
-TUNING = {"_gemv_rows": "gemv_max_rows", "_compiled_prompt": "compiled_prompt", "_fold": "fold_norms",
+TUNING = {"_gemv_rows": "gemv_max_rows", "_fold": "fold_norms",
           "_pf_weights": "prefetch_weights", "_record": "compiled_record", "_split_target": "attention_splits",
           "_merge": "merge_in_kernel", "_prefetch": "prefetch", "_pdl": "programmatic_launch"}
 
@@ -119,21 +118,23 @@ def main() -> None:
               f"graphs={report.graphs} compiled={report.compiled} step={report.step} "
               f"fused={report.attention_kernel} "
               f"notes={report.notes} tokens {same}; calls {min(calls) * 1000:.1f}-{max(calls) * 1000:.1f} ms", flush=True)
-        session = next(reversed(decoder._sessions.values()))
-        if session.replay is None or device == "cpu":
+        batch = decoder._offline  # the engine's batch of the last call, its one-row step captured
+        replays = list(batch._replays.values()) if batch is not None else []
+        if not replays or device == "cpu":
             continue
-        # The session's cache has room for 128 more slots after the call: 20 timed replays, then 20 profiled.
+        replay_step = replays[-1]
+        # Replays of an idle batch: every row writes to the null block, the step's cost is the same.
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(20):
-            session.replay()
+            replay_step()
         torch.cuda.synchronize()
         replay = (time.perf_counter() - t0) / 20
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(20):
-                session.replay()
+                replay_step()
             torch.cuda.synchronize()
         rows = [e for e in prof.key_averages() if getattr(e, "device_type", None) is not None
                 and "CUDA" in str(e.device_type)]
@@ -152,7 +153,7 @@ def main() -> None:
             prompt_seconds.append(time.perf_counter() - t0)
         print(f"  replayed step: {replay * 1000:.3f} ms wall; prompt pass + first token: "
               f"{min(prompt_seconds) * 1000:.2f} ms (fastest of 5)", flush=True)
-        del decoder, session
+        del decoder, batch, replays, replay_step
 
 
 def check_fused_attention(model: object, ids: object) -> None:
@@ -168,14 +169,17 @@ def check_fused_attention(model: object, ids: object) -> None:
         print("fused attention: not available here")
         return
     with torch.inference_mode():
-        keys, values = compact.new_cache(1, 128, device)
-        mask = torch.ones((1, 128), dtype=torch.long, device=device)
+        cache = compact.new_cache(16, 16, device)
         prompt = ids.shape[1]  # type: ignore[attr-defined]
+        table = torch.arange(1, 9, device=device)[None]  # blocks 1 .. 8: 128 slots
         positions = torch.arange(prompt, device=device)[None]
-        first = compact(ids, positions, torch.arange(prompt, device=device), mask, keys, values).argmax(-1)
-        step = (first[:, None], positions[:, -1:] + 1, torch.tensor([prompt], device=device), mask)
-        plain = compact(*step, [k.clone() for k in keys], [v.clone() for v in values])
-        fused = compact(*step, keys, values, fused_attention=True)
+        from intelrt.decoding.compact import Segment
+
+        first = compact.prefill(ids, positions, positions[0] + 16, [Segment(0, prompt, table, prompt)], cache.keys,
+                                cache.values).argmax(-1)
+        step = (first[:, None], positions[:, -1:] + 1, torch.tensor([16 + prompt], device=device), table)
+        plain = compact.decode(*step, [k.clone() for k in cache.keys], [v.clone() for v in cache.values])
+        fused = compact.decode(*step, cache.keys, cache.values, fused_attention=True)
     error = float((fused.float() - plain.float()).abs().max() / plain.float().abs().max())
     print(f"fused attention: {model.dtype} relative max logit difference {error:.2e}, "  # type: ignore[attr-defined]
           f"argmax {'equal' if torch.equal(fused.argmax(-1), plain.argmax(-1)) else 'differs'}")

@@ -178,17 +178,18 @@ def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: inte
     assert report.graphs is None and any("graph capture (test) failed" in n for n in report.notes)
 
 
-def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: intelrt.Loaded) -> None:
-    """With graphs, the compact step's prompts are left-padded to a multiple of prompt_bucket and
-    their pass is captured once per padded length: prompts of 3 and 9 tokens share one capture,
-    a 20-token prompt gets its own, and the tokens equal an uncaptured, unpadded decode's."""
+def test_decode_engine_captures_one_step_per_row_bucket_and_sampler_kind(loaded: intelrt.Loaded) -> None:
+    """With graphs, the decode step is captured the first time a row bucket (and sampler kind, and
+    power of two of table blocks the torch attention reads) is used, and replayed after: a repeated
+    call captures nothing; prompts are prefilled uncaptured (their length varies); a sampling call
+    gets its own step; the tokens equal an uncaptured decode's."""
     from intelrt.decoding.engine import FastDecoder
-    from intelrt.decoding.tuning import DecodeTuning
+    from intelrt.decoding.keywords import DecodeOptions
 
     captured: list[str] = []
 
     def naming_capturer(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
-        captured.append(getattr(step, "__qualname__", "?").split(".")[0])
+        captured.append(getattr(step, "__qualname__", "?").split(".<locals>")[0].split(".")[-1])
         for _ in range(warmup):
             step()
         return step
@@ -196,18 +197,22 @@ def test_decode_engine_captures_the_prompt_pass_once_per_padded_length(loaded: i
     compact = replace(EAGER, step="compact")
     plain = FastDecoder(loaded.model, compact, None)
     graphed = FastDecoder(loaded.model, replace(compact, graphs="test"), naming_capturer)
-    bucket = DecodeTuning().prompt_bucket
-    prompts = ["Intel GPUs are", "the cat sat on the mat and then", "hello " * 12]
-    lengths = [len(loaded.tokenizer(p)["input_ids"]) for p in prompts]
-    assert lengths[0] < lengths[1] <= bucket < lengths[2], lengths
+    pair, one, other, long = ["Intel GPUs are", "hi"], ["Intel GPUs are"], ["hi there"], ["hello " * 12]
+    block = graphed.tuning.block_size
+    assert all(len(loaded.tokenizer(p)["input_ids"]) + 11 <= block for p in pair + other), "one block each"
     reported = []
-    for prompt in (*prompts, prompts[0]):
-        expected, _ = _decode(plain, loaded, [prompt], 12)
-        tokens, report = _decode(graphed, loaded, [prompt], 12)
+    for prompts in (pair, one, one, other, pair, long, long):
+        expected, _ = _decode(plain, loaded, prompts, 12)
+        tokens, report = _decode(graphed, loaded, prompts, 12)
         assert tokens.tolist() == expected.tolist() and report.step == "compact"
         reported.append(report.captured)
-    assert reported == [True, False, True, False]  # what last_generation.captured tells the user
-    assert captured == ["_PromptGraph", "_Session", "_PromptGraph"]  # prompt (16), step, prompt (32)
+    assert reported[:5] == [True, True, False, False, False]  # what last_generation.captured tells the user
+    assert reported[6] is False and set(captured) == {"_step_fn"} and len(captured) == 2 + reported[5]
+    import torch
+
+    ids = torch.tensor([loaded.tokenizer("Intel GPUs are")["input_ids"]])
+    _, sampled = graphed.decode(ids, torch.ones_like(ids), DecodeOptions(12, True, 1.0, 0, 0.9, (), 1))
+    assert sampled.captured and len(captured) == 3 + reported[5]
 
 
 def test_decode_engine_pauses_the_garbage_collector_only_for_captured_shapes(loaded: intelrt.Loaded) -> None:

@@ -23,7 +23,7 @@ def test_batching_plan_on_cpu_pads_through_the_fast_loop(tiny_model: Path) -> No
     batching = intelrt.plan(tiny_model).decisions["batching"]
     assert batching.value.method == "padded" and batching.value.engine == "fast"
     assert batching.value.max_batch == 64 and batching.plugin == "cpu"
-    assert "padded batches of up to 64 prompts" in batching.reason
+    assert "up to 64 rows at once" in batching.reason
     assert any("batching='continuous'" in n for n in batching.notes)
 
 

@@ -163,10 +163,10 @@ def test_an_adaptive_step_compiles_at_once_when_the_cache_holds_it(varied: intel
     options = DecodeOptions(12, False, 1.0, 0, 1.0, (), 1)
     first = FastDecoder(varied.model, choice, None)
     cache = first._cache(varied.model.device)
-    shape = first._shape(1, 128, options)
-    assert not cache.holds(shape)
     _, report = first.decode(ids["input_ids"], ids["attention_mask"], options)
-    assert report.compiled is None
+    assert report.compiled is None and first._offline is not None
+    shape = first._shape_key(first._offline)  # what the same call's compiled step is keyed by
+    assert not cache.holds(shape)
     cache.path(shape).parent.mkdir(parents=True)
     cache.path(shape).write_bytes(b"")  # an entry (empty: loading it fails softly, the compile runs)
     second = FastDecoder(varied.model, choice, None)

@@ -125,6 +125,8 @@ def test_serve_starts_saying_what_it_runs_and_with_which_limits(server: Server) 
     assert "rows in flight: 64" in said and "the plan's batch size on cpu" in said
     assert "context per row: 512 tokens" in said and "queue limit: 256" in said
     assert "row buckets (one captured step each): 1, 2, 4, 8, 16, 32, 64" in said
+    assert "memory budget: KV cache budget" in said and "configured for the CPU" in said
+    assert "KV cache: " in said and "blocks of 16 tokens" in said and "prefix caching: on" in said
     health = httpx.get(f"{server.url}/health")
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/ready").json() == {"status": "ready"}
@@ -257,7 +259,10 @@ def test_serve_metrics_count_requests_tokens_and_latencies(server: Server) -> No
     text = httpx.get(f"{server.url}/metrics").text
     for name in ("intelrt_requests_total", "intelrt_prompt_tokens_total", "intelrt_generated_tokens_total",
                  "intelrt_queue_depth", "intelrt_rows_in_flight", "intelrt_ready",
-                 "intelrt_time_to_first_token_seconds_bucket", "intelrt_inter_token_latency_seconds_bucket"):
+                 "intelrt_time_to_first_token_seconds_bucket", "intelrt_inter_token_latency_seconds_bucket",
+                 "intelrt_kv_cache_blocks", "intelrt_kv_cache_blocks_used", "intelrt_preemptions_total",
+                 "intelrt_oom_retries_total", "intelrt_prefix_cache_queried_tokens_total",
+                 "intelrt_prefix_cache_hit_tokens_total"):
         assert name in text
     assert metric(server.url, "intelrt_generated_tokens_total") > before
     assert metric(server.url, "intelrt_time_to_first_token_seconds_count") >= 1
@@ -433,6 +438,59 @@ def test_serve_sigterm_finishes_in_flight_requests_and_exits_0(model_dir: Path, 
         httpx.get(f"{url}/health", timeout=2)
 
 
+# -- the engine under load: a KV cache too small for everyone, long prompts, shared prefixes --------
+
+def test_serve_preempts_rather_than_fails_when_the_kv_cache_runs_out(model_dir: Path, offline: intelrt.Loaded) -> None:
+    """A KV cache of 96 token slots for 8 rows of up to 64 tokens: 16 concurrent completions of
+    mixed lengths need far more together. None fails: those that do not fit wait, the newest are
+    preempted and recomputed when the oldest grow, and every completion equals offline generate."""
+    from intelrt.decoding.tuning import DecodeTuning
+
+    loaded = intelrt.load(model_dir)
+    bytes_per_token = 2 * 2 * 2 * 16 * 4  # the tiny model: layers x (K, V) x heads x head_dim x float32
+    loaded.decode_tuning = DecodeTuning(block_size=4, cpu_kv_cache_bytes=96 * bytes_per_token, max_batch_tokens=32)
+    lines: list[str] = []
+    prompts = [[5 + (i * 11 + j) % 300 for j in range(3 + (i * 7) % 30)] for i in range(16)]
+    lengths = [4 + (i * 5) % 21 for i in range(16)]
+    assert max(len(p) + n for p, n in zip(prompts, lengths, strict=True)) <= 64
+    with Server(create_app(loaded, model_name=NAME, max_batch=8, context_length=64, max_queue=64,
+                           announce=lines.append)) as small:
+        client = small.client()
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda i: client.completions.create(model=NAME, prompt=prompts[i],
+                                                                        max_tokens=lengths[i], temperature=0),
+                                    range(16)))
+        preempted = metric(small.url, "intelrt_preemptions_total")
+        used = metric(small.url, "intelrt_kv_cache_blocks_used")
+    for prompt, length, answer in zip(prompts, lengths, answers, strict=True):
+        assert answer.choices[0].text == text_of(offline, expected_ids(offline, prompt, length))
+    assert preempted >= 1 and used == 0
+    assert "KV cache: 24 blocks of 4 tokens" in "\n".join(lines)
+
+
+def test_serve_long_prompts_chunked_and_shared_prefixes_cached_give_offline_tokens(model_dir: Path,
+                                                                                   offline: intelrt.Loaded) -> None:
+    """Prompts of 5 to 300 tokens through a budget of 64 tokens a step (the long ones prefilled in
+    chunks between the short ones' decode steps), half of them after one shared 96-token header:
+    every completion equals offline generate, and the header's blocks are found in the prefix cache."""
+    from intelrt.decoding.tuning import DecodeTuning
+
+    loaded = intelrt.load(model_dir)
+    loaded.decode_tuning = DecodeTuning(max_batch_tokens=64)
+    header = list(offline.tokenizer("You are a terse assistant. " * 12)["input_ids"])[:96]
+    prompts = [[5 + (i * 13 + j) % 300 for j in range(5 + (i * 37) % 296)] for i in range(10)]
+    prompts = [header + p if i % 2 else p for i, p in enumerate(prompts)]
+    with Server(create_app(loaded, model_name=NAME, max_queue=64, announce=lambda line: None)) as served:
+        client = served.client()
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            answers = list(pool.map(lambda p: client.completions.create(model=NAME, prompt=p, max_tokens=12,
+                                                                        temperature=0), prompts))
+        hits = metric(served.url, "intelrt_prefix_cache_hit_tokens_total")
+    for prompt, answer in zip(prompts, answers, strict=True):
+        assert answer.choices[0].text == text_of(offline, expected_ids(offline, prompt, 12))
+    assert hits >= 4 * (96 // 16 * 16)  # the later header requests reuse its full blocks
+
+
 # -- models the fast loop cannot batch in flight ----------------------------------------------------
 
 def _served_alone(loaded: intelrt.Loaded, prompts: list[str], max_new: int) -> tuple[list[str], list[str]]:
@@ -463,10 +521,11 @@ def test_serve_a_model_decoded_by_generate_one_completion_at_a_time(model_dir: P
     assert "bitsandbytes 8-bit weights" in said
 
 
-def test_serve_a_cache_that_cannot_take_rows_in_flight_one_completion_at_a_time(tmp_path: Path) -> None:
-    """Sliding-window layers of a class outside the compact step (Ministral): the fast loop runs
-    the model's forward over transformers' cache, whose sliding layers roll their slots so rows
-    cannot join and leave; completions go one at a time through it (stop strings end it early)."""
+def test_serve_a_sliding_window_model_outside_the_compact_step_batches_in_flight(tmp_path: Path) -> None:
+    """Sliding-window layers of a class outside the compact step (Ministral): the engine runs the
+    model's own forward over the paged cache (its sliding layers masked to their window), so its
+    completions batch in flight like any other's (once they went one at a time: transformers'
+    sliding cache layers roll their slots), and stop strings end them early."""
     import torch
     from transformers import AutoTokenizer, MinistralConfig, MinistralForCausalLM
 
@@ -491,7 +550,8 @@ def test_serve_a_cache_that_cannot_take_rows_in_flight_one_completion_at_a_time(
     assert loaded.last_generation is not None and loaded.last_generation.path == "fast"
     lines, texts = _served_alone(loaded, PROMPTS[:2], 20)
     assert texts == expected
-    assert "one completion at a time: the fast decode loop cannot batch in flight" in "\n".join(lines)
+    said = "\n".join(lines)
+    assert "engine: in-flight batching" in said and "decode step: model" in said
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -508,7 +568,8 @@ def test_cli_serve_takes_the_plan_options_and_its_own() -> None:
     for flag in ("--host", "--port", "--served-model-name", "--max-batch", "--context-length", "--max-queue",
                  "--drain-timeout", "--backend", "--devices", "--dtype", "--quantization", "--graphs", "--simulate",
                  "--api-key", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials",
-                 "--chat-template", "--no-access-log", "--lora"):
+                 "--chat-template", "--no-access-log", "--lora", "--gpu-memory-utilization", "--max-batch-tokens",
+                 "--no-prefix-caching"):
         assert flag in result.stdout
 
 
@@ -524,6 +585,8 @@ def test_cli_serve_simulated_shows_the_dry_plan_and_the_limits(tiny_model: Path)
     assert "rows in flight: 8" in text.stdout and "context per row: 256 tokens" in text.stdout
     refused = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--context-length", "9999")
     assert refused.returncode == 2 and "context_length=9999 is more than the model reads" in refused.stderr
+    too_much = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--gpu-memory-utilization", "1.5")
+    assert too_much.returncode == 2 and "--gpu-memory-utilization 1.5 must be in (0, 1]" in too_much.stderr
 
 
 def test_without_the_serve_extra_every_command_runs_and_serve_says_what_to_install(tiny_model: Path) -> None:

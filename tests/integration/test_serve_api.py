@@ -169,21 +169,32 @@ def test_echo_puts_the_prompt_before_the_completion(server: Server, offline: int
     assert "".join(c.choices[0].text for c in streamed) == answer.choices[0].text
 
 
-@pytest.mark.parametrize("extra, param", [
-    ({"logprobs": 2}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": 0.5}, "frequency_penalty"), ({"logit_bias": {"5": 10}}, "logit_bias"),
-    ({"repetition_penalty": 1.2}, "repetition_penalty"), ({"top_k": 5, "temperature": 1}, "top_k"),
-    ({"min_p": 0.1, "temperature": 1}, "min_p"),
-    ({"response_format": {"type": "json_object"}}, "response_format")])
-def test_fields_the_engine_does_not_apply_yet_are_refused_naming_them(server: Server, extra: dict[str, Any],
-                                                                      param: str) -> None:
-    """Until the engine's per-row sampler (issue 27) runs in this build, these are refused, not dropped."""
-    from intelrt.serving.engine_request import applied_fields
+@pytest.mark.parametrize("extra", [
+    {"logprobs": 2}, {"presence_penalty": 0.5}, {"frequency_penalty": 0.5}, {"logit_bias": {"5": 10}},
+    {"repetition_penalty": 1.2}, {"top_k": 5, "temperature": 1, "seed": 3}, {"min_p": 0.1, "temperature": 1, "seed": 3},
+    {"response_format": {"type": "json_object"}}], ids=lambda extra: next(iter(extra)))
+def test_every_sampling_field_is_applied_by_the_engine(server: Server, extra: dict[str, Any]) -> None:
+    """Each field is taken (not refused, not dropped): the answer differs from plain greedy decoding
+    where the field changes it, as it would in ``generate``."""
+    body = {"model": NAME, "prompt": PROMPTS[2], "max_tokens": 12, "temperature": 0}
+    plain = post(server, "/v1/completions", body)
+    assert plain.status_code == 200, plain.text
+    answer = post(server, "/v1/completions", {**body, **extra})
+    assert answer.status_code == 200, answer.text
+    choice = answer.json()["choices"][0]
+    if "logprobs" in extra:
+        assert len(choice["logprobs"]["top_logprobs"][0]) == 2
+    if "logit_bias" in extra or "response_format" in extra:
+        assert choice["text"] != plain.json()["choices"][0]["text"]
 
-    if param.replace("response_format", "constraint") in applied_fields():
-        pytest.skip("this build's engine applies it")
-    error = _error(post(server, "/v1/completions", {"model": NAME, "prompt": "hi", "max_tokens": 3, **extra}), 400)
-    assert error["param"] == param and "not applied by this server's decode engine" in error["message"]
+
+def test_repetition_penalty_is_transformers_own(server: Server, offline: intelrt.Loaded) -> None:
+    """``repetition_penalty`` as transformers' ``RepetitionPenaltyLogitsProcessor`` applies it."""
+    ids = offline.tokenizer(PROMPTS[2])["input_ids"]
+    expected = offline.generate_ids(list(ids), max_new_tokens=12, repetition_penalty=1.3)  # transformers' generate
+    answer = server.client().completions.create(model=NAME, prompt=PROMPTS[2], max_tokens=12, temperature=0,
+                                                extra_body={"repetition_penalty": 1.3})
+    assert answer.choices[0].text == text_of(offline, expected)  # type: ignore[arg-type]
 
 
 def test_vocabulary_checks_name_the_field(server: Server) -> None:
@@ -246,10 +257,6 @@ def test_embeddings_refused_by_a_text_generation_model(server: Server) -> None:
 
 
 def test_lora_adapters_are_checked_and_refused_without_engine_support(server: Server, tmp_path: Path) -> None:
-    from intelrt.serving.engine_request import adapters_supported
-
-    if adapters_supported():
-        pytest.skip("this build's engine decodes adapters per request")
     bad = _error(post(server, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(tmp_path)}), 400)
     assert bad["param"] == "lora_path" and "no adapter_config.json" in bad["message"]
     (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))

@@ -1,6 +1,6 @@
 """Stream-capture graph capturers (CUDA graphs, XPU graphs, HPU graphs share one shape).
 
-Each backend's ``intelrt_decode_graph`` hook returns one of these; the decode engine calls it on
+Each backend's ``Backend.graph_capturer`` returns one of these; the decode engine calls it on
 its own thread. Nothing here imports torch at import time.
 """
 

@@ -2,8 +2,8 @@
 
 Everything the CPU does differently from intelrt's generic rules is here: float32 by default,
 no device selection, gloo ranks for tests, no fp16 training, FlashAttention refused, the decode
-loop eager (no device graphs; compile warm-up outweighs its gain), padded batches of up to 64
-prompts through that loop.
+loop eager (no device graphs; compile warm-up outweighs its gain), lists through that loop's
+engine, up to 64 rows at once.
 """
 
 from __future__ import annotations
@@ -140,9 +140,9 @@ class CpuBackend(Backend):
             return fallback
         if request.batching == "auto" and fast:
             return Decision(BatchingChoice.padded("fast", self.max_padded_batch),
-                            f"padded batches of up to {self.max_padded_batch} prompts through the fast decode loop: on "
-                            "the CPU one padded batch through the decode loop skips continuous batching's per-step "
-                            "scheduling", notes=("batching='continuous' uses transformers' generate_batch instead",))
+                            f"lists through the fast decode loop's engine, up to {self.max_padded_batch} rows at once (more "
+                            "prompts join as rows free up): on the CPU it skips transformers' continuous batching's "
+                            "per-step scheduling", notes=("batching='continuous' uses transformers' generate_batch instead",))
         why = "" if request.batching == "continuous" else "the fast decode loop is off; "
         return Decision(BatchingChoice.continuous(use_graphs=False, use_async_batching=False, kv_sizing="requests"),
                         f"{why}continuous batching on the CPU: no graphs, no async double-buffering, KV cache "

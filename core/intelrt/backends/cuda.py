@@ -2,7 +2,8 @@
 
 CUDA decodes with intelrt's fast loop: the step compiled by inductor and captured in a CUDA
 graph, so a token costs one graph launch and no host synchronisation; a list of prompts goes
-through that loop as one padded batch (measured against transformers in docs/performance.md).
+through that loop's engine, its rows decoding together (measured against transformers in
+docs/performance.md).
 How much warm-up a step gets follows the work (``decode_rules.decode_warmup``).
 """
 
@@ -149,9 +150,10 @@ class CudaBackend(Backend):
             return fallback
         if request.batching == "auto" and fast:
             return Decision(BatchingChoice.padded("fast", self.max_padded_batch),
-                            f"padded batches of up to {self.max_padded_batch} prompts through the fast decode loop: the "
-                            "CUDA-graph decode step costs about the same for 1 or 256 rows (weights are read once per "
-                            "step), so one padded batch beats continuous batching's per-step scheduling "
+                            f"lists through the fast decode loop's engine, up to {self.max_padded_batch} rows at once "
+                            "(more prompts join as rows free up): the CUDA-graph decode step costs about the same for "
+                            "1 or 64 rows (weights are read once per step) and beats transformers' continuous "
+                            "batching's per-step scheduling "
                             "(docs/performance.md)",
                             notes=("batching='continuous' uses transformers' generate_batch instead",))
         why = "" if request.batching == "continuous" else "the fast decode loop is off; "

@@ -19,8 +19,9 @@ from ..hooks.request import Request
 from ..hooks.types import Decision
 from .families import attention_kernel_blocker, compact_blocker
 
-#: Cache layer kinds the static-cache loop handles (transformers' ``config.layer_types``).
-STATIC_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+#: Layer kinds (transformers' ``config.layer_types``) the decode engine's paged cache masks; a
+#: ``chunked_attention`` layer (Llama 4) attends in chunks no mask here reproduces.
+ENGINE_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def layer_types(model: ModelInfo) -> tuple[str, ...]:
@@ -57,10 +58,10 @@ def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = Fals
     if not arch.static_cache:
         return (f"transformers does not declare {arch.name} fit for a static KV cache (_can_compile_fullgraph is "
                 "False), which the fast loop runs on; transformers' generate runs it")
-    odd = sorted(set(layer_types(model)) - set(STATIC_LAYER_TYPES))
+    odd = sorted(set(layer_types(model)) - set(ENGINE_LAYER_TYPES))
     if odd:
-        return (f"{model.model_type} has {', '.join(odd)} layers, which a static KV cache does not hold; "
-                "transformers' generate runs it")
+        return (f"{model.model_type} has {', '.join(odd)} layers, which the fast loop's paged KV cache does not "
+                "mask; transformers' generate runs it")
     quantization = decided.quantization
     if quantization is not None and (quantization.bits != 4 or not four_bit):
         return (f"bitsandbytes {quantization.bits}-bit weights: the fast loop is not proven with them on this "
@@ -327,7 +328,8 @@ def padded_generate_instead(request: Request, model: ModelInfo, decided: Decided
     if request.batching == "continuous":
         raise PlanError(f"batching='continuous': transformers' continuous batching cannot run this model ({blocker}); "
                         "use batching='padded' or leave batching to intelrt")
-    through = "the fast decode loop" if fast else "transformers' generate"
+    through = (f"lists through the fast decode loop's engine, up to {max_batch} rows at once" if fast else
+               f"padded batches of up to {max_batch} prompts through transformers' generate")
     return Decision(BatchingChoice.padded("fast" if fast else "generate", max_batch),
-                    f"padded batches of up to {max_batch} prompts through {through}: continuous batching cannot run "
+                    f"{through}: transformers' continuous batching cannot run "
                     f"this model ({blocker})" + ("" if fast else " and the fast decode loop is off"))

@@ -81,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no line per request")
     parser.add_argument("--lora", action="append", default=[], metavar="NAME=DIR",
                         help="serve the LoRA adapter in DIR as model NAME beside the base model (repeat for more)")
+    parser.add_argument("--gpu-memory-utilization", type=positive_number(), default=None, metavar="FRACTION",
+                        help="share of the device memory free after loading (less the profiled activations) the KV "
+                             "cache takes, in (0, 1] (default 0.9, as vLLM's)")
+    parser.add_argument("--max-batch-tokens", type=count(), default=None, metavar="N",
+                        help="tokens one engine step computes at most; longer prompts are prefilled in chunks "
+                             "(default 2048)")
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="do not reuse the KV blocks of identical prompt prefixes across requests")
 
 
 def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
@@ -102,6 +110,7 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     if the_plan.task != "feature-extraction":
         require_generation(the_plan, "serve")
     loaded = load_planned(the_plan)
+    loaded.decode_tuning = engine_tuning(args, loaded.decode_tuning)
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
@@ -137,6 +146,28 @@ def _served_options(args: argparse.Namespace) -> dict[str, Any]:
             "lora": [parse_lora_option(value) for value in args.lora]}
 
 
+def engine_tuning(args: argparse.Namespace, tuning: Any) -> Any:
+    """``tuning`` (a ``DecodeTuning``) with the engine options given on the command line."""
+    from dataclasses import replace
+
+    from ..errors import ConfigurationError
+
+    changes: dict[str, Any] = {}
+    if args.gpu_memory_utilization is not None:
+        if not 0 < args.gpu_memory_utilization <= 1:
+            raise ConfigurationError(f"--gpu-memory-utilization {args.gpu_memory_utilization:g} must be in (0, 1] "
+                                     "(e.g. 0.9: 90 % of the free device memory)")
+        changes["memory_utilization"] = args.gpu_memory_utilization
+    if args.max_batch_tokens is not None:
+        changes["max_batch_tokens"] = args.max_batch_tokens
+    if args.no_prefix_caching:
+        changes["prefix_caching"] = False
+    try:
+        return replace(tuning, **changes) if changes else tuning
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:
     """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
     from transformers import PretrainedConfig
@@ -157,7 +188,7 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     if config is None:
         emit(args, {"plan": result.to_dict(), "engine": engine}, f"{result}\n\nengine: {engine}")
         return 0
-    shape = serving_limits(result, config, size, None, DecodeTuning(), **limits)
+    shape = serving_limits(result, config, size, None, engine_tuning(args, DecodeTuning()), **limits)
     emit(args, {"plan": result.to_dict(), "engine": engine, "rows": shape.rows, "context": shape.context,
                 "max_queue": shape.max_queue, "kv_bytes": shape.kv_bytes, "reasons": list(shape.reasons)},
          "\n".join([str(result), "", f"engine: {engine}", *shape.lines()]))

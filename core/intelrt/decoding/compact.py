@@ -10,9 +10,13 @@ computation with:
   in place (an optimizer step, ``load_state_dict``, a LoRA merge) is what the next step reads,
   and the weights take no more memory than before; a model that stores them fused (Phi-3's
   ``qkv_proj`` and ``gate_up_proj``) is read as it is;
-* its own KV cache, one tensor per layer, written in place at the step's cache slot; sliding-window
-  layers see only the slots inside their window (the cache keeps every slot: the mask, not the
-  cache, limits what a query sees, exactly as transformers' masks do);
+* the engine's paged KV cache (``paged.py``: fixed-size blocks, a block table per request), written
+  in place at each token's slot; sliding-window layers see only the positions inside their window
+  (the cache keeps every slot: the mask, not the cache, limits what a query sees, exactly as
+  transformers' masks do); a decode step (``decode``) attends one token per row, one Triton kernel
+  per layer where the plan says so (``triton_attention.py``); a prefill (``prefill``) packs prompt
+  chunks of several requests into one pass and attends each with ``scaled_dot_product_attention``
+  over its own context, so no full score matrix is ever materialised;
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
   query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped;
 * mixture-of-experts layers routed as the model routes them, reading only the chosen experts'
@@ -30,6 +34,8 @@ family; ``benchmarks/bench_generate.py --verify`` and ``intelrt bench --shape`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..backends.families import (
@@ -41,7 +47,9 @@ from ..backends.families import (
     compact_blocker,
     layer_windows,
 )
+from . import paged
 from .experts import Experts
+from .paged import PagedCache
 from .tuning import DecodeTuning
 
 __all__ = ["COMPACT_CLASSES", "CompactModel", "Unsupported", "compact_blocker"]
@@ -320,24 +328,6 @@ def _soft_cap(x: Any, cap: float | None) -> Any:
     return x if cap is None else torch.tanh(x / cap) * cap
 
 
-def _attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap: float | None = None) -> Any:
-    """Grouped-query attention of ``q`` (rows, q_heads, T, D) over the cache (rows, kv_heads, L, D):
-    each key/value head serves its group of query heads directly, with no expanded K or V.
-    ``softcap``: the scores are soft-capped before the mask (Gemma-2)."""
-    import torch
-
-    rows, q_heads, steps, dim = q.shape
-    kv_heads, length = keys.shape[1], keys.shape[2]
-    groups = q_heads // kv_heads
-    grouped = q.reshape(rows, kv_heads, groups * steps, dim)
-    scores = _soft_cap(torch.matmul(grouped, keys.transpose(-1, -2)) * scaling, softcap)
-    mask = allowed[:, None, None].expand(rows, 1, groups, steps, length).reshape(rows, 1, groups * steps, length)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    out = torch.matmul(weights, values)  # (rows, kv_heads, groups * T, D)
-    return out.reshape(rows, q_heads, steps, dim).transpose(1, 2).reshape(rows, steps, q_heads * dim)
-
-
 class CompactModel:
     """The compact forward of one loaded model; call it like a function (compile it as one)."""
 
@@ -358,15 +348,6 @@ class CompactModel:
         self.dtype = model.dtype
         self._layout = _layout(model)
 
-    @property
-    def captured_prompt_tokens(self) -> int:
-        """The most tokens (rows × length) a prompt pass may have and still be captured in a device
-        graph: a longer one through mixture-of-experts layers runs the model's own experts code,
-        which synchronises with the host."""
-        if any(layer.experts is not None for layer in self.layers):
-            return min(self.tuning.prompt_graph_max_tokens, self.tuning.experts_dense_max_tokens)
-        return self.tuning.prompt_graph_max_tokens
-
     def matches(self, model: Any) -> bool:
         """The model still has the modules this step was built from (adapters injected by training,
         or a replaced projection, make a new step necessary)."""
@@ -381,14 +362,11 @@ class CompactModel:
             changed |= layer.rejoin()
         return changed
 
-    def new_cache(self, rows: int, length: int, device: Any) -> tuple[list[Any], list[Any]]:
-        """Zeroed key and value caches, one (rows, kv_heads, length, head_dim) tensor per layer."""
-        import torch
-
-        shape = (rows, self.kv_heads, length, self.layers[0].head_dim)
-        keys = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
-        values = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in self.layers]
-        return keys, values
+    def new_cache(self, blocks: int, block_size: int, device: Any, prefix_caching: bool = True) -> PagedCache:
+        """A zeroed paged KV cache of ``blocks`` blocks for this model's layers."""
+        layer = self.layers[0]
+        return PagedCache(len(self.layers), self.kv_heads, layer.head_dim, self.dtype, device, blocks, block_size,
+                          prefix_caching)
 
     def _inverse_frequencies(self) -> list[Any]:
         names = [f"{kind}_inv_freq" for kind in self.rotary_kinds] or ["inv_freq"]
@@ -413,66 +391,100 @@ class CompactModel:
 
         return True
 
-    def prompt(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
-               values: list[Any]) -> Any:
-        """The prompt's pass, in torch operations: ``__call__`` under a name of its own, so that
-        it compiles apart from the one-token step (with dynamic shapes, for any prompt length)."""
-        return self(input_ids, positions, slots, key_mask, keys, values)
-
     def _rotations(self, hidden: Any, positions: Any) -> dict[str | None, tuple[Any, Any]]:
         """(cos, sin) per rotary kind, from the model's own rotary embedding."""
         if not self.rotary_kinds:
             return {None: self.rotary(hidden, positions)}
         return {kind: self.rotary(hidden, positions, kind) for kind in self.rotary_kinds}
 
-    def __call__(self, input_ids: Any, positions: Any, slots: Any, key_mask: Any, keys: list[Any],
-                 values: list[Any], gemv: bool = False, fused_attention: bool = False) -> Any:
-        """Logits of the last position of each row.
+    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any, keys: list[Any], values: list[Any],
+               gemv: bool = False, fused_attention: bool = False) -> Any:
+        """One decode step over the paged cache: logits (rows, vocab) of each row's next token.
 
-        ``input_ids``/``positions``: (rows, T); ``slots``: the T cache slots these tokens fill;
-        ``key_mask``: (rows, L), 1 where a cache slot holds a real (not padding) token.
-        ``gemv``: multiply-and-sum projections (only for a compiled step: eagerly it would
-        materialise rows × out × in products). ``fused_attention``: one-token steps run each
-        layer's attention block as one Triton kernel (see ``attention_kernel_fits``).
-        """
+        ``input_ids``/``positions``: (rows, 1), each row's newest token and its position;
+        ``write_slots``: (rows,) the flat cache slot its key and value go to; ``table``: (rows,
+        width) the rows' block tables (the attention reads positions ``0 .. position`` through
+        them). ``gemv``: multiply-and-sum projections
+        (only for a compiled step: eagerly it would materialise rows x out x in products).
+        ``fused_attention``: each layer's attention block as one Triton kernel reading through the
+        block table (see ``attention_kernel_fits``)."""
         import torch
 
         hidden = self.embed(input_ids)
         rotations = self._rotations(hidden, positions)
-        rows, steps, _ = hidden.shape
-        one_kernel = fused_attention and steps == 1
-        if one_kernel:  # registered when attention_kernel_fits() said yes
+        rows = hidden.shape[0]
+        tuning = self.tuning
+        decode_attention: Any = None
+        arrivals: Any = None
+        one_token: dict[str | None, tuple[Any, Any]] = {}
+        newest: Any = None
+        if fused_attention:  # registered when attention_kernel_fits() said yes
             decode_attention = torch.ops.intelrt.decode_attention
             # The kernel's arrival counters (one per row and key/value head); each layer's kernel
             # leaves them at zero for the next.
             arrivals = torch.zeros(rows * self.kv_heads, dtype=torch.int32, device=hidden.device)
             one_token = {kind: (cos[:, 0].contiguous(), sin[:, 0].contiguous()) for kind, (cos, sin) in rotations.items()}
-        slot_ids = torch.arange(key_mask.shape[1], device=key_mask.device)
-        # A slot is visible to a query when it is at or before the query's slot and holds a real
-        # token; each query also sees its own slot, so padding queries never attend to nothing.
-        # A sliding layer sees only the slots within its window (transformers: kv > q - window).
-        causal = slot_ids[None, None, :] <= slots[None, :, None]
-        allowed = (causal & key_mask[:, None, :].bool()) | (slot_ids[None, None, :] == slots[None, :, None])
-        visible: dict[int | None, Any] = {window: allowed & (slot_ids[None, None, :] > slots[None, :, None] - window)
-                   for window in {layer.window for layer in self.layers} if window is not None}
-        visible[None] = allowed
-        residual = hidden
-        fold, tuning = self.tuning.fold_norms, self.tuning
-        for index, (layer, k_cache, v_cache) in enumerate(zip(self.layers, keys, values, strict=True)):
-            cos, sin = rotations[layer.rotary_kind]
-            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv,
-                                 fold)
-            if one_kernel:
+            newest = positions[:, 0]
+
+        def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
+            if fused_attention:
                 qk_norm = layer.qk_rms or (None, 0.0, 0.0)
-                attended = decode_attention(
+                return decode_attention(
                     qkv[:, 0], qk_norm[0], layer.k_norm.weight if layer.k_norm is not None else None,
-                    *one_token[layer.rotary_kind], k_cache, v_cache, slots, key_mask, arrivals,
+                    *one_token[layer.rotary_kind], keys[index], values[index], newest, write_slots, table, arrivals,
                     self._read_next(index) if gemv else [], layer.q_heads, qk_norm[1], layer.scaling,
                     tuning.attention_splits, tuning.merge_in_kernel, tuning.prefetch, layer.window or 0,
                     layer.softcap or 0.0, qk_norm[2], tuning.programmatic_launch)[:, None]
-            else:
-                attended = self._attention(layer, qkv, cos[:, None], sin[:, None], k_cache, v_cache, slots,
-                                           visible[layer.window])
+            q, k, v = self._qkv(layer, qkv, cos, sin)
+            paged.write(keys[index], write_slots, k[:, :, 0])
+            paged.write(values[index], write_slots, v[:, :, 0])
+            return paged.decode_attention(q, keys[index], values[index], table, positions, layer.scaling,
+                                          layer.window, layer.softcap)
+
+        residual = self._layers(hidden, rotations, attend, gemv)
+        logits = _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
+                                gemv, self.tuning.fold_norms)[:, -1]
+        return _soft_cap(logits, self.final_softcap)
+
+    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
+                keys: list[Any], values: list[Any]) -> Any:
+        """Prompt chunks of several requests, packed in one pass: logits (len(segments), vocab)
+        after each segment's last token.
+
+        ``input_ids``/``positions``: (1, tokens), the chunks end to end; ``write_slots``: (tokens,)
+        flat cache slots of their keys and values; ``segments``: where each request's chunk lies in
+        the packed tokens and its block table. Each chunk attends its own request's cached context
+        and itself (``paged.PackedPrefill``: FlashAttention's variable-length kernel over the
+        blocks, or one masked ``scaled_dot_product_attention``, or one per chunk)."""
+        import torch
+
+        hidden = self.embed(input_ids)
+        rotations = self._rotations(hidden, positions)
+        packed = paged.PackedPrefill(segments, positions[0], keys[0].shape[1], hidden.device, keys[0].dtype)
+
+        def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
+            q, k, v = self._qkv(layer, qkv, cos, sin)
+            paged.write(keys[index], write_slots, k[0].transpose(0, 1))
+            paged.write(values[index], write_slots, v[0].transpose(0, 1))
+            return packed.attend(q, keys[index], values[index], layer.scaling, layer.window, layer.softcap)
+
+        residual = self._layers(hidden, rotations, attend, False)
+        last = torch.tensor([seg.end - 1 for seg in segments], device=hidden.device)
+        logits = _normed_linear(residual[:, last], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
+                                False, self.tuning.fold_norms)[0]
+        return _soft_cap(logits, self.final_softcap)
+
+    def _layers(self, hidden: Any, rotations: dict[str | None, tuple[Any, Any]],
+                attend: Callable[[int, CompactLayer, Any, Any, Any], Any], gemv: bool) -> Any:
+        """The decoder layers over ``hidden`` (rows, T, hidden), ``attend`` giving each layer's
+        attention output from its fused q/k/v projection; returns the last residual stream."""
+        residual = hidden
+        fold = self.tuning.fold_norms
+        for index, layer in enumerate(self.layers):
+            cos, sin = rotations[layer.rotary_kind]
+            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv,
+                                 fold)
+            attended = attend(index, layer, qkv, cos, sin)
             out = _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
             residual = residual + (out if layer.attn_out_norm is None else layer.attn_out_norm(out))
             if layer.experts is not None:
@@ -482,9 +494,7 @@ class CompactModel:
                                           layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
                 out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
             residual = residual + (out if layer.mlp_out_norm is None else layer.mlp_out_norm(out))
-        logits = _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
-                                gemv, fold)[:, -1]
-        return _soft_cap(logits, self.final_softcap)
+        return residual
 
     def _read_next(self, index: int) -> list[Any]:
         """The weights read after layer ``index``'s attention, in order (what its kernel prefetches):
@@ -498,9 +508,9 @@ class CompactModel:
         return [following[name] for name in self.tuning.prefetch_weights if name in following]
 
     @staticmethod
-    def _attention(layer: CompactLayer, qkv: Any, cos: Any, sin: Any, k_cache: Any, v_cache: Any, slots: Any,
-                   allowed: Any) -> Any:
-        """One layer's attention block in torch operations (any device, any number of tokens)."""
+    def _qkv(layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
+        """Queries, keys and values (rows, heads, T, head_dim) of a layer's fused projection output
+        (rows, T, q/k/v features): per-head q/k norms and the rotary embedding applied."""
         rows, steps, _ = qkv.shape
         q, k, v = qkv.split(layer.split, dim=-1)
         q = q.view(rows, steps, -1, layer.head_dim)
@@ -509,7 +519,16 @@ class CompactModel:
             q, k = layer.q_norm(q), layer.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(rows, steps, -1, layer.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        k_cache.index_copy_(2, slots, k)
-        v_cache.index_copy_(2, slots, v)
-        return _attend(q, k_cache, v_cache, allowed, layer.scaling, layer.softcap)
+        cos, sin = cos[:, None], sin[:, None]
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One request's chunk in a packed prefill: tokens ``start .. end`` of the pass, its block
+    ``table`` (1, width) and its ``context`` (tokens cached before the chunk plus the chunk)."""
+
+    start: int
+    end: int
+    table: Any
+    context: int

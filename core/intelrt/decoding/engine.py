@@ -1,37 +1,49 @@
-"""The fast decode loop: static KV cache, a step function with no host sync, device-graph replay.
+"""The fast decode engine of one loaded model: its step (the compact step or the model's own forward),
+how that step is prepared (compiled, captured into device graphs), and the offline run of a list of
+prompts through the in-flight batch (``inflight.py``).
 
 The plan's decode decision (:class:`~intelrt.hooks.payloads.DecodeChoice`) says which graphs,
-compiler and step run; :class:`~intelrt.decoding.tuning.DecodeTuning` holds the loop's own
-settings. One *session* per shape (batch rows, cache length, sampling kind) holds the step's forward with
-its KV cache (``forwards.py``: the compact step or the model's own forward) and the step's
-device buffers; its step is captured into a device graph once (by the backend's
-``intelrt_decode_graph`` capturer) and replayed for every later token and call. The step reads
-the last token, writes the next one into an output buffer and advances the positions and cache
-slot, all on the device; the host only checks for end-of-sequence every ``eos_check_every``
-tokens. Greedy output equals ``model.generate``'s token for token (same masks and positions;
-tests prove it on the CPU).
+compiler and step run; :class:`~intelrt.decoding.tuning.DecodeTuning` holds the engine's own
+settings. ``Loaded.generate``, ``Loaded.stream`` and ``intelrt serve`` all decode through
+:class:`FastDecoder`: a call of ``generate`` is an in-flight batch whose requests all join at once
+(``FastDecoder.generate``); a server keeps one batch running and adds requests as they come. The
+step is captured into a device graph once per row bucket and sampler kind (by the backend's
+capturer, ``Backend.graph_capturer``) and replayed for every later token; the host only looks every
+``eos_check_every`` tokens (``stream_every`` with a streamer). Greedy output equals
+``model.generate``'s token for token (same masks and positions; tests prove it on the CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import inspect
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..errors import GenerationError
 from ..hooks.payloads import DecodeChoice
 from .compact import CompactModel, Unsupported
 from .compile_cache import CompileCache
-from .forwards import CompactForward, ModelForward
+from .forwards import CompactForward, ModelForward, StepForward
+from .inflight import (
+    CaptureFailed,
+    InflightBatch,
+    InflightUnavailable,
+    collector_paused,
+    record_step,
+)
 from .keywords import DecodeOptions
+from .memory import EngineSize, MemoryBudget, kv_shape, memory_budget, size_engine
+from .paged import PagedCache
+from .report import GenerationReport
+from .sampling import DecodeRequest, SamplingParams
 from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("intelrt.progress")
+"""What takes long — compiling a step — said before it starts and timed after it ends (the CLI
+shows it; in a program, set this logger to INFO)."""
 
 COMPILE_ESTIMATES: dict[str, str] = {
     "H200": "about a minute for a 0.6B model on an H200",  # docs/performance.md, "Warm-up that pays for itself"
@@ -48,127 +60,25 @@ def compile_estimate(device: Any) -> str | None:
 
     name = torch.cuda.get_device_name(device)
     return next((text for key, text in COMPILE_ESTIMATES.items() if key in name), None)
-"""What takes long — compiling a step — said before it starts and timed after it ends (the CLI
-shows it; in a program, set this logger to INFO)."""
 
-StepForward = ModelForward | CompactForward
+CONTEXT_BUCKET = 128
+"""An offline call's context (longest prompt plus new tokens) rounds up to a multiple of this, so
+calls of similar length reuse one batch and its captured steps."""
 
-
-@dataclass
-class DecodeReport:
-    """What one ``decode`` call did: shown to users as ``Loaded.last_generation``."""
-
-    graphs: str | None
-    compiled: str | None
-    step: str = "model"
-    """``compact`` (intelrt's compact step) or ``model`` (the model's own forward)."""
-    attention_kernel: bool = False
-    """The compact step's decode attention ran as one Triton kernel per layer (``triton_attention``)."""
-    step_reason: str | None = None
-    """Why the plan's compact step ran as the model's own forward in this call (else ``None``)."""
-    captured: bool = False
-    """A graph was captured during this call: the step's (first call of this shape) or the prompt
-    pass's (first prompt of this padded length in this shape)."""
-    warmup: str | None = None
-    """How the step that ran was prepared: ``eager``, ``static`` (captured, not compiled) or
-    ``compiled`` (for an ``adaptive`` plan, whichever it has reached)."""
-    steps: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
-def outside_top_p_dropped(scores: Any, top_p: Any) -> Any:
-    """``scores`` (rows, vocabulary) with every token outside the smallest set whose probability
-    reaches ``top_p`` (a one-element or a (rows, 1) tensor) set to ``-inf``, as transformers'
-    top-p warper does; the likeliest token always stays."""
-    import torch
-
-    ordered, order = torch.sort(scores, descending=False)
-    cumulative = ordered.softmax(-1).cumsum(-1)
-    drop = cumulative <= (1 - top_p)
-    drop[:, -1] = False  # keep at least one token
-    return scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-
-
-class _Session:
-    """Device buffers, cache and (once captured) the graph replay for one shape."""
-
-    def __init__(self, rows: int, length: int, options: DecodeOptions, device: Any, forward: StepForward,
-                 compile_backend: str | None = None, compiled_record: bool = True) -> None:
-        import torch
-
-        self.rows, self.length = rows, length
-        self.forward = forward
-        long = {"dtype": torch.long, "device": device}
-        self.mask = torch.ones((rows, length), **long)
-        self.token = torch.zeros((rows, 1), **long)
-        self.position = torch.zeros((rows, 1), **long)
-        self.slot = torch.zeros((1,), **long)
-        self.index = torch.zeros((1,), **long)
-        self.out = torch.zeros((rows, length), **long)
-        self.done = torch.zeros((rows,), dtype=torch.bool, device=device)
-        self.eos = torch.zeros((max(1, len(options.eos_token_ids)),), **long)
-        self.pad = torch.zeros((1,), **long)
-        self.temperature = torch.ones((1,), dtype=torch.float32, device=device)
-        self.top_p = torch.ones((1,), dtype=torch.float32, device=device)
-        self.top_k = options.top_k
-        self.sampling = options.do_sample
-        self.use_top_p = options.top_p < 1.0
-        self.replay: Callable[[], object] | None = None
-        self.prompts: OrderedDict[int, _PromptGraph] = OrderedDict()
-        self.calls = 0
-        self.record: Callable[[Any], None] = self._record
-        if compile_backend and compiled_record:
-            self.record = torch.compile(self._record, backend=compile_backend, dynamic=False)
-
-    def choose(self, logits: Any) -> Any:
-        """Next token per row: argmax, or temperature / top-k / top-p sampling as transformers does."""
-        import torch
-
-        if not self.sampling:
-            return logits.argmax(-1)
-        scores = logits.float() / self.temperature
-        if self.top_k > 0:
-            kth = torch.topk(scores, min(self.top_k, scores.shape[-1])).values[:, -1:]
-            scores = scores.masked_fill(scores < kth, float("-inf"))
-        if self.use_top_p:
-            scores = outside_top_p_dropped(scores, self.top_p)
-        probs = scores.softmax(-1)
-        # Exponential race (Gumbel-max): samples like multinomial, with no host sync, graph-safe.
-        return (probs / torch.empty_like(probs).exponential_(1)).argmax(-1)
-
-    def accept(self, token: Any) -> None:
-        """Record ``token`` (one per row) as this step's output and feed it to the next step."""
-        import torch
-
-        token = torch.where(self.done, self.pad, token)
-        self.done.logical_or_((token[:, None] == self.eos[None, :]).any(-1))
-        self.out.index_copy_(1, self.index, token[:, None])
-        self.token.copy_(token[:, None])
-        self.index.add_(1)
-
-    def step(self) -> None:
-        """One decode step, device work only (this is what the graph records)."""
-        self.calls += 1
-        self.record(self.choose(self.forward.logits(self.token, self.mask, self.position, self.slot)))
-
-    def _record(self, token: Any) -> None:
-        """Accept this step's token, then advance position and cache slot."""
-        self.accept(token)
-        self.position.add_(1)
-        self.slot.add_(1)
+__all__ = ["CaptureFailed", "FastDecoder", "GenerationReport", "StepForward", "StreamerRaised", "collector_paused"]
 
 
 class FastDecoder:
-    """Decodes with sessions per shape, as the plan's decode decision ``choice`` says; ``capturer``
-    is the backend's device-graph capturer for ``choice.graphs`` (``intelrt_decode_graph``)."""
+    """The decode engine of ``model`` as the plan's decode decision ``choice`` says; ``capturer``
+    is the backend's device-graph capturer for ``choice.graphs`` (``Backend.graph_capturer``)."""
 
     def __init__(self, model: Any, choice: DecodeChoice, capturer: Callable[..., Callable[[], object]] | None,
                  tuning: DecodeTuning | None = None) -> None:
         self.model = model
         self.tuning = tuning or DecodeTuning()
         self.step = choice.step or "model"
-        graphs, compile_options = choice.graphs, choice.compile_options
         """``compact`` (intelrt's compact step, when the model's layout allows) or ``model``."""
+        graphs, compile_options = choice.graphs, choice.compile_options
         self.step_reason: str | None = None
         """Why a planned compact step runs the model's forward instead (adapters, a replaced module)."""
         self._compact: CompactModel | None = None
@@ -180,25 +90,25 @@ class FastDecoder:
         self._planned_kernel = choice.attention_kernel
         self.attention_kernel = choice.attention_kernel and not self._deferred  # comes with the compiled step
         self.decoded = 0
-        """Tokens decoded so far (rows × steps, every call)."""
+        """Tokens decoded so far (every row's, every call)."""
         self._compile_cache: CompileCache | None = None
         self.capturer = capturer
         self.notes: list[str] = []
         if graphs and capturer is None:
             self.notes.append(f"the plan names {graphs} graphs but no plugin provides their capturer; "
                               "decoding without graphs")
-        self._sessions: OrderedDict[tuple[Any, ...], _Session] = OrderedDict()
-        self._compiled: Callable[..., Any] | None = None
-        self._compiled_any_rows: Callable[..., Any] | None = None
-        self._compiled_prompt: Callable[..., Any] | None = None
+        self._compiled_decode: Callable[..., Any] | None = None
+        self._compiled_model: Callable[..., Any] | None = None
+        self._compiled_record: Callable[..., Any] | None = None
+        self._offline: InflightBatch | None = None
+        self._compiled_keys: set[tuple[Any, ...]] = set()
         parameters = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self.keep_logits = "logits_to_keep" in parameters
 
-    # -- the step's forward --------------------------------------------------------------
+    # -- the step ------------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Build the compact step (or rejoin its fused projections) before a pass: what every
-        ``decode`` call does first."""
+        """Build the compact step (or rejoin its fused projections) before a pass."""
         self._compact_model()
 
     @property
@@ -232,54 +142,95 @@ class FastDecoder:
                 self.step = "model"
                 self.step_reason = f"compact step off: {why}; the step runs the model's own forward"
                 log.info("intelrt fast decode: %s", self.step_reason)
+                self._offline = None
                 return None
         return self._compact
 
     def _forget_compact(self) -> None:
         """Drop the compact step and everything compiled or captured from it."""
-        self._compact, self._compiled, self._compiled_prompt = None, None, None
-        self._compiled_any_rows = None
-        self._sessions.clear()
+        self._compact, self._compiled_decode = None, None
+        self._offline = None
 
-    def new_forward(self, rows: int, length: int, device: Any, *, cache: tuple[list[Any], list[Any]] | None = None,
-                    any_rows: bool = False) -> StepForward:
-        """The forward of a new session: the compact step ``prepare`` built, else the model's.
+    def vocab_size(self) -> int:
+        """Logits per token (the LM head's outputs)."""
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        weight = getattr(head, "weight", None)
+        if weight is not None:
+            return int(weight.shape[0])
+        return int(self.model.config.get_text_config().vocab_size)
 
-        ``cache``: the compact step's cache tensors to use (views of a larger cache) instead of new
-        ones. ``any_rows``: compile the compact step once for every row count (shapes dynamic
-        after the second count), for the in-flight batch's row buckets; otherwise the step is
-        compiled per shape."""
-        compact = self._compact if self.step == "compact" else None
+    def kv_layout(self) -> tuple[int, int, int]:
+        """(layers, key/value heads, head_dim) of the KV cache this step reads and writes."""
+        compact = self.compact
         if compact is not None:
-            forward: Callable[..., Any] = compact
-            prompt: Callable[..., Any] = compact.prompt
+            return len(compact.layers), compact.kv_heads, compact.layers[0].head_dim
+        shape = kv_shape(self.model.config, self.model.dtype.itemsize)
+        if shape is None:
+            raise InflightUnavailable("the model's config does not say its layers, key/value heads and head size")
+        return shape.layers, shape.kv_heads, shape.head_dim
+
+    def new_cache(self, blocks: int, block_size: int, device: Any) -> PagedCache:
+        """A paged KV cache of ``blocks`` blocks for this step."""
+        compact = self.compact
+        if compact is not None:
+            return compact.new_cache(blocks, block_size, device, self.tuning.prefix_caching)
+        layers, kv_heads, head_dim = self.kv_layout()
+        return PagedCache(layers, kv_heads, head_dim, self.model.dtype, device, blocks, block_size,
+                          self.tuning.prefix_caching)
+
+    def row_buckets(self, rows: int) -> list[int]:
+        """The row counts a batch of ``rows`` rows steps (one captured step each): powers of two
+        below ``rows``, then ``rows``; one bucket of all rows for a compiled model forward (compiled
+        for one shape: a bucket each would compile it again each time)."""
+        if self.step != "compact" and self.compile_backend:
+            return [rows]
+        sizes, size = [], 1
+        while size < rows:
+            sizes.append(size)
+            size *= 2
+        return [*sizes, rows]
+
+    def new_forward(self, cache: PagedCache, rows: int) -> StepForward:
+        """The step's forward over ``cache`` for a bucket of ``rows`` rows: the compact step
+        ``prepare`` built (compiled once for every row count), else the model's own forward."""
+        compact = self.compact
+        if compact is not None:
+            decode: Callable[..., Any] = compact.decode
             if self.compile_backend:
                 import torch
 
-                if any_rows and self._compiled_any_rows is None:
-                    self._compiled_any_rows = torch.compile(compact.__call__, backend=self.compile_backend)
-                if not any_rows and self._compiled is None:
-                    self._compiled = torch.compile(compact.__call__, backend=self.compile_backend, dynamic=False)
-                if self._compiled_prompt is None and self.tuning.compiled_prompt:
-                    self._compiled_prompt = torch.compile(compact.prompt, backend=self.compile_backend)
-                forward = (self._compiled_any_rows if any_rows else self._compiled) or forward
-                prompt = self._compiled_prompt or prompt
-            return CompactForward(compact, rows, length, device, forward, prompt,
-                                  compiled=bool(self.compile_backend), fused_attention=self.attention_kernel,
-                                  cache=cache)
-        return ModelForward(self.model, rows, length, self._forward(), self.cache_kwarg, self.keep_logits)
+                if self._compiled_decode is None:
+                    self._compiled_decode = torch.compile(compact.decode, backend=self.compile_backend)
+                decode = self._compiled_decode
+            gemv = bool(self.compile_backend) and rows <= self.tuning.gemv_max_rows
+            return CompactForward(compact, cache, decode, gemv=gemv, fused_attention=self.attention_kernel)
+        return ModelForward(self.model, cache, self._model_forward(), self.cache_kwarg, self.keep_logits)
 
-    def _forward(self) -> Callable[..., Any]:
+    def _model_forward(self) -> Callable[..., Any]:
         if not self.compile_backend:
             return self.model
         if getattr(self.model, "_compiled_call_impl", None) is not None:
             return self.model  # already compiled in place by the plan's compile decision
-        if self._compiled is None:
+        if self._compiled_model is None:
             import torch
 
-            self._compiled = torch.compile(self.model, backend=self.compile_backend, dynamic=False,
-                                           fullgraph=False)
-        return self._compiled
+            self._compiled_model = torch.compile(self.model, backend=self.compile_backend, dynamic=False,
+                                                 fullgraph=False)
+        return self._compiled_model
+
+    def recorder(self) -> Callable[..., None]:
+        """``inflight.record_step`` (a step's bookkeeping after the tokens are chosen), compiled
+        with the step's backend when ``DecodeTuning.compiled_record`` — one fused kernel instead of
+        about a dozen small ones, compiled once for every row count. The choice itself stays
+        eager: compiled, a one-row argmax over the vocabulary fuses into one slow single-program
+        kernel."""
+        if not (self.compile_backend and self.tuning.compiled_record):
+            return record_step
+        if self._compiled_record is None:
+            import torch
+
+            self._compiled_record = torch.compile(record_step, backend=self.compile_backend)
+        return self._compiled_record
 
     def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
         """Inductor settings from the plan and ``DecodeTuning.programmatic_launch``, active whenever
@@ -300,20 +251,19 @@ class FastDecoder:
         known = {k: v for k, v in options.items() if hasattr(inductor_config, k)}
         return inductor_config.patch(known) if known else contextlib.nullcontext()
 
-    def _session(self, rows: int, length: int, options: DecodeOptions, device: Any) -> _Session:
-        key = self._shape(rows, length, options)
-        session = self._sessions.pop(key, None)
-        if session is None:
-            session = _Session(rows, length, options, device, self.new_forward(rows, length, device),
-                               self.compile_backend, self.tuning.compiled_record)
-            while len(self._sessions) >= self.tuning.max_sessions:
-                self._sessions.popitem(last=False)
-        self._sessions[key] = session
-        return session
+    def capture(self, fn: Callable[[], object], warmup: int, report: GenerationReport) -> Callable[[], object]:
+        """``fn`` recorded by the backend's capturer (after ``warmup`` real runs); a failure is
+        raised as ``CaptureFailed``, so the engine goes on without graphs."""
+        try:
+            replay = self.capturer(fn, warmup=warmup)  # type: ignore[misc]
+        except Exception as exc:
+            raise CaptureFailed() from exc
+        report.captured = True
+        return replay
 
     def disable(self, what: str, exc: BaseException) -> None:
         """Turn off ``what`` (``graph …``: device graphs, else compilation) after ``exc``, with a
-        note, and drop every session built with it."""
+        note, and drop every batch step built with it."""
         message = f"{what} failed ({type(exc).__name__}: {str(exc)[:300]}); decoding without it from now on"
         log.warning("intelrt fast decode: %s", message)
         log.debug("intelrt fast decode: %s failed", what, exc_info=exc)
@@ -322,68 +272,158 @@ class FastDecoder:
             self.graphs = None
         else:
             self.compile_backend = None
-        self._sessions.clear()
+            self._compiled_decode = self._compiled_model = self._compiled_record = None
+        self._offline = None
 
-    # -- decoding ------------------------------------------------------------------------
-    def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
-        """New tokens for each row of left-padded ``input_ids``: shape (rows, n), EOS-padded like
-        ``model.generate``; stops when every row has finished or after ``max_new_tokens``.
+    # -- sizing ------------------------------------------------------------------------------------
+    def size_for(self, rows: int, context: int, needed_tokens: int | None, device: Any) -> EngineSize:
+        """The engine's size for an offline call (``memory.size_engine`` over the memory budget)."""
+        layers, kv_heads, head_dim = self.kv_layout()
+        from .memory import KVShape
 
-        A failing graph capture or compilation is turned off (in that order) with a note, and the
-        call retried without it; any other failure is the caller's to handle."""
+        shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
+        return size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
+                           needed_tokens=needed_tokens)
+
+    def serving_size(self, rows: int, context: int, device: Any, *, rows_asked: bool = False
+                     ) -> tuple[EngineSize, MemoryBudget]:
+        """A server's engine size and the memory budget it comes from: on a device that reports its
+        memory, one prefill of ``max_batch_tokens`` tokens and one decode step of ``rows`` rows
+        (the costliest sampler kind) are profiled on a batch with no KV cache to speak of, and their
+        peak, the batch's own buffers and (with graphs) what the captured steps will hold are set
+        aside before the utilization's share of the free memory goes to the KV cache.
+        ``InflightUnavailable`` when the step cannot run over the paged cache."""
+        from .memory import KVShape, device_memory
+
+        self.prepare()
+        if self._planned_kernel and not self.attention_kernel:
+            # A server's decode steps read long contexts through the block table: the one-kernel
+            # attention stops at each row's length (the torch attention gathers whole blocks), so
+            # it runs from the start here, whether or not an adaptive plan has compiled yet.
+            self.attention_kernel = True
+            self._offline = None
+        layers, kv_heads, head_dim = self.kv_layout()
+        shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
+        activation = graphs = 0
+        if device_memory(device) is not None:
+            probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
+                                    shape.bytes_per_token)
+            probe = InflightBatch(self, probe_size, device, preallocate=True)
+            prefill, decode, warmed = probe.profile()
+            held = probe.buffer_bytes()
+            del probe
+            activation = max(prefill, decode) + held
+            if self.graphs:  # each captured step holds its own intermediate buffers, about in proportion to its rows
+                buckets = self.row_buckets(rows)
+                graphs = int(sum(warmed) * sum(buckets) / rows)
+        budget = memory_budget(device, self.tuning, activation, graphs)
+        return size_engine(shape, budget, self.tuning, rows=rows, context=context, rows_asked=rows_asked), budget
+
+    # -- offline decoding ----------------------------------------------------------------------------
+    def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, GenerationReport]:
+        """New tokens for each row of left-padded ``input_ids``: shape (rows, n), padded with
+        ``options.pad_token_id`` after a row's end like ``model.generate``; stops when every row has
+        finished or after ``max_new_tokens``."""
         import torch
 
+        prompts = [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
+        outputs, report = self.generate(prompts, options.params(), rows=len(prompts), streamer=options.streamer)
+        width = max(len(o) for o in outputs)
+        tokens = torch.full((len(outputs), width), options.pad_token_id, dtype=torch.long)
+        for i, row in enumerate(outputs):
+            tokens[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        return tokens.to(input_ids.device), report
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], *,
+                 rows: int, streamer: Any = None) -> tuple[list[list[int]], GenerationReport]:
+        """New tokens of every prompt (up to and including a stop token), at most ``rows`` decoding
+        at once, and the report of the run. A failing graph capture or compilation is turned off,
+        with a note, and the run goes on (or starts again, if nothing was handed out yet)."""
+        import torch
+
+        each = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if streamer is not None and len(prompts) != 1:
+            raise ValueError("a streamer takes the tokens of one prompt")
         with torch.inference_mode():
             for _ in range(4):
+                stream = _Stream(streamer, prompts[0], each[0].stop_token_ids) if streamer is not None else None
                 try:
-                    return self._decode(input_ids, attention_mask, options)
-                except CaptureFailed as failed:
-                    what, error = f"graph capture ({self.graphs})", failed.__cause__ or failed
+                    return self._generate(prompts, each, rows, stream)
                 except StreamerRaised as raised:
                     raise (raised.__cause__ or raised) from None  # the caller's own error: no retry
                 except Exception as exc:
-                    if not self.compile_backend:
+                    if not self.compile_backend or (stream is not None and stream.sent):
                         raise
-                    what, error = f"compile ({self.compile_backend})", exc
-                self.disable(what, error)
+                    self.disable(f"compile ({self.compile_backend})", exc)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, DecodeReport]:
+    def _offline_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], rows: int,
+                       device: Any) -> InflightBatch:
+        """The batch for an offline call: the last one when it is large enough, else one sized for it."""
+        longest = max(len(p) + q.max_new_tokens for p, q in zip(prompts, params, strict=True))
+        context = -(-longest // CONTEXT_BUCKET) * CONTEXT_BUCKET
+        block = self.tuning.block_size
+        needed = sum(-(-(len(p) + q.max_new_tokens) // block) * block for p, q in zip(prompts, params, strict=True))
+        rows = max(1, min(rows, len(prompts)))
+        batch = self._offline
+        if (batch is not None and batch.rows >= rows and batch.size.context >= longest
+                and batch.pool.usable * block >= min(needed, batch.size.tokens) and batch.rows <= 2 * rows):
+            return batch
+        size = self.size_for(rows, max(context, longest), needed, device)
+        self._offline = None  # its memory back before the new one is made
+        self._offline = InflightBatch(self, size, device)  # each row bucket captured when first used
+        return self._offline
+
+    def _generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], rows: int,
+                  stream: _Stream | None) -> tuple[list[list[int]], GenerationReport]:
+        import torch
+
         self._compact_model()  # built, or its projections rejoined to the fused tensors
-        rows, prompt_length = input_ids.shape
-        tuning = self.tuning
-        bucket = -(-prompt_length // tuning.prompt_bucket) * tuning.prompt_bucket
-        captured_prompt = self.captures_prompt(rows, bucket)
-        if captured_prompt and bucket > prompt_length:
-            import torch.nn.functional as F
-
-            input_ids = F.pad(input_ids, (bucket - prompt_length, 0), value=0)
-            attention_mask = F.pad(attention_mask, (bucket - prompt_length, 0), value=0)
-            prompt_length = bucket
-        need = prompt_length + options.max_new_tokens
-        length = -(-need // tuning.cache_length_bucket) * tuning.cache_length_bucket
-        shape = self._shape(rows, length, options)
-        if self._deferred and shape not in self._sessions and self._cache(input_ids.device).holds(shape):
+        device = self.model.device
+        batch = self._offline_batch(prompts, params, rows, device)
+        key = self._shape_key(batch)
+        if self._deferred and self._cache(device).holds(key):
             self._compile_from_now("the compile cache holds this step from an earlier process")
-        compiling = shape not in self._sessions and self.compile_backend is not None
-        with self._compiling(shape, input_ids.device) if compiling else contextlib.nullcontext():
-            s = self._session(rows, length, options, input_ids.device)
-            # A captured shape's call allocates few Python objects: it runs without pauses of the
-            # garbage collector (which, in a process holding compiled graphs, take milliseconds
-            # while the device waits for its next launch). First calls, which compile, collect as usual.
-            with _collector_paused(s.replay is not None):
-                tokens, report = self._run(s, input_ids, attention_mask, options, captured_prompt)
-        self.decoded += rows * report.steps
-        if self._deferred and self.decoded >= tuning.compile_after_tokens:
+            batch = self._offline_batch(prompts, params, rows, device)
+        compiling = self.compile_backend is not None and key not in self._compiled_keys
+        with self._compiling(key, device) if compiling else contextlib.nullcontext():
+            batch.forget_prefixes()  # the weights may have changed since the last call
+            batch.report = GenerationReport("fast", "", len(prompts), 1, self.graphs, self.compile_backend, self.step,
+                                            step_reason=self.step_reason, warmup=self.warmup)
+            batch.report.attention_kernel = bool(getattr(batch._forward(batch.buckets[-1]), "fused_attention", False))
+            seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()  # torch.manual_seed makes a call repeatable
+            handles = batch.add((DecodeRequest(tuple(p), q) for p, q in zip(prompts, params, strict=True)), seeds)
+            outputs: dict[int, list[int]] = {h: [] for h in handles}
+            steps = self.tuning.stream_every if stream is not None else self.tuning.eos_check_every
+            try:
+                with collector_paused(bool(batch._replays)):
+                    while batch.pending:
+                        done = batch.step(steps)
+                        for handle, sampled in done.outputs.items():
+                            outputs[handle] += [t.token_id for t in sampled]
+                        if done.failed:
+                            raise GenerationError(f"the decode engine could not finish a prompt: "
+                                                  f"{next(iter(done.failed.values()))}")
+                        if stream is not None:
+                            stream.send(outputs[handles[0]])
+            finally:
+                for handle in list(batch._sequences):
+                    batch.retire(handle)
+            if stream is not None:
+                stream.finish(outputs[handles[0]])
+        report = batch.report
+        report.notes = sorted(set(self.notes))
+        report.graphs, report.compiled, report.warmup = self.graphs, self.compile_backend, self.warmup
+        self.decoded += sum(len(o) for o in outputs.values())
+        if self._deferred and self.decoded >= self.tuning.compile_after_tokens:
             self._compile_from_now(f"{self.decoded:,} tokens decoded (DecodeTuning.compile_after_tokens="
-                                   f"{tuning.compile_after_tokens:,}): compiling now pays for itself")
-        return tokens, report
+                                   f"{self.tuning.compile_after_tokens:,}): compiling now pays for itself")
+        return [outputs[h] for h in handles], report
 
-    # -- warm-up ---------------------------------------------------------------------------
-    @staticmethod
-    def _shape(rows: int, length: int, options: DecodeOptions) -> tuple[Any, ...]:
-        """A session's key: what its captured step and compiled code are specialised to."""
-        return (rows, length, *options.sampling_key, len(options.eos_token_ids))
+    # -- warm-up ---------------------------------------------------------------------------------
+    def _shape_key(self, batch: InflightBatch) -> tuple[Any, ...]:
+        """What a batch's compiled steps are specialised to (its compile-cache entry)."""
+        return ("paged", batch.rows, batch.width, batch.block_size)
 
     def _cache(self, device: Any) -> CompileCache:
         if self._compile_cache is None:
@@ -397,7 +437,7 @@ class FastDecoder:
         """An ``adaptive`` plan's switch: later calls compile their step (and capture it anew)."""
         backend, self._deferred = self._deferred, None
         self.compile_backend, self.attention_kernel = backend, self._planned_kernel
-        self._sessions.clear()
+        self._offline = None
         progress.info("the decode step will be compiled with %s from the next call: %s", backend, why)
 
     def _persisted(self) -> bool:
@@ -405,140 +445,22 @@ class FastDecoder:
         return self.compile_backend == "inductor" and self.tuning.persist_compiled
 
     @contextlib.contextmanager
-    def _compiling(self, shape: tuple[Any, ...], device: Any) -> Iterator[None]:
-        """The first call of a shape compiles its step: a progress step (a spinner on the command
-        line), with how long it takes on this device where that was measured."""
+    def _compiling(self, key: tuple[Any, ...], device: Any) -> Iterator[None]:
+        """The first call of a batch shape compiles its step: a progress step (a spinner on the
+        command line), with how long it takes on this device where that was measured."""
         from ..support.progress import step
 
-        found = self._persisted() and self._cache(device).load(shape)
-        backend = self.compile_backend
+        found = self._persisted() and self._cache(device).load(key)
         expect = ("its artifacts from an earlier process are loaded" if found else
                   "nothing cached for it yet" + (f": {estimate}" if (estimate := compile_estimate(device)) else ""))
-        with step(f"compiling the decode step for {shape[0]} row(s) x {shape[1]} cache slots with {backend} "
-                  f"({expect})"):
+        with step(f"compiling the decode step for {key[1]} row(s) x {key[2]} cache blocks with "
+                  f"{self.compile_backend} ({expect})"):
             yield
-        saved = self._cache(device).save(shape) if self._persisted() and self.compile_backend else None
+        self._compiled_keys.add(key)
+        saved = self._cache(device).save(key) if self._persisted() else None
         if saved:
             progress.info("the compiled decode step%s is kept for the next process in %s",
                           " (captured)" if self.graphs else "", saved)
-
-    def _run(self, s: _Session, input_ids: Any, attention_mask: Any, options: DecodeOptions,
-             captured_prompt: bool) -> tuple[Any, DecodeReport]:
-        """One call on session ``s``: the prompt's pass, then decode steps."""
-        import torch
-
-        report = DecodeReport(self.graphs, self.compile_backend, self.step,
-                              attention_kernel=bool(getattr(s.forward, "fused_attention", False)),
-                              step_reason=self.step_reason, warmup=self.warmup, notes=list(self.notes))
-
-        s.done.zero_()
-        s.index.zero_()
-        s.out.fill_(options.pad_token_id)
-        s.pad.fill_(options.pad_token_id)
-        if options.eos_token_ids:
-            s.eos.copy_(torch.tensor(options.eos_token_ids, dtype=torch.long))
-        else:
-            s.eos.fill_(-1)
-        s.temperature.fill_(options.temperature)
-        s.top_p.fill_(options.top_p)
-
-        s.accept(s.choose(self.prompt_pass(s, input_ids, attention_mask, captured_prompt, report)))
-        stream = (_Stream(options.streamer, input_ids[:, -int(attention_mask[0].sum()):], options.eos_token_ids)
-                  if options.streamer is not None else None)
-
-        produced = 1
-        with self.compiler_settings():  # the step's (the prompt's pass compiles with inductor's defaults)
-            produced = self._steps(s, options, produced, report, stream)
-        report.steps = produced
-        tokens = s.out[:, :produced]
-        if options.eos_token_ids and bool(s.done.all()):
-            # model.generate stops once every row has finished: drop the all-padding tail.
-            is_eos = (tokens[:, :, None] == s.eos[None, None, :]).any(-1)
-            last = int(is_eos.int().argmax(-1).max()) + 1
-            tokens = tokens[:, :last]
-        if stream is not None:
-            stream.finish(tokens)
-        return tokens.clone(), report
-
-    def prompt_pass(self, s: _Session, input_ids: Any, attention_mask: Any, captured_prompt: bool,
-                    report: DecodeReport) -> Any:
-        """The prompt's pass on session ``s`` (its cache reset, the prompt written to slots
-        ``0 .. width``; positions from the padding mask, as in transformers' generate), leaving the
-        session ready for the first step; returns each row's last logits."""
-        import torch
-
-        prompt_length = input_ids.shape[1]
-        s.forward.reset()
-        s.mask.fill_(1)
-        s.mask[:, :prompt_length].copy_(attention_mask)
-        positions = attention_mask.long().cumsum(-1) - 1
-        positions = positions.masked_fill(attention_mask == 0, 0)
-        slots = torch.arange(prompt_length, device=input_ids.device)
-        if captured_prompt:
-            logits = self._captured_prompt(s, input_ids, positions, slots, report)
-        else:
-            logits = s.forward.prefill(input_ids, s.mask, positions, slots)
-        s.position.copy_(positions[:, -1:] + 1)
-        s.slot.fill_(prompt_length)
-        return logits
-
-    def captures_prompt(self, rows: int, padded_length: int) -> bool:
-        """Whether a prompt pass of ``rows`` × ``padded_length`` tokens is replayed from a device
-        graph (prompts are then left-padded to a multiple of ``tuning.prompt_bucket``)."""
-        compact = self.compact
-        return bool(self.graphs) and compact is not None and rows * padded_length <= compact.captured_prompt_tokens
-
-    def capture(self, fn: Callable[[], object], warmup: int, report: DecodeReport) -> Callable[[], object]:
-        """``fn`` recorded by the backend's capturer (after ``warmup`` real runs); a failure is
-        raised as ``CaptureFailed``, so ``decode`` retries without graphs."""
-        try:
-            replay = self.capturer(fn, warmup=warmup)  # type: ignore[misc]
-        except Exception as exc:
-            raise CaptureFailed() from exc
-        report.captured = True
-        return replay
-
-    def _captured_prompt(self, s: _Session, input_ids: Any, positions: Any, slots: Any,
-                         report: DecodeReport) -> Any:
-        """The prompt's pass replayed from a device graph (captured at the first prompt of this
-        padded length in this session): without it, each of its hundreds of kernels is launched
-        from the host, which costs more than the pass itself for short prompts."""
-        length = input_ids.shape[1]
-        graph = s.prompts.pop(length, None)
-        if graph is None:
-            graph = _PromptGraph(s, input_ids, positions, slots)
-            graph.replay = self.capture(graph.run, 1, report)
-            while len(s.prompts) >= self.tuning.prompt_graphs_per_session:
-                s.prompts.popitem(last=False)
-        s.prompts[length] = graph
-        graph.ids.copy_(input_ids)
-        graph.positions.copy_(positions)
-        graph.replay()
-        return graph.logits
-
-    def _steps(self, s: _Session, options: DecodeOptions, produced: int, report: DecodeReport,
-               stream: _Stream | None = None) -> int:
-        """Decode steps until ``max_new_tokens`` or every row's end; returns the tokens produced.
-        With a ``stream``, tokens are handed over every ``stream_every`` steps (a host sync each)."""
-        warmup = self.tuning.warmup_steps
-        every = self.tuning.stream_every if stream is not None else self.tuning.eos_check_every
-        while produced < options.max_new_tokens:
-            left = options.max_new_tokens - produced
-            if s.replay is None and self.graphs and left > warmup + 1:
-                before = s.calls
-                s.replay = self.capture(s.step, warmup, report)
-                produced += s.calls - before - 1  # warm-up steps ran; the recorded call did not
-                continue
-            todo = min(left, every - produced % every)
-            run = s.replay or s.step
-            for _ in range(todo):
-                run()
-            produced += todo
-            if stream is not None:
-                stream.send(s.out[:, :produced])
-            if options.eos_token_ids and bool(s.done.all()):
-                break
-        return produced
 
 
 class _Stream:
@@ -546,24 +468,21 @@ class _Stream:
     the prompt first, then each new token once, up to and including its end-of-sequence, then
     ``end()``."""
 
-    def __init__(self, streamer: Any, prompt: Any, eos: tuple[int, ...]) -> None:
-        self.streamer, self.eos, self.sent, self.ended = streamer, set(eos), 0, False
-        self._call(streamer.put, prompt.cpu())
+    def __init__(self, streamer: Any, prompt: Sequence[int], eos: tuple[int, ...]) -> None:
+        import torch
 
-    def send(self, tokens: Any) -> None:
-        if self.ended:
-            return
-        new = tokens[0, self.sent:].tolist()
-        stop = next((i + 1 for i, t in enumerate(new) if t in self.eos), None)
-        if stop is not None:
-            new, self.ended = new[:stop], True
+        self.streamer, self.eos, self.sent = streamer, set(eos), 0
+        self._call(streamer.put, torch.tensor([list(prompt)]))
+
+    def send(self, tokens: list[int]) -> None:
+        new = tokens[self.sent:]
         if new:
             import torch
 
             self._call(self.streamer.put, torch.tensor(new))
             self.sent += len(new)
 
-    def finish(self, tokens: Any) -> None:
+    def finish(self, tokens: list[int]) -> None:
         self.send(tokens)
         self._call(self.streamer.end)
 
@@ -575,41 +494,6 @@ class _Stream:
             raise StreamerRaised() from exc
 
 
-@contextlib.contextmanager
-def _collector_paused(paused: bool) -> Iterator[None]:
-    """Python's cyclic garbage collector off while the block runs (when ``paused``), then back
-    as it was."""
-    was_enabled = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused and was_enabled:
-            gc.enable()
-
-
-class _PromptGraph:
-    """A session's prompt pass for one padded prompt length, on static input buffers."""
-
-    def __init__(self, s: _Session, input_ids: Any, positions: Any, slots: Any) -> None:
-        self.forward, self.mask = s.forward, s.mask
-        self.ids, self.positions, self.slots = input_ids.clone(), positions.clone(), slots.clone()
-        self.logits: Any = None
-        self.replay: Callable[[], object] = self.run
-
-    def run(self) -> None:
-        logits = self.forward.prefill(self.ids, self.mask, self.positions, self.slots)
-        if self.logits is None:  # the warm-up run, before capture, allocates the output buffer
-            self.logits = logits.clone()
-        else:
-            self.logits.copy_(logits)
-
-
 class StreamerRaised(Exception):
-    """The caller's streamer raised (its error is the cause): ``decode`` re-raises that error as
+    """The caller's streamer raised (its error is the cause): the engine re-raises that error as
     it is, rather than taking it for a failed compilation and running the call again."""
-
-
-class CaptureFailed(Exception):
-    """Raised (from the capturer's error) so ``decode`` can retry without graphs."""

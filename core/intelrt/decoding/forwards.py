@@ -1,104 +1,232 @@
-"""The forward a decode session runs per token, with the KV cache it owns.
+"""The forward the engine runs over its paged KV cache (``paged.py``): intelrt's compact step, or the
+model's own forward.
 
-``ModelForward``: the model's own forward over a transformers ``StaticCache`` (any decoder-only
-model). ``CompactForward``: intelrt's compact step (``compact.py``) over its own per-layer cache.
-Both give ``logits(input_ids, mask, positions, slots)`` for the last position of each row, and
-name their cache tensors (``kv``) so the in-flight batch (``inflight.py``) can move rows in them.
+Both give ``decode(input_ids, positions, write_slots, table)`` — the next-token logits of
+one new token per row — and ``prefill(input_ids, positions, write_slots, segments)`` — the logits
+after the last token of each of several requests' prompt chunks, packed end to end.
+
+``CompactForward``: the compact step (``compact.py``), compiled or not. ``ModelForward``: the
+model's own forward (any decoder-only model transformers runs with SDPA or eager attention), fed a
+:class:`PagedModelCache` — a transformers ``Cache`` whose layers write each new key and value at
+its slot of the paged cache and hand the attention the rows' contexts gathered from their blocks —
+and a 4D attention mask built from the rows' lengths, which transformers' mask code passes through
+unchanged (``masking_utils._preprocess_mask_arguments``). transformers' own continuous batching runs
+the model's forward over its paged cache the same way (``generation/continuous_batching/cache.py``,
+``PagedAttentionCache.update``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .compact import CompactModel
+from ..backends.decode_rules import ENGINE_LAYER_TYPES as LAYER_KINDS
+from ..backends.families import layer_windows as windows_of
+from . import paged
+from .compact import CompactModel, Segment
+from .paged import PagedCache
+
+#: Attention implementations whose masks ``ModelForward`` builds (bool for SDPA, additive for eager).
+MASKED_ATTENTION = ("sdpa", "eager")
+
+
+class CompactForward:
+    """The compact step over ``cache``; ``decode_fn`` is ``compact.decode`` or its compiled form;
+    ``fused_attention``: decode steps run the one-kernel attention (the plan's ``attention_kernel``,
+    where the model fits the kernel); ``gemv``: a compiled step of few rows writes its projections
+    as multiply-and-sum."""
+
+    def __init__(self, compact: CompactModel, cache: PagedCache, decode_fn: Callable[..., Any], *, gemv: bool,
+                 fused_attention: bool) -> None:
+        self.compact, self.cache, self.decode_fn = compact, cache, decode_fn
+        self.gemv = gemv
+        self.fused_attention = fused_attention and compact.attention_kernel_fits()
+
+    def blocker(self) -> str | None:
+        return None
+
+    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any) -> Any:
+        return self.decode_fn(input_ids, positions, write_slots, table, self.cache.keys, self.cache.values, self.gemv,
+                              self.fused_attention)
+
+    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment]) -> Any:
+        return self.compact.prefill(input_ids, positions, write_slots, segments, self.cache.keys, self.cache.values)
+
+
+def layer_kinds(config: Any) -> list[str]:
+    """Each layer's attention kind (transformers' ``config.layer_types``; without it, every layer
+    sliding when the config has a ``sliding_window``, as transformers' continuous batching reads it:
+    ``continuous_batching/cache.py``, ``group_layers_by_attn_type``)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = getattr(text, "layer_types", None)
+    if kinds is None:
+        window = getattr(text, "sliding_window", None)
+        kinds = ["sliding_attention" if window else "full_attention"] * int(text.num_hidden_layers)
+    return [str(kind) for kind in kinds]
+
+
+def layer_windows(config: Any) -> list[int | None]:
+    """Each layer's sliding window (``None``: full attention), as transformers' masks apply it."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return windows_of({"sliding_window": getattr(text, "sliding_window", None), "layer_types": layer_kinds(config)},
+                      int(text.num_hidden_layers))
+
+
+class _PagedLayer:
+    """One layer of :class:`PagedModelCache` (transformers calls ``update`` from the attention)."""
+
+    is_sliding = False
+    is_compileable = False
+    is_initialized = True
+
+    def __init__(self, cache: PagedModelCache, index: int) -> None:
+        self.owner, self.index = cache, index
+
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        return self.owner.store(self.index, key_states, value_states)
+
+    def get_seq_length(self) -> int:
+        return 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:  # pragma: no cover - masks come 4D
+        raise NotImplementedError("the paged cache's masks are built by intelrt, never by transformers")
+
+    def reset(self) -> None:
+        """Nothing to reset: the engine owns the blocks."""
+
+
+class PagedModelCache:
+    """A transformers ``Cache`` over the engine's paged cache, for the model's own forward (made by
+    :func:`paged_model_cache`, a subclass of transformers' ``Cache``).
+
+    ``bind(write_slots, table)`` before a forward: ``write_slots`` (rows, T) where each new token's
+    key and value go; ``table`` (rows, width) the blocks whose slots ``update`` returns, in order,
+    as the layer's keys and values (rows, kv_heads, width * block_size, head_dim)."""
+
+    paged: PagedCache
+    write_slots: Any = None
+    table: Any = None
+
+    def bind(self, write_slots: Any, table: Any) -> None:
+        self.write_slots, self.table = write_slots, table
+
+    def store(self, index: int, key_states: Any, value_states: Any) -> tuple[Any, Any]:
+        keys, values = self.paged.keys[index], self.paged.values[index]
+        if key_states.shape[1] != keys.shape[2] or key_states.shape[3] != keys.shape[3]:
+            raise ValueError(f"layer {index} has {key_states.shape[1]} key/value heads of {key_states.shape[3]} "
+                             f"features; the paged cache was sized for {keys.shape[2]} of {keys.shape[3]}")
+        slots = self.write_slots.reshape(-1)
+        paged.write(keys, slots, key_states.transpose(1, 2).reshape(-1, keys.shape[2], keys.shape[3]))
+        paged.write(values, slots, value_states.transpose(1, 2).reshape(-1, keys.shape[2], keys.shape[3]))
+        dtype = key_states.dtype
+        return paged.gather(keys, self.table).to(dtype), paged.gather(values, self.table).to(dtype)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+
+@functools.cache
+def _cache_class() -> type:
+    from transformers.cache_utils import Cache
+
+    return type("PagedModelCache", (PagedModelCache, Cache), {})
+
+
+def paged_model_cache(cache: PagedCache, layers: int) -> PagedModelCache:
+    """A :class:`PagedModelCache` of ``layers`` layers over ``cache``."""
+    from transformers.cache_utils import Cache
+
+    made: PagedModelCache = object.__new__(_cache_class())
+    layer_list: Any = [_PagedLayer(made, i) for i in range(layers)]
+    Cache.__init__(made, layers=layer_list)  # type: ignore[arg-type]
+    made.paged = cache
+    return made
 
 
 class ModelForward:
-    """The model's forward (compiled or not) with a transformers ``StaticCache``."""
+    """The model's own forward (``forward``: the model or its compiled form) over ``cache``."""
 
-    def __init__(self, model: Any, rows: int, length: int, forward: Callable[..., Any], cache_kwarg: str,
+    def __init__(self, model: Any, cache: PagedCache, forward: Callable[..., Any], cache_kwarg: str,
                  keep_logits: bool) -> None:
-        from transformers import StaticCache
-
-        self.cache: Any = StaticCache(config=model.config, max_cache_len=length)
-        self.model, self.forward = model, forward
+        self.model, self.cache, self.forward = model, cache, forward
         self.cache_kwarg, self.keep_logits = cache_kwarg, keep_logits
+        self.fused_attention = False
+        config = model.config
+        self.attention = str(getattr(config, "_attn_implementation", None) or "eager")
+        self.kinds = layer_kinds(config)
+        self.windows = layer_windows(config)
+        self.sliding = sorted({w for w in self.windows if w is not None})
+        self.model_cache = paged_model_cache(cache, len(self.windows))
 
-    def reset(self) -> None:
-        self.cache.reset()
-
-    def kv(self) -> list[Any]:
-        """Every cache tensor, (rows, heads, length, head_dim) with slots on dim 2, once allocated
-        (transformers allocates them at the first pass)."""
-        return [t for layer in self.cache.layers if getattr(layer, "is_initialized", False)
-                for t in (layer.keys, layer.values)]
-
-    def inflight_blocker(self) -> str | None:
-        """Why rows cannot join and leave this cache between steps, or ``None``: each layer must
-        be a plain full-attention ``StaticLayer`` whose next slot is the device counter
-        ``cumulative_length`` (a sliding-window layer rolls its slots instead)."""
-        from transformers.cache_utils import StaticLayer
-
-        for layer in self.cache.layers:
-            if type(layer) is not StaticLayer or not hasattr(layer.cumulative_length, "fill_"):
-                return (f"the model's cache has {type(layer).__name__} layers; in-flight batching needs "
-                        "full-attention StaticLayer layers with a slot counter")
+    def blocker(self) -> str | None:
+        """Why the model's forward cannot run over the paged cache, or ``None``."""
+        if self.attention not in MASKED_ATTENTION:
+            return (f"the model runs {self.attention} attention, which takes no 4D mask over gathered context; the "
+                    f"engine runs the model's own forward with {' or '.join(MASKED_ATTENTION)} attention")
+        odd = sorted(set(self.kinds) - set(LAYER_KINDS))
+        if odd:
+            return (f"the model has {', '.join(odd)} layers; the engine masks the model's own forward for "
+                    f"{' and '.join(LAYER_KINDS)} layers only")
+        if len(self.sliding) > 1:
+            return f"the model's layers slide over windows of {', '.join(map(str, self.sliding))}: one window at most"
         return None
 
-    def set_slot(self, slot: int) -> None:
-        """Make ``slot`` the cache slot the next token is written to (every layer's counter)."""
-        for layer in self.cache.layers:
-            layer.cumulative_length.fill_(slot)
+    def _mask(self, allowed: Any) -> Any:
+        """``allowed`` (rows, T, L) as the attention implementation wants it: bool for SDPA, 0 / the
+        dtype's lowest number for eager (transformers' ``sdpa_mask`` and ``eager_mask``)."""
+        import torch
 
-    def _inputs(self, input_ids: Any, mask: Any, positions: Any) -> dict[str, Any]:
-        inputs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions,
-                  self.cache_kwarg: self.cache, "use_cache": True}
+        mask = allowed[:, None]
+        if self.attention == "eager":
+            dtype = self.model.dtype
+            return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask,
+                                                                                      torch.finfo(dtype).min)
+        return mask
+
+    def _masks(self, allowed: Any, positions: Any, key_positions: Any) -> Any:
+        if not self.sliding:
+            return self._mask(allowed)
+        window = self.sliding[0]
+        return {"full_attention": self._mask(allowed),
+                "sliding_attention": self._mask(allowed & (key_positions > positions[..., None] - window))}
+
+    def _inputs(self, input_ids: Any, positions: Any, masks: Any) -> dict[str, Any]:
+        inputs = {"input_ids": input_ids, "attention_mask": masks, "position_ids": positions,
+                  self.cache_kwarg: self.model_cache, "use_cache": True}
         if self.keep_logits:
             inputs["logits_to_keep"] = 1
         return inputs
 
-    def prefill(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
-        """The prompt's pass: eager, with the prompt's part of the mask, as transformers' generate
-        passes it (some models read the mask's length as the sequence's)."""
-        prompt_mask = mask[:, :input_ids.shape[1]]
-        return self.model(**self._inputs(input_ids, prompt_mask, positions)).logits[:, -1, :]
-
-    def logits(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
-        return self.forward(**self._inputs(input_ids, mask, positions)).logits[:, -1, :]
-
-
-class CompactForward:
-    """The compact step with its own cache; ``forward`` is ``compact`` itself or its compiled form,
-    ``prompt`` is ``compact.prompt`` or its compiled form; ``fused_attention``: decode steps run the
-    one-kernel attention (the plan's ``attention_kernel``, where the model fits the kernel)."""
-
-    def __init__(self, compact: CompactModel, rows: int, length: int, device: Any, forward: Callable[..., Any],
-                 prompt: Callable[..., Any], compiled: bool, fused_attention: bool,
-                 cache: tuple[list[Any], list[Any]] | None = None) -> None:
-        self.compact, self.forward, self.prompt = compact, forward, prompt
-        # ``cache``: the first ``rows`` rows of a larger cache (the in-flight batch's row buckets).
-        self.keys, self.values = cache if cache is not None else compact.new_cache(rows, length, device)
-        self.gemv = compiled and rows <= compact.tuning.gemv_max_rows
-        self.fused_attention = fused_attention and compact.attention_kernel_fits()
-
-    def reset(self) -> None:
+    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any) -> Any:
         import torch
 
-        torch._foreach_zero_([*self.keys, *self.values])  # a few launches, not one per cache
+        self.model_cache.bind(write_slots[:, None], table)
+        key_positions = torch.arange(table.shape[1] * self.cache.block_size, device=input_ids.device)[None, None, :]
+        allowed = key_positions <= positions[..., None]
+        masks = self._masks(allowed, positions, key_positions)
+        return self.forward(**self._inputs(input_ids, positions, masks)).logits[:, -1, :]
 
-    def kv(self) -> list[Any]:
-        return [*self.keys, *self.values]
+    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment]) -> Any:
+        """One forward per segment (the model's forward attends one row's context at a time): the
+        logits of every segment's last token, in order."""
+        import torch
 
-    def inflight_blocker(self) -> str | None:
-        return None
+        rows = []
+        for seg in segments:
+            blocks = -(-seg.context // self.cache.block_size)
+            table = seg.table[:, :blocks]
+            self.model_cache.bind(write_slots[None, seg.start:seg.end], table)
+            chunk = positions[:, seg.start:seg.end]
+            key_positions = torch.arange(blocks * self.cache.block_size, device=input_ids.device)[None, None, :]
+            allowed = (key_positions <= chunk[..., None]) & (key_positions < seg.context)
+            masks = self._masks(allowed, chunk, key_positions)
+            out = self.model(**self._inputs(input_ids[:, seg.start:seg.end], chunk, masks))
+            rows.append(out.logits[:, -1, :])
+        return torch.cat(rows)
 
-    def set_slot(self, slot: int) -> None:
-        """Nothing to do: the compact step reads its slot from the session's ``slot`` buffer."""
 
-    def prefill(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
-        return self.prompt(input_ids, positions, slots, mask, self.keys, self.values)
-
-    def logits(self, input_ids: Any, mask: Any, positions: Any, slots: Any) -> Any:
-        return self.forward(input_ids, positions, slots, mask, self.keys, self.values, self.gemv,
-                            self.fused_attention)
+StepForward = CompactForward | ModelForward

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .engine import FastDecoder
 from .keywords import DecodeOptions, resolve
+from .report import GenerationReport
 from .routing import GenerationPlan, Route, choose_route
 from .tuning import DecodeTuning
 
+__all__ = ["GenerationReport", "Generator", "left_pad", "until_eos"]
+
 log = logging.getLogger(__name__)
-
-KV_MEMORY_SHARE = 0.7
-"""Share of free device memory the fast loop's KV caches may take: a padded batch's, a server's in-flight batch's."""
-
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int, device: Any) -> tuple[Any, Any]:
     """Left-padded ``input_ids`` and ``attention_mask`` for decoder-only generation."""
@@ -44,71 +42,6 @@ def until_eos(rows: list[list[int]], eos: Sequence[int]) -> list[list[int]]:
         end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
         cut.append(row[:end])
     return cut
-
-
-def kv_bytes_per_row(config: Any, length: int, dtype_bytes: int) -> int:
-    """Bytes of static KV cache one row of ``length`` tokens needs (0 when the config is unusual)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
-    heads = int(getattr(text, "num_key_value_heads", 0) or getattr(text, "num_attention_heads", 0) or 0)
-    head_dim = getattr(text, "head_dim", None) or (
-        int(getattr(text, "hidden_size", 0) or 0) // max(1, int(getattr(text, "num_attention_heads", 1) or 1)))
-    return 2 * layers * heads * int(head_dim) * length * dtype_bytes
-
-
-def free_device_memory(device: Any) -> int | None:
-    """Free bytes of ``device``'s memory (``None``: unknown, e.g. on the CPU)."""
-    import torch
-
-    module = getattr(torch, device.type, None)
-    info = getattr(module, "mem_get_info", None)
-    if info is None or device.type == "cpu":
-        return None
-    try:
-        free, _total = info(device)
-    except Exception:  # noqa: BLE001 - sizing is advisory; the plan's cap still applies
-        return None
-    return int(free)
-
-
-def rows_that_fit(model: Any, length: int) -> int | None:
-    """How many rows of KV cache fit the free memory of the model's device (``None``: unknown)."""
-    free = free_device_memory(model.device)
-    if free is None:
-        return None
-    per_row = kv_bytes_per_row(model.config, length, model.dtype.itemsize) or 1
-    return max(1, int(free * KV_MEMORY_SHARE // per_row))
-
-
-@dataclass
-class GenerationReport:
-    """What one ``Loaded.generate`` call did (``Loaded.last_generation``)."""
-
-    path: str
-    """``fast`` (intelrt's decode loop), ``continuous`` (transformers' ``generate_batch``) or
-    ``generate`` (``model.generate``)."""
-    reason: str
-    prompts: int
-    batches: int = 0
-    graphs: str | None = None
-    """The device graphs the fast loop replayed (``cuda``, ``xpu``, ``hpu``), if any."""
-    compiled: str | None = None
-    """The compile backend of the fast loop's step, if any."""
-    step: str | None = None
-    """``compact`` (intelrt's compact step) or ``model`` (the model's own forward)."""
-    attention_kernel: bool = False
-    """The compact step's decode attention ran as one Triton kernel per layer."""
-    step_reason: str | None = None
-    """Why a planned compact step ran as the model's own forward (adapters, a replaced module …)."""
-    captured: bool = False
-    """A device graph was captured during this call (the first call of a shape)."""
-    warmup: str | None = None
-    """How the fast loop's step was prepared: ``eager``, ``static`` (captured in a device graph, not
-    compiled) or ``compiled``."""
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 Capturer = Callable[..., Callable[[], object]]
@@ -180,26 +113,14 @@ class Generator:
 
     def _fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
               report: GenerationReport) -> list[list[int]]:
-        decoder = self.decoder()
-        rows = route.batch_rows
-        longest = max(len(p) for p in prompts) + options.max_new_tokens
-        fit = rows_that_fit(self.model, longest)
-        if fit is not None and fit < rows:
-            report.notes.append(f"padded batches of {fit} rows: the KV cache of {rows} rows would not fit "
-                                "free device memory")
-            rows = fit
-        outputs: list[list[int]] = []
-        for start in range(0, len(prompts), rows):
-            chunk = prompts[start:start + rows]
-            input_ids, mask = left_pad(chunk, options.pad_token_id, self.model.device)
-            tokens, decoded = decoder.decode(input_ids, mask, options)
-            outputs.extend(until_eos(tokens.tolist(), options.eos_token_ids))
-            report.batches += 1
-            report.captured = report.captured or decoded.captured
-            report.graphs, report.compiled, report.step = decoded.graphs, decoded.compiled, decoded.step
-            report.attention_kernel, report.step_reason = decoded.attention_kernel, decoded.step_reason
-            report.warmup = decoded.warmup
-            report.notes = sorted(set(report.notes) | set(decoded.notes))
+        """Every prompt through one run of the decode engine, at most ``route.batch_rows`` decoding
+        at once (the others join as rows free up)."""
+        outputs, ran = self.decoder().generate(prompts, options.params(), rows=route.batch_rows,
+                                               streamer=options.streamer)
+        for name in ("batches", "graphs", "compiled", "step", "attention_kernel", "step_reason", "captured",
+                     "warmup", "steps", "preemptions", "oom_retries", "prefix_hit_tokens"):
+            setattr(report, name, getattr(ran, name))
+        report.notes = sorted(set(report.notes) | set(ran.notes))
         return outputs
 
     def _generate(self, prompts: Sequence[Sequence[int]], route: Route, kwargs: Mapping[str, Any],

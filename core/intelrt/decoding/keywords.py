@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
+from .sampling import SamplingParams
 
 #: Settings that only matter when sampling (transformers ignores them for greedy search).
 SAMPLING_ONLY = frozenset({"temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
@@ -47,12 +48,12 @@ class DecodeOptions:
     streamer: Any = field(default=None, compare=False)
     """A transformers streamer (``put`` / ``end``) the loop hands tokens to as they come (batch 1)."""
 
-    @property
-    def sampling_key(self) -> tuple[Any, ...]:
-        """What a captured step bakes in (temperature and top-p live in device buffers)."""
-        if not self.do_sample:
-            return ("greedy",)
-        return ("sample", self.top_k, self.top_p < 1.0)
+    def params(self, seed: int | None = None) -> SamplingParams:
+        """The engine's per-request parameters for this call (greedy unless ``do_sample``)."""
+        return SamplingParams(max_new_tokens=self.max_new_tokens,
+                              temperature=self.temperature if self.do_sample else 0.0,
+                              top_k=self.top_k if self.do_sample else 0, top_p=self.top_p if self.do_sample else 1.0,
+                              seed=seed, stop_token_ids=self.eos_token_ids)
 
 
 def _check_types(kwargs: Mapping[str, Any]) -> None:
@@ -102,13 +103,19 @@ def resolve(generation_config: Any, kwargs: Mapping[str, Any]) -> tuple[DecodeOp
     if settings.get("max_length") is not None and settings.get("max_new_tokens") is None:
         return None, ("max_length counts the prompt's tokens too (per padded batch): transformers' generate runs "
                       "this call; pass max_new_tokens for the fast loop")
+    # As GenerationMixin._prepare_generation_config does: the model's generation config, then
+    # transformers' global defaults for what neither sets (top_k=50, temperature=1.0 ...), then the
+    # call's keywords.
     config = copy.deepcopy(generation_config) if generation_config is not None else GenerationConfig()
+    defaults = GenerationConfig._get_default_generation_params()
+    config.update(**defaults, defaults_only=True)
     unused = config.update(**settings)
     unknown = sorted(k for k, v in unused.items() if v is not None)
     if unknown:
         return None, (f"generate() keyword(s) {', '.join(unknown)} are not generation settings the fast loop "
                       "reads; transformers' generate receives them as given")
     default = GenerationConfig()
+    default.update(**defaults, defaults_only=True)
     sampling = bool(config.do_sample)
     odd: list[str] = []
     for name, value in sorted(vars(config).items()):

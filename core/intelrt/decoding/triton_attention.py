@@ -1,9 +1,12 @@
-"""One Triton kernel for a decode step's attention block (one new token per row).
+"""One Triton kernel for a decode step's attention block (one new token per row) over the paged cache.
 
 Given the fused q/k/v projection output of one layer, a program per (row, key/value head, split
-of the cache): applies the per-head q/k RMSNorm (Qwen3, Gemma-3) and the rotary embedding, writes the new
-key and value into the layer's cache at the step's slot, and attends the head's group of query
-heads over its part of the cache (a sliding-window layer: of its window) with an online softmax,
+of the row's context): applies the per-head q/k RMSNorm (Qwen3, Gemma-3) and the rotary embedding,
+writes the new key and value into the layer's cache at the slot the row's block table gives for
+the new position (``paged.py``: blocks of ``block_size`` slots; vLLM's paged attention reads its
+cache the same way, ``vllm/v1/attention/ops/triton_decode_attention.py``), and attends the head's
+group of query heads over its part of the context, each position's key and value read through the
+block table (a sliding-window layer: of its window) with an online softmax,
 soft-capping the scores where the model does (Gemma-2). The last of a head's programs to finish
 (an atomic arrival counter tells it) merges the splits' states into the output, so a layer's
 attention is one kernel launch. transformers' modeling code runs this as about six
@@ -109,20 +112,24 @@ def _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, worker, workers, NPF: tl.c
 
 
 @triton.jit
-def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache, mask_ptr,  # type: ignore[no-untyped-def]
-                  stride_cl, d, softcap, BLOCK: tl.constexpr, PRECISION: tl.constexpr, SOFTCAP: tl.constexpr):
-    """Online-softmax update with the cache slots ``start .. start + BLOCK`` inside ``lo .. hi``
-    (``q``: the group's query heads, padded to 16 rows for the tensor-core dots)."""
+def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, head, table_ptr,  # type: ignore[no-untyped-def]
+                  max_context, stride_slot, d, softcap, BLOCK: tl.constexpr, BS: tl.constexpr,
+                  PRECISION: tl.constexpr, SOFTCAP: tl.constexpr):
+    """Online-softmax update with the row's positions ``start .. start + BLOCK`` inside ``lo .. hi``
+    (``q``: the group's query heads, padded to 16 rows for the tensor-core dots), each position's
+    key and value read from the cache slot its block table gives (block ``table[j // BS]``)."""
     j = start + tl.arange(0, BLOCK)
     inside = (j >= lo) & (j < hi)
-    visible = inside & (tl.load(mask_ptr + j, mask=inside, other=0) != 0)
-    keys = tl.load(k_cache_ptr + cache + j[:, None] * stride_cl + d[None, :], mask=inside[:, None], other=0.0)
+    block = tl.load(table_ptr + j // BS, mask=inside & (j < max_context), other=0)
+    slot = (block * BS + j % BS).to(tl.int64)
+    offsets = slot[:, None] * stride_slot + head + d[None, :]
+    keys = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
     scores = _soft_capped(tl.dot(q, tl.trans(keys), input_precision=PRECISION), softcap, SOFTCAP)
-    scores = tl.where(visible[None, :], scores, float("-inf"))
+    scores = tl.where(inside[None, :], scores, float("-inf"))
     new_best = tl.maximum(best, tl.max(scores, axis=1))
     alpha = tl.exp(best - new_best)
     weights = tl.exp(scores - new_best[:, None])
-    values = tl.load(v_cache_ptr + cache + j[:, None] * stride_cl + d[None, :], mask=inside[:, None], other=0.0)
+    values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
     total = total * alpha + tl.sum(weights, axis=1)
     acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
     return new_best, total, acc
@@ -130,32 +137,35 @@ def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, 
 
 def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str, object],
                              **kwargs: object) -> list[triton.Config]:
-    slots = int(named_args["stride_ch"]) // int(named_args["stride_cl"])  # type: ignore[call-overload]
+    slots = int(named_args["max_context"])  # type: ignore[call-overload]
     share = triton.next_power_of_2(triton.cdiv(slots, int(kwargs["SPLITS"])))  # type: ignore[call-overload]
     return [c for c in configs if c.kwargs["BLOCK"] >= min(MIN_TUNED_BLOCK, share)]
 
 
 # cache_results: the tuning's choice is kept in Triton's cache directory, so a later process on the
 # same GPU reuses it instead of compiling and timing every configuration again.
-@triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS", "stride_ch"],
+@triton.autotune(configs=CONFIGS, key=["HKV", "D", "GP", "SPLITS", "max_context", "BS"],
                  prune_configs_by={"early_config_prune": _blocks_for_a_full_cache}, cache_results=True)
 @triton.jit
 def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k_cache_ptr, v_cache_ptr,  # type: ignore[no-untyped-def]
-                            slot_ptr, mask_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps, scaling,
-                            window, softcap, norm_offset,
-                            stride_qkv, stride_cb, stride_ch, stride_cl, stride_mask, stride_out,
+                            position_ptr, slot_ptr, table_ptr, arrivals_ptr, best_ptr, total_ptr, acc_ptr, out_ptr, eps,
+                            scaling, window, softcap, norm_offset, max_context,
+                            stride_qkv, stride_slot, stride_table, stride_out,
                             pf0, pf1, pf2, pf3, n0, n1, n2, n3, HQ: tl.constexpr,
                             HKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, GS: tl.constexpr, D: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr,
                             STOP_AT_SLOT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
                             MERGE: tl.constexpr, NPF: tl.constexpr, PF_LATE: tl.constexpr, PF_CHUNK: tl.constexpr,
-                            SOFTCAP: tl.constexpr, PDL: tl.constexpr):
-    """One (row, key/value head, split of the cache): partial softmax state of the head's group
+                            SOFTCAP: tl.constexpr, PDL: tl.constexpr, BS: tl.constexpr):
+    """One (row, key/value head, split of the row's context): partial softmax state of the head's group
     (with one split, the group's attention output itself; with ``MERGE``, the last split to
     finish also merges them all). Programs past the last split (``split >= SPLITS``) only
     prefetch the ``NPF`` tensors ``pf0 ..`` (``n0 ..`` bytes) into L2; with ``PF_LATE``, the
-    attention programs do, after their loads. ``window`` > 0: only the last ``window`` slots up to
-    the new one are attended (a sliding-window layer); ``SOFTCAP``: scores are soft-capped.
+    attention programs do, after their loads. The row's new token is at ``position`` (its key and
+    value are written to flat cache slot ``slot``), its context the positions before it, each
+    read through the row's block table (``BS`` slots per block). ``window`` > 0: only the last ``window``
+    positions up to the new one are attended (a sliding-window layer); ``SOFTCAP``: scores are
+    soft-capped.
     ``PDL`` (launched as a programmatic dependent launch): the prefetch programs run at once (they
     read only weights), the attention programs wait for the kernel before to finish (it wrote
     q/k/v), then let the next kernel launch (it waits, on the device, for this one to finish)."""
@@ -177,20 +187,22 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
     sign = tl.where(d < half, -1.0, 1.0)
     cos = tl.load(cos_ptr + b * D + d).to(tl.float32)
     sin = tl.load(sin_ptr + b * D + d).to(tl.float32)
-    slot = tl.load(slot_ptr)
+    position = tl.load(position_ptr + b)
+    table = table_ptr + b * stride_table
     row = qkv_ptr + b * stride_qkv
     cache_dtype = k_cache_ptr.dtype.element_ty
-    cache = b * stride_cb + h * stride_ch
+    head = h * D
 
-    # The new key and value: norm, rotary (split 0 writes them into the cache at `slot`).
+    # The new key and value: norm, rotary (split 0 writes them into the cache at the new position's slot).
     k = tl.load(row + (HQ + h) * D + d).to(tl.float32)
     k_rot = tl.load(row + (HQ + h) * D + rot).to(tl.float32)
     k, k_rot = _normed(k, k_rot, k_norm_ptr, rot, d, eps, norm_offset, D, HAS_NORM)
     k = (k * cos + sign * k_rot * sin).to(cache_dtype)
     v = tl.load(row + (HQ + HKV + h) * D + d).to(cache_dtype)
     first = split == 0
-    tl.store(k_cache_ptr + cache + slot * stride_cl + d, k, mask=(d < D) & first)
-    tl.store(v_cache_ptr + cache + slot * stride_cl + d, v, mask=(d < D) & first)
+    new_slot = tl.load(slot_ptr + b).to(tl.int64)
+    tl.store(k_cache_ptr + new_slot * stride_slot + head + d, k, mask=(d < D) & first)
+    tl.store(v_cache_ptr + new_slot * stride_slot + head + d, v, mask=(d < D) & first)
 
     # This head's group of query heads (padded to GP rows).
     g = tl.arange(0, GP)
@@ -207,23 +219,21 @@ def _decode_attention_split(qkv_ptr, q_norm_ptr, k_norm_ptr, cos_ptr, sin_ptr, k
     best = tl.where(first, own, -1.0e30)
     total = tl.where(first, 1.0, 0.0) + tl.zeros((GP,), tl.float32)
     acc = tl.where(first, 1.0, 0.0) * (tl.zeros((GP, D), tl.float32) + v.to(tl.float32)[None, :])
-    # The slots before the new one that this layer sees: all of them, or a sliding window's.
-    start_slot = tl.where(window > 0, tl.maximum(slot - window + 1, 0), 0)
-    chunk = tl.cdiv(tl.cdiv(slot - start_slot, SPLITS), BLOCK) * BLOCK
+    # The positions before the new one that this layer sees: all of them, or a sliding window's.
+    start_slot = tl.where(window > 0, tl.maximum(position - window + 1, 0), 0)
+    chunk = tl.cdiv(tl.cdiv(position - start_slot, SPLITS), BLOCK) * BLOCK
     lo = start_slot + split * chunk
-    hi = tl.minimum(lo + chunk, slot)
+    hi = tl.minimum(lo + chunk, position)
     # Compiled kernels loop over their chunk. Triton's interpreter (TRITON_INTERPRET=1, the CPU
-    # tests) cannot loop to a bound read from memory, so there the whole cache is walked, masked.
+    # tests) cannot loop to a bound read from memory, so there the whole table is walked, masked.
     if STOP_AT_SLOT:
         for start in range(lo, hi, BLOCK):
-            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
-                                             mask_ptr + b * stride_mask, stride_cl, d, softcap, BLOCK, PRECISION,
-                                             SOFTCAP)
+            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, head, table,
+                                             max_context, stride_slot, d, softcap, BLOCK, BS, PRECISION, SOFTCAP)
     else:
         for start in tl.static_range(0, SLOTS, BLOCK):
-            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, cache,
-                                             mask_ptr + b * stride_mask, stride_cl, d, softcap, BLOCK, PRECISION,
-                                             SOFTCAP)
+            best, total, acc = _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, head, table,
+                                             max_context, stride_slot, d, softcap, BLOCK, BS, PRECISION, SOFTCAP)
     if NPF > 0 and PF_LATE:
         _prefetch_all(pf0, pf1, pf2, pf3, n0, n1, n2, n3, split * tl.num_programs(0) + pid,
                       SPLITS * tl.num_programs(0), NPF, PF_CHUNK)
@@ -281,7 +291,8 @@ def _decode_attention_combine(best_ptr, total_ptr, acc_ptr, out_ptr, stride_out,
 @torch.library.custom_op("intelrt::decode_attention", mutates_args={"k_cache", "v_cache", "arrivals"})
 def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                      cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor, prefetch: list[torch.Tensor],
+                     positions: torch.Tensor, slots: torch.Tensor, table: torch.Tensor, arrivals: torch.Tensor,
+                     prefetch: list[torch.Tensor],
                      q_heads: int, eps: float, scaling: float, split_target: int = 64, merge_in_kernel: bool = True,
                      prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
                      norm_offset: float = 0.0, programmatic: bool = False) -> torch.Tensor:
@@ -289,9 +300,11 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
 
     ``qkv``: (rows, (q_heads + 2 * kv_heads) * head_dim), the fused projection output;
     ``q_norm``/``k_norm``: per-head RMSNorm weights (head_dim,) or ``None``; ``cos``/``sin``:
-    (rows, head_dim); ``k_cache``/``v_cache``: (rows, kv_heads, slots, head_dim), written at
-    ``slot`` (a one-element tensor); ``key_mask``: (rows, slots), non-zero where a slot holds a
-    real token; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
+    (rows, head_dim); ``k_cache``/``v_cache``: the paged cache's blocks (blocks, block_size,
+    kv_heads, head_dim); ``positions``: (rows,) the new token's position in each row, whose key and
+    value are written to flat cache slot ``slots`` (rows,); ``table``: (rows, width) each row's
+    block ids, through which positions ``0 .. position - 1`` are read and attended with the new
+    one; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
     ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (``prefetch_mode``
     ``early``: by extra programs as the kernel starts; ``late``: by the attention programs after
     their own loads; ``off``), only read, never changed; ignored under the interpreter, on GPUs
@@ -306,7 +319,8 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     the kernel before it drains, and waits on the device for that kernel's output.
     """
     rows = qkv.shape[0]
-    kv_heads, head_dim = k_cache.shape[1], k_cache.shape[3]
+    block_size, kv_heads, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    max_context = table.shape[1] * block_size
     groups = q_heads // kv_heads
     heads = rows * kv_heads
     splits = max(1, min(MAX_SPLITS, triton.next_power_of_2(max(1, split_target // heads))))
@@ -333,11 +347,11 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
     sizes = [t.numel() * t.element_size() for t in fetched] + [0] * (MAX_PREFETCH - len(fetched))
     split_kernel[(heads, splits + extra)](
-        qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, slot,
-        key_mask, arrivals, best, total, acc, out, eps, scaling, window, softcap, norm_offset, qkv.stride(0), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), key_mask.stride(0), out.stride(0), *pointers, *sizes, HQ=q_heads, HKV=kv_heads,
+        qkv, q_norm if has_norm else qkv, k_norm if has_norm else qkv, cos, sin, k_cache, v_cache, positions,
+        slots, table, arrivals, best, total, acc, out, eps, scaling, window, softcap, norm_offset, max_context,
+        qkv.stride(0), k_cache.stride(1), table.stride(0), out.stride(0), *pointers, *sizes, HQ=q_heads, HKV=kv_heads,
         G=groups, GP=max(MIN_DOT_ROWS, kept), GS=kept, D=head_dim, SPLITS=splits, HAS_NORM=has_norm,
-        STOP_AT_SLOT=not interpreted, SLOTS=k_cache.shape[2] if interpreted else 0,
+        STOP_AT_SLOT=not interpreted, SLOTS=max_context if interpreted else 0, BS=block_size,
         PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32", MERGE=merge, NPF=len(fetched),
         PF_LATE=late, PF_CHUNK=PREFETCH_CHUNK, SOFTCAP=softcap > 0, PDL=pdl, **tuned, **launch)
     if splits > 1 and not merge:
@@ -362,8 +376,9 @@ def _prefetch_budget(device: torch.device) -> int:
 @decode_attention.register_fake
 def _decode_attention_shape(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
                             cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            slot: torch.Tensor, key_mask: torch.Tensor, arrivals: torch.Tensor,
-                            prefetch: list[torch.Tensor], q_heads: int, eps: float, scaling: float,
+                            positions: torch.Tensor, slots: torch.Tensor, table: torch.Tensor,
+                            arrivals: torch.Tensor, prefetch: list[torch.Tensor], q_heads: int, eps: float,
+                            scaling: float,
                             split_target: int = 64, merge_in_kernel: bool = True,
                             prefetch_mode: str = "early", window: int = 0, softcap: float = 0.0,
                             norm_offset: float = 0.0, programmatic: bool = False) -> torch.Tensor:

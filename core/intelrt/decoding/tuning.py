@@ -21,36 +21,33 @@ class DecodeTuning:
     warmup_steps: int = 2
     """Real decode steps run before capture (compile and allocate outside the graph)."""
     eos_check_every: int = 16
-    """Tokens between the host's checks whether every row has finished (one sync each)."""
+    """An offline ``generate`` call's engine looks at the host every this many decode steps (new
+    tokens read, ended rows freed, waiting prompts let in): one sync each."""
     stream_every: int = 2
     """With a streamer, tokens are handed over (and the end checked) every this many steps: a
     smaller number gives text sooner, at one host sync each."""
     inflight_steps: int = 4
-    """The in-flight batch (``inflight.py``) runs this many decode steps between its host's looks:
-    new tokens handed out, ended rows freed, waiting requests let in. Fewer give text sooner and
-    let requests join sooner, at one host sync each."""
-    inflight_admit_rows: int = 8
-    """The most waiting requests whose prompts pass together when they join an in-flight batch
-    (more wait for the next look): one pass for several is cheaper, but busy rows wait for it."""
-    cache_length_bucket: int = 128
-    """Cache lengths round up to a multiple of this, so calls of similar length share a graph."""
-    max_sessions: int = 4
-    """Captured shapes kept alive (each holds a KV cache and a graph's memory pool)."""
-    prompt_bucket: int = 16
-    """With device graphs, the compact step's prompts are left-padded (masked, as in a batch) to a
-    multiple of this many tokens, so prompts of similar length share one captured prompt pass."""
-    prompt_graph_max_tokens: int = 4096
-    """Prompt passes over more tokens (rows × padded length) run uncaptured: they launch few
-    kernels per token, and their graph would hold much memory."""
-    prompt_graphs_per_session: int = 4
-    """Captured prompt lengths kept per session (least recently used dropped first)."""
+    """A server's engine runs this many decode steps between its host's looks: new tokens handed
+    out, ended rows freed, waiting requests let in. Fewer give text sooner and let requests join
+    sooner, at one host sync each."""
+    block_size: int = 16
+    """Token slots per block of the paged KV cache (vLLM's default): a request holds
+    ``ceil(tokens / block_size)`` blocks; prefix caching reuses whole blocks."""
+    max_batch_tokens: int = 2048
+    """Tokens one engine step computes at most (vLLM's ``max_num_batched_tokens``): one per decoding
+    row, the rest prefill chunks of waiting prompts. A longer prompt is prefilled in chunks across
+    steps (chunked prefill), so the rows decoding meanwhile keep getting tokens."""
+    prefix_caching: bool = True
+    """Reuse the KV blocks of identical prompt prefixes across requests (``blocks.py``)."""
+    memory_utilization: float = 0.9
+    """Share of the device memory free after loading (less the profiled activation peak and device
+    graphs) the KV cache takes (vLLM's ``--gpu-memory-utilization``, ``memory.py``)."""
+    cpu_kv_cache_bytes: int = 2**30
+    """The KV cache budget on the CPU (and on a device whose runtime reports no free memory)."""
     compiled_record: bool = True
     """With a compiled step, recording the chosen token and advancing position and slot are
     compiled too: one fused kernel instead of about seven small ones. The choice itself stays
     eager: compiled, a one-row argmax over the vocabulary fuses into one slow single-program kernel."""
-    compiled_prompt: bool = True
-    """A compiled compact step comes with a compiled prompt pass (dynamic shapes): eagerly, the
-    prompt's pass is about 2,000 small operations per call."""
     gemv_max_rows: int = 4
     """A compiled compact step of at most this many rows writes its projections as
     multiply-and-sum, which the compiler fuses with the operation after them."""
@@ -85,13 +82,19 @@ class DecodeTuning:
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
 
     def __post_init__(self) -> None:
-        counts = ("warmup_steps", "eos_check_every", "stream_every", "inflight_steps", "inflight_admit_rows",
-                  "cache_length_bucket", "max_sessions", "prompt_bucket", "prompt_graphs_per_session",
-                  "gemv_max_rows", "attention_splits", "experts_dense_max_tokens", "compile_after_tokens")
+        counts = ("warmup_steps", "eos_check_every", "stream_every", "inflight_steps", "block_size",
+                  "max_batch_tokens", "cpu_kv_cache_bytes", "gemv_max_rows", "attention_splits",
+                  "experts_dense_max_tokens", "compile_after_tokens")
         for name in counts:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "gemv_max_rows" else 1):
                 raise ValueError(f"DecodeTuning.{name} must be a whole number >= 1, got {value!r}")
+        utilization = self.memory_utilization
+        if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+            raise ValueError(f"DecodeTuning.memory_utilization must be in (0, 1], got {utilization!r}")
+        if self.max_batch_tokens < self.block_size:
+            raise ValueError(f"DecodeTuning.max_batch_tokens={self.max_batch_tokens} must be at least block_size="
+                             f"{self.block_size}")
         if self.prefetch not in PREFETCH_MODES:
             raise ValueError(f"DecodeTuning.prefetch={self.prefetch!r} is not one of {', '.join(PREFETCH_MODES)}")
         unknown = sorted(set(self.prefetch_weights) - set(PREFETCHABLE))

@@ -220,7 +220,7 @@ def prepare(state: ServerState, body: CompletionRequest | ChatCompletionRequest,
             sampling = sampling_params(body, defaults, state.vocabulary, max_new_tokens=tokens, eos=eos,
                                        seed=_seed(body.seed, index),
                                        constraint=make_constraint() if make_constraint else None, params=fields)
-            request = engine_request(prompt, sampling, fields, adapter)
+            request = engine_request(prompt, sampling, adapter)
             text = TextAssembler(state.loaded.tokenizer, body.stops, skip_special_tokens=body.skip_special_tokens,
                                  include_stop=body.include_stop_str_in_output)
             completions.append(Completion(index, request, text, sink))

@@ -1,5 +1,11 @@
 """How much a server takes at once, from the plan and the device: rows decoding together, the
-longest prompt plus completion, waiting requests. Shown when the server starts."""
+longest prompt plus completion, the KV cache's blocks within the memory budget, waiting requests.
+Shown when the server starts.
+
+The engine's size comes from the decode engine's one sizing function
+(``intelrt.decoding.memory.size_engine``) over the memory budget the engine measures on the device
+(``FastDecoder.serving_size``: free memory after the weights, less a profiled prefill and decode
+step, times ``DecodeTuning.memory_utilization``)."""
 
 from __future__ import annotations
 
@@ -12,12 +18,13 @@ DRAIN_TIMEOUT_S = 30.0
 """After SIGTERM, seconds the requests in flight get to finish (``intelrt serve --drain-timeout``)."""
 
 if TYPE_CHECKING:
+    from ..decoding.memory import EngineSize, MemoryBudget
     from ..decoding.tuning import DecodeTuning
     from ..hooks.plan import Plan
     from ..runtime.loaded import Loaded
 
 DEFAULT_CONTEXT = 4096
-"""Cache slots per row (prompt plus completion) unless ``context_length`` says otherwise; never
+"""Tokens per request (prompt plus completion) unless ``context_length`` says otherwise; never
 more than the model's ``max_position_embeddings``."""
 FALLBACK_ROWS = 64
 """Rows when the plan's batching decision names no batch size (transformers' continuous batching)."""
@@ -32,17 +39,37 @@ class ServingLimits:
     rows: int
     """Completions decoding at once (each ``n`` of a request is one); also the largest ``n``."""
     context: int
-    """Cache slots per row: a request's prompt tokens plus ``max_tokens`` must fit."""
+    """Tokens per request: its prompt tokens plus ``max_tokens`` must fit."""
     max_queue: int
-    """Completions waiting for a row before new requests get ``429``."""
+    """Completions waiting to be let in before new requests get ``429``."""
     kv_bytes: int
-    """Bytes of KV cache the rows take (scratch rows for prompt passes included)."""
+    """Bytes of the KV cache (0 when the engine does not run: one completion at a time)."""
     reasons: tuple[str, ...] = ()
+    engine: EngineSize | None = None
+    """The decode engine's size (``None``: the plan decodes with transformers' generate, or the
+    model's step cannot run over the paged cache)."""
+    budget: MemoryBudget | None = None
+    engine_blocker: str | None = None
+    """Why the decode engine cannot run this model's step in flight (then ``engine`` is ``None``)."""
 
     def lines(self) -> list[str]:
-        return [f"rows in flight: {self.rows}", f"context per row: {self.context} tokens (prompt + max_tokens)",
-                f"KV cache: {self.kv_bytes / 2**20:,.1f} MiB", f"queue limit: {self.max_queue} waiting completions",
-                *self.reasons]
+        lines = [f"rows in flight: {self.rows}", f"context per row: {self.context} tokens (prompt + max_tokens)"]
+        engine = self.engine
+        if engine is not None:
+            from ..decoding.memory import size_text
+
+            lines += [f"KV cache: {engine.blocks - 1:,} blocks of {engine.block_size} tokens ({engine.tokens:,} tokens, "
+                      f"{size_text(engine.kv_bytes)})",
+                      f"tokens per step: {engine.max_batch_tokens} (prompts longer than that are prefilled in chunks)"]
+        if self.budget is not None:
+            lines.append(f"memory budget: {self.budget.how}")
+            if self.budget.ceiling is not None:
+                from ..decoding.memory import size_text
+
+                lines.append(f"device memory ceiling: {size_text(self.budget.ceiling)} (what was in use before the KV "
+                             "cache plus the utilization's share of what was free)")
+        lines.append(f"queue limit: {self.max_queue} waiting completions")
+        return lines + list(self.reasons)
 
 
 def _count(name: str, value: Any) -> int | None:
@@ -55,24 +82,33 @@ def _count(name: str, value: Any) -> int | None:
 
 def limits_for(loaded: Loaded, *, max_batch: int | None = None, context_length: int | None = None,
                max_queue: int | None = None) -> ServingLimits:
-    """The limits for serving ``loaded`` on its device (see :func:`serving_limits`)."""
-    from ..decoding.generation import free_device_memory
+    """The limits for serving ``loaded`` on its device: the plan's (see :func:`serving_limits`),
+    the engine sized within the memory budget it measures on the device."""
+    from ..decoding.inflight import InflightUnavailable
 
-    model = loaded.model
-    return serving_limits(loaded.plan, model.config, model.dtype.itemsize, free_device_memory(model.device),
-                          loaded.decode_tuning, max_batch=max_batch, context_length=context_length,
-                          max_queue=max_queue)
+    base = serving_limits(loaded.plan, loaded.model.config, loaded.model.dtype.itemsize, None, loaded.decode_tuning,
+                          max_batch=max_batch, context_length=context_length, max_queue=max_queue)
+    decoder = loaded.fast_decoder()
+    if decoder is None:
+        return base
+    try:
+        engine, budget = decoder.serving_size(base.rows, base.context, loaded.model.device,
+                                              rows_asked=max_batch is not None)
+    except InflightUnavailable as why:  # the scheduler says why, and serves one completion at a time
+        return ServingLimits(base.rows, base.context, base.max_queue, 0, base.reasons, engine_blocker=str(why))
+    reasons = [r for r in base.reasons if not r.startswith("KV cache not checked")] + list(engine.reasons[1:])
+    queue = max_queue if max_queue is not None else engine.rows * QUEUE_PER_ROW
+    return ServingLimits(engine.rows, base.context, queue, engine.kv_bytes, tuple(reasons), engine, budget)
 
 
-def serving_limits(plan: Plan, config: Any, dtype_bytes: int, free_memory: int | None, tuning: DecodeTuning, *,
+def serving_limits(plan: Plan, config: Any, dtype_bytes: int, budget: MemoryBudget | None, tuning: DecodeTuning, *,
                    max_batch: int | None = None, context_length: int | None = None,
                    max_queue: int | None = None) -> ServingLimits:
     """The plan's batch size (``max_batch`` overrides it) as rows; at most ``DEFAULT_CONTEXT`` (or
-    ``context_length``) slots per row within the model's positions (``config``); rows cut to what
-    fits ``KV_MEMORY_SHARE`` of ``free_memory`` (bytes; ``None``: unknown) with ``dtype_bytes``
-    per cached value."""
-    from ..decoding.generation import KV_MEMORY_SHARE, kv_bytes_per_row
-    from ..decoding.inflight import admission_rows
+    ``context_length``) tokens per request within the model's positions (``config``); with a
+    memory ``budget`` (``None``: nothing loaded, e.g. ``intelrt serve --simulate``), the engine's
+    KV cache sized within it (``dtype_bytes`` per cached value)."""
+    from ..decoding.memory import kv_shape, size_engine
 
     max_batch, context_length = _count("max_batch", max_batch), _count("context_length", context_length)
     max_queue = _count("max_queue", max_queue)
@@ -101,24 +137,16 @@ def serving_limits(plan: Plan, config: Any, dtype_bytes: int, free_memory: int |
             ", the model's max_position_embeddings" if context == positions else
             f", intelrt's default (pass context_length for up to {positions or 'more'})"))
     if context < 2:
-        raise ConfigurationError(f"context_length={context}: a request needs at least 2 slots (one prompt token, "
+        raise ConfigurationError(f"context_length={context}: a request needs at least 2 tokens (one prompt token, "
                                  "one new token)")
-    per_token = kv_bytes_per_row(config, 1, dtype_bytes)
-    if free_memory is not None and per_token:
-        budget = int(free_memory * KV_MEMORY_SHARE)
-        fit = budget // (context * per_token) - admission_rows(rows, tuning)
-        free = f"{KV_MEMORY_SHARE:.0%} of the free device memory ({free_memory / 2**30:.1f} GiB)"
-        if fit < 1:
-            raise ConfigurationError(f"a KV cache of {context} tokens per row does not fit {free}; pass a smaller "
-                                     "context_length")
-        if fit < rows:
-            if max_batch is not None:
-                raise ConfigurationError(f"max_batch={max_batch} rows of {context} tokens do not fit {free}: at most "
-                                         f"{fit} do; pass a smaller max_batch or context_length")
-            reasons.append(f"rows cut from {rows} to {fit}: their KV cache must fit {free}")
-            rows = fit
-    elif per_token:
-        reasons.append("KV cache not checked against free memory: the device reports none")
+    shape = kv_shape(config, dtype_bytes)
+    engine = None
+    if budget is not None and shape is not None:
+        engine = size_engine(shape, budget, tuning, rows=rows, context=context, rows_asked=max_batch is not None)
+        rows = engine.rows
+        reasons += list(engine.reasons[1:])
+    elif shape is not None:
+        reasons.append("KV cache not checked against device memory: nothing is loaded")
     queue = max_queue if max_queue is not None else rows * QUEUE_PER_ROW
-    kv_bytes = (rows + admission_rows(rows, tuning)) * context * per_token
-    return ServingLimits(rows, context, queue, kv_bytes, tuple(reasons))
+    kv = engine.kv_bytes if engine is not None else (rows * context * shape.bytes_per_token if shape else 0)
+    return ServingLimits(rows, context, queue, kv, tuple(reasons), engine, budget)

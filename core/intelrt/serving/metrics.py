@@ -20,7 +20,9 @@ TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0
 
 
 class ServerMetrics:
-    """Requests, tokens, queue depth, rows in flight, time to first token, inter-token latency."""
+    """Requests, tokens, queue depth, rows in flight, time to first token, inter-token latency, and
+    the decode engine's own: KV blocks (all, in use), preemptions, out-of-memory retries, prefix-cache
+    lookups and hits (in prompt tokens; their ratio is the hit rate)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -39,6 +41,17 @@ class ServerMetrics:
         self.inter_token_latency = Histogram("intelrt_inter_token_latency_seconds",
                                              "Time between a completion's tokens (one observation per token)",
                                              buckets=TOKEN_GAP_BUCKETS, registry=r)
+        self.kv_blocks = Gauge("intelrt_kv_cache_blocks", "Blocks of the paged KV cache", registry=r)
+        self.kv_blocks_used = Gauge("intelrt_kv_cache_blocks_used", "KV cache blocks held by requests", registry=r)
+        self.preemptions = Counter("intelrt_preemptions", "Completions whose KV blocks were taken back to let others "
+                                   "go on (recomputed later)", registry=r)
+        self.oom_retries = Counter("intelrt_oom_retries", "Engine steps that ran out of device memory and were retried "
+                                   "with fewer rows or tokens", registry=r)
+        self.prefix_queried_tokens = Counter("intelrt_prefix_cache_queried_tokens",
+                                             "Prompt tokens of admitted completions, looked up in the prefix cache",
+                                             registry=r)
+        self.prefix_hit_tokens = Counter("intelrt_prefix_cache_hit_tokens",
+                                         "Prompt tokens found in the prefix cache (not prefilled again)", registry=r)
         self.request_latency = Histogram("intelrt_request_latency_seconds",
                                          "From a request's arrival to its last byte of output", buckets=LATENCY_BUCKETS,
                                          registry=r)

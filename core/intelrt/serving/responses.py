@@ -37,6 +37,15 @@ def _finite(value: float | None) -> float:
     return value if value is not None and value > -9999.0 else -9999.0
 
 
+def _by_text(alternatives: Sequence[Any], text_of: TokenText) -> dict[str, float]:
+    """The legacy ``top_logprobs`` dict: alternatives best first, keyed by their text. Tokens that
+    decode alike (byte pieces all reading '\ufffd') share a key, which keeps the best one's logprob."""
+    found: dict[str, float] = {}
+    for alternative in alternatives:
+        found.setdefault(text_of(alternative.token_id), _finite(alternative.logprob))
+    return found
+
+
 def completion_logprobs(entries: Sequence[SampledToken], text_of: TokenText, offset: int = 0) -> dict[str, Any]:
     """``/v1/completions``'s ``logprobs`` object; ``offset``: where the first token's text starts in
     the choice's text (after an echoed prompt, or earlier chunks)."""
@@ -45,8 +54,7 @@ def completion_logprobs(entries: Sequence[SampledToken], text_of: TokenText, off
         text = text_of(entry.token_id)
         tokens.append(text)
         token_logprobs.append(_finite(entry.logprob))
-        tops.append({text_of(t.token_id): _finite(t.logprob) for t in entry.top_logprobs} if entry.top_logprobs
-                    else None)
+        tops.append(_by_text(entry.top_logprobs, text_of) if entry.top_logprobs else None)
         offsets.append(offset)
         offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}

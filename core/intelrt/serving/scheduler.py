@@ -1,10 +1,15 @@
-"""The decode thread of a server: completions wait in a queue, join the in-flight batch between
-steps, and their text goes back to the event loop that answers the HTTP requests.
+"""The decode thread of a server: completions join the decode engine's in-flight batch, and their
+text goes back to the event loop that answers the HTTP requests.
 
-:class:`InflightScheduler` drives intelrt's in-flight batch (``decoding/inflight.py``). Models
-the fast loop cannot run in flight (the plan decodes with transformers' ``generate``, or a cache
-whose rows cannot move) get :class:`SequentialScheduler`: one completion at a time, streamed
-through :meth:`Loaded.generate_ids`. :func:`start_scheduler` picks one and says why.
+:class:`InflightScheduler` drives intelrt's decode engine (``decoding/inflight.py``): it hands
+every accepted completion to the engine at once — the engine queues them, lets them in as KV
+blocks and rows free up, prefills their prompts in chunks between decode steps, preempts and
+recomputes when the cache runs out, and retries a step that runs out of device memory with fewer
+rows — so an accepted completion is never failed for capacity (SPEC S1); only the queue limit
+(``429`` before acceptance) says no. Models whose step cannot run over the paged cache (the plan
+decodes with transformers' ``generate``, or an attention that takes no mask) get
+:class:`SequentialScheduler`: one completion at a time, streamed through
+:meth:`Loaded.generate_ids`. :func:`start_scheduler` picks one and says why.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..decoding.inflight import InflightBatch, InflightUnavailable, RowRequest
+from ..decoding.inflight import InflightBatch, InflightUnavailable
+from ..decoding.sampling import DecodeRequest, SampledToken
 from .metrics import ServerMetrics
 from .text import TextAssembler
 
@@ -39,11 +45,13 @@ On an accelerator the decode thread waits for the device without the GIL, and ne
 
 @dataclass(frozen=True)
 class Piece:
-    """New text of completion ``index`` (``tokens``: how many new tokens it came from)."""
+    """New text of completion ``index`` (``tokens``: how many new tokens it came from;
+    ``sampled``: those tokens, with their log-probabilities when the request asked for them)."""
 
     index: int
     text: str
     tokens: int
+    sampled: tuple[SampledToken, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,7 +92,7 @@ class Completion:
     """One completion a request asked for (its ``index`` among the request's choices)."""
 
     index: int
-    request: RowRequest
+    request: DecodeRequest
     text: TextAssembler
     sink: Sink
     cancelled: bool = False
@@ -120,10 +128,10 @@ class Scheduler:
         with self._lock:
             if self._stopping or self.failure is not None:
                 raise RuntimeError(self.failure or "the server is shutting down")
-            if len(self._incoming) + len(self._waiting) + len(completions) > self.limits.max_queue:
+            if self.queued() + len(completions) > self.limits.max_queue:
                 raise QueueFull()
             self._incoming.extend(completions)
-            self.metrics.queue_depth.set(len(self._incoming) + len(self._waiting))
+            self.metrics.queue_depth.set(self.queued())
             self._lock.notify()
 
     def cancel(self, completions: Sequence[Completion]) -> None:
@@ -149,6 +157,10 @@ class Scheduler:
 
     def describe(self) -> list[str]:
         return [f"engine: {self.engine}: {self.reason}"]
+
+    def queued(self) -> int:
+        """Completions accepted and not decoding yet (what the queue limit counts)."""
+        return len(self._incoming) + len(self._waiting)
 
     # -- the decode thread ---------------------------------------------------------------------
     def _main(self) -> None:
@@ -182,8 +194,8 @@ class Scheduler:
                     log.error("intelrt serve: %s", message, exc_info=exc)
                     self._fail_all(message)
             self._flush()
-            self.metrics.queue_depth.set(len(self._waiting) + len(self._incoming))
-            self.metrics.rows_in_flight.set(self._busy())
+            self.metrics.queue_depth.set(self.queued())
+            self.metrics.rows_in_flight.set(self._decoding())
             if stopping and not self._waiting and not self._busy():
                 return
 
@@ -203,13 +215,13 @@ class Scheduler:
         if self._handoff:
             time.sleep(self._handoff)
 
-    def _text(self, completion: Completion, tokens: list[int]) -> bool:
+    def _text(self, completion: Completion, tokens: list[int], sampled: tuple[SampledToken, ...] = ()) -> bool:
         """Send the text of ``tokens``; True when a stop string ended the completion."""
         completion.tokens += len(tokens)
         self.metrics.generated_tokens.inc(len(tokens))
         text = completion.text.feed(tokens)
         if text or tokens:
-            self._send(completion, Piece(completion.index, text, len(tokens)))
+            self._send(completion, Piece(completion.index, text, len(tokens), sampled))
         return completion.text.stopped
 
     def _end(self, completion: Completion, reason: str) -> None:
@@ -241,6 +253,10 @@ class Scheduler:
     def _busy(self) -> int:
         raise NotImplementedError
 
+    def _decoding(self) -> int:
+        """Completions decoding now (the rows-in-flight gauge)."""
+        return self._busy()
+
     def _running(self) -> list[Completion]:
         raise NotImplementedError
 
@@ -254,7 +270,7 @@ def _deliver(outbox: list[tuple[Sink, Event]]) -> None:
 
 
 class InflightScheduler(Scheduler):
-    """Completions join and leave intelrt's in-flight batch between decode steps."""
+    """Completions join and leave the decode engine's in-flight batch between its looks."""
 
     engine = "in-flight batching"
 
@@ -263,6 +279,8 @@ class InflightScheduler(Scheduler):
         super().__init__(loaded, limits, metrics, reason)
         self.batch = batch
         self._rows: dict[int, Completion] = {}
+        """Completions the engine holds (waiting in it or running), by handle."""
+        self._counted = (0, 0, 0, 0)
 
     def describe(self) -> list[str]:
         shape = self.batch.describe()
@@ -270,14 +288,22 @@ class InflightScheduler(Scheduler):
                  f"decode step: {shape['step']}" + (f" ({shape['step_reason']})" if shape["step_reason"] else "")
                  + f", compiled: {shape['compiled'] or 'no'}, device graphs: {shape['graphs'] or 'none'}"
                  + (", Triton decode attention" if shape["attention_kernel"] else ""),
-                 f"row buckets (one captured step each): {', '.join(map(str, shape['buckets']))}"]
+                 f"row buckets (one captured step each): {', '.join(map(str, shape['buckets']))}",
+                 f"prefix caching: {'on' if shape['prefix_caching'] else 'off'}"]
         return lines + [f"note: {n}" for n in shape["notes"]]
 
     def _warm_up(self) -> None:
         self.batch.warm_up()
+        self.metrics.kv_blocks.set(self.batch.pool.usable)
 
     def _busy(self) -> int:
+        return len(self._rows)
+
+    def _decoding(self) -> int:
         return self.batch.busy
+
+    def queued(self) -> int:
+        return super().queued() + self.batch.waiting
 
     def _running(self) -> list[Completion]:
         return list(self._rows.values())
@@ -288,43 +314,52 @@ class InflightScheduler(Scheduler):
         self._rows.clear()
 
     def _turn(self) -> None:
-        """Free the rows of clients that left, let waiting completions in, run a few steps."""
+        """Free what clients left, hand new completions to the engine, run one of its looks."""
         for handle, completion in list(self._rows.items()):
             if completion.cancelled:
                 self.batch.retire(handle)
                 del self._rows[handle]
         self._drop_cancelled_waiting()
-        waiting = list(self._waiting)
-        count = self.batch.admissible([c.request for c in waiting])
-        if count:
-            joining = waiting[:count]
-            for _ in range(count):
-                self._waiting.popleft()
-            try:
-                handles, progress = self.batch.admit([c.request for c in joining])
-            except Exception:
-                self._waiting.extendleft(reversed(joining))  # failed with the rest by the thread's loop
-                raise
+        if self._waiting:
+            joining = list(self._waiting)
+            self._waiting.clear()
+            handles = self.batch.add([c.request for c in joining])
             for handle, completion in zip(handles, joining, strict=True):
                 completion.handle = handle
                 self._rows[handle] = completion
-            self._progress(progress.tokens, progress.finished)
-            self._flush()  # their first tokens go out now, not after the next steps
-        elif waiting and not self.batch.busy:
-            raise RuntimeError(f"a waiting completion cannot join an empty batch: {waiting[0].request}")
-        if self.batch.busy:
+        if self.batch.pending:
             progress = self.batch.step()
-            self._progress(progress.tokens, progress.finished)
+            for handle, message in progress.failed.items():
+                self._send(self._rows.pop(handle), Failed(f"the request could not be decoded: {message}"))
+            self._progress(progress.outputs, progress.finished)
+        self._count()
 
-    def _progress(self, tokens: dict[int, list[int]], finished: dict[int, str]) -> None:
-        for handle, new in tokens.items():
-            completion = self._rows[handle]
-            if self._text(completion, new):
+    def _progress(self, outputs: dict[int, list[SampledToken]], finished: dict[int, str]) -> None:
+        for handle, sampled in outputs.items():
+            completion = self._rows.get(handle)
+            if completion is None:
+                continue
+            if self._text(completion, [t.token_id for t in sampled], tuple(sampled)):
                 if handle not in finished:
                     self.batch.retire(handle)
                 finished = {**finished, handle: "stop"}
         for handle, reason in finished.items():
-            self._end(self._rows.pop(handle), reason)
+            completion = self._rows.pop(handle, None)
+            if completion is not None:
+                self._end(completion, reason)
+
+    def _count(self) -> None:
+        """The engine's own metrics: blocks in use, preemptions, out-of-memory retries, prefix hits."""
+        stats, pool = self.batch.stats, self.batch.pool
+        now = (stats.preemptions, stats.oom_retries, pool.stats.queried_tokens, pool.stats.hit_tokens)
+        before = self._counted
+        metrics = self.metrics
+        metrics.preemptions.inc(now[0] - before[0])
+        metrics.oom_retries.inc(now[1] - before[1])
+        metrics.prefix_queried_tokens.inc(now[2] - before[2])
+        metrics.prefix_hit_tokens.inc(now[3] - before[3])
+        metrics.kv_blocks_used.set(pool.used)
+        self._counted = now
 
 
 class _Halt(Exception):
@@ -393,14 +428,17 @@ class SequentialScheduler(Scheduler):
         self.metrics.rows_in_flight.set(1)
         self.metrics.queue_depth.set(len(self._waiting))
         request = completion.request
+        params = request.params
         streamer = _CompletionStreamer(self, completion)
-        settings: dict[str, Any] = {"max_new_tokens": request.max_new_tokens, "do_sample": not request.greedy,
+        settings: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "do_sample": not params.greedy,
                                     "streamer": streamer}
-        if not request.greedy:
+        if params.stop_token_ids:
+            settings["eos_token_id"] = list(params.stop_token_ids)
+        if not params.greedy:
             import torch
 
-            settings.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
-            torch.manual_seed(request.seed)
+            settings.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+            torch.manual_seed(params.seed if params.seed is not None else 0)
         try:
             self.loaded.generate_ids(list(request.prompt), **settings)
         except Exception:
@@ -411,7 +449,7 @@ class SequentialScheduler(Scheduler):
             self._send(completion, Failed(self._abort or "the server is shutting down"))
         elif streamer.halted != "gone":
             length = streamer.halted != "stop" and streamer.last not in self._eos \
-                and completion.tokens >= request.max_new_tokens
+                and completion.tokens >= params.max_new_tokens
             self._end(completion, "length" if length else "stop")
 
 
@@ -425,8 +463,8 @@ def _eos_ids(loaded: Loaded) -> tuple[int, ...]:
 
 
 def start_scheduler(loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics) -> Scheduler:
-    """The scheduler for ``loaded`` (in-flight batching where the plan's fast loop allows it),
-    started: it warms up on its own thread (``ready`` is set after)."""
+    """The scheduler for ``loaded`` (the decode engine's in-flight batch where the plan's fast loop
+    runs over the paged cache), started: it warms up on its own thread (``ready`` is set after)."""
     decoder = loaded.fast_decoder()
     scheduler: Scheduler
     if decoder is None:
@@ -436,12 +474,14 @@ def start_scheduler(loaded: Loaded, limits: ServingLimits, metrics: ServerMetric
                                         f"the plan decodes with transformers' generate ({why})")
     else:
         try:
-            batch = InflightBatch(decoder, limits.rows, limits.context, loaded.model.device)
+            if limits.engine is None:
+                raise InflightUnavailable(limits.engine_blocker or "the engine could not be sized for this model")
+            batch = InflightBatch(decoder, limits.engine, loaded.model.device, preallocate=True)
         except InflightUnavailable as why:
             scheduler = SequentialScheduler(loaded, limits, metrics, f"the fast decode loop cannot batch in flight: "
                                             f"{why}")
         else:
-            scheduler = InflightScheduler(loaded, limits, metrics, "requests join and leave the fast decode loop's "
-                                          "batch between steps", batch)
+            scheduler = InflightScheduler(loaded, limits, metrics, "requests join and leave the decode engine's "
+                                          "batch between steps (paged KV cache, chunked prefill)", batch)
     scheduler.start()
     return scheduler

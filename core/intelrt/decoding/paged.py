@@ -1,0 +1,289 @@
+"""The paged KV cache on the device, and attention over it in torch operations.
+
+One key tensor and one value tensor per layer, each ``(blocks, block_size, kv_heads, head_dim)``
+(vLLM's layout for FlashAttention, ``vllm/v1/attention/backends/flash_attn.py``): token slot ``s``
+of the flat view is slot ``s % block_size`` of block ``s // block_size``. A request's *block
+table* lists its blocks in order; its token at position ``p`` lives at flat slot
+``table[p // block_size] * block_size + p % block_size``. Block ids and reference counts are
+``blocks.py``'s; this module holds the tensors and reads and writes them.
+
+Attention here is for devices (or layers) without the one-kernel decode attention
+(``triton_attention.py``, which reads through the block table itself):
+
+* :func:`decode_attention`: one new token per row: the row's context gathered from its blocks
+  (``width`` blocks of the table), masked to the row's length, attended with grouped-query heads
+  sharing their key/value head (no expansion);
+* :func:`prefill_attention`: a chunk of one request's prompt: its context gathered, then
+  ``scaled_dot_product_attention`` with the causal mask of the chunk's positions — the fused,
+  memory-efficient kernels where the device has them, so full scores are never materialised
+  (a soft-capped layer, which SDPA cannot express, is computed in tiles of queries instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .blocks import BlockPool
+
+log = logging.getLogger(__name__)
+
+PREFILL_SCORE_TILE = 1 << 22
+"""A soft-capped layer's prefill computes at most this many scores (query x key x head) at once."""
+PACK_KEYS = 16384
+"""A packed prefill attends at most this many gathered keys at once (more chunks are attended in
+several packs): its mask and gathered keys stay near what one chunk of a long prompt needs."""
+
+
+class PagedCache:
+    """Key and value blocks of every layer on ``device``, with their :class:`BlockPool`."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: Any, device: Any, blocks: int,
+                 block_size: int, prefix_caching: bool = True) -> None:
+        import torch
+
+        shape = (blocks, block_size, kv_heads, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.pool = BlockPool(blocks, block_size, prefix_caching)
+        self.block_size, self.kv_heads, self.head_dim = block_size, kv_heads, head_dim
+        self.dtype, self.device = dtype, device
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def tensors(self) -> list[Any]:
+        return [*self.keys, *self.values]
+
+
+def flat(pool: Any) -> Any:
+    """``pool`` (blocks, block_size, heads, dim) as (slots, heads, dim)."""
+    return pool.view(-1, pool.shape[2], pool.shape[3])
+
+
+def write(pool: Any, slots: Any, states: Any) -> None:
+    """Store ``states`` (tokens, heads, dim) at flat ``slots`` (tokens,) of ``pool``."""
+    flat(pool).index_copy_(0, slots, states.to(pool.dtype))
+
+
+def gather(pool: Any, table: Any) -> Any:
+    """The context of each row of ``table`` (rows, width): (rows, heads, width * block_size, dim)."""
+    rows, width = table.shape
+    context = pool[table.reshape(-1)].view(rows, width * pool.shape[1], pool.shape[2], pool.shape[3])
+    return context.transpose(1, 2)
+
+
+def _soft_cap(x: Any, cap: float | None) -> Any:
+    import torch
+
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
+def attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap: float | None = None) -> Any:
+    """Grouped-query attention of ``q`` (rows, q_heads, T, D) over ``keys``/``values``
+    (rows, kv_heads, L, D), ``allowed`` (rows, T, L) bool: each key/value head serves its group of
+    query heads directly, with no expanded K or V. Returns (rows, T, q_heads * D). Materialises the
+    scores: for decode steps (T = 1) and tiles of a soft-capped prefill."""
+    import torch
+
+    rows, q_heads, steps, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    groups = q_heads // kv_heads
+    grouped = q.reshape(rows, kv_heads, groups * steps, dim)
+    scores = _soft_cap(torch.matmul(grouped, keys.transpose(-1, -2).to(q.dtype)) * scaling, softcap)
+    mask = allowed[:, None, None].expand(rows, 1, groups, steps, length).reshape(rows, 1, groups * steps, length)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.matmul(weights, values.to(q.dtype))  # (rows, kv_heads, groups * T, D)
+    return out.reshape(rows, q_heads, steps, dim).transpose(1, 2).reshape(rows, steps, q_heads * dim)
+
+
+def decode_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: Any, scaling: float,
+                     window: int | None, softcap: float | None) -> Any:
+    """One new token per row: ``q`` (rows, q_heads, 1, D) at ``positions`` (rows, 1) over positions
+    ``0 .. position`` of each row, read through the first ``table.shape[1]`` blocks of its table
+    (the new token's key and value already written). Returns (rows, 1, q_heads * D)."""
+    import torch
+
+    keys, values = gather(k_pool, table), gather(v_pool, table)
+    slot = torch.arange(keys.shape[2], device=q.device)[None, :]
+    allowed = slot <= positions
+    if window is not None:
+        allowed = allowed & (slot > positions - window)
+    return attend(q, keys, values, allowed[:, None, :], scaling, softcap)
+
+
+def prefill_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: Any, context: int, scaling: float,
+                      window: int | None, softcap: float | None) -> Any:
+    """A chunk of ``T`` tokens of one request: ``q`` (1, q_heads, T, D) at ``positions`` (T,) over
+    the request's first ``context`` tokens (its blocks ``table``, (1, width); the chunk's keys
+    already written). Returns (1, T, q_heads * D)."""
+    import torch
+
+    _, q_heads, steps, dim = q.shape
+    blocks = -(-context // k_pool.shape[1])
+    keys = gather(k_pool, table[:, :blocks])[:, :, :context].to(q.dtype)
+    values = gather(v_pool, table[:, :blocks])[:, :, :context].to(q.dtype)
+    kv_heads = keys.shape[1]
+    groups = q_heads // kv_heads
+    key_positions = torch.arange(context, device=q.device)[None, :]
+    if softcap is not None:
+        out = []
+        tile = max(1, PREFILL_SCORE_TILE // max(1, q_heads * context))
+        for start in range(0, steps, tile):
+            rows = positions[start:start + tile, None]
+            allowed = key_positions <= rows
+            if window is not None:
+                allowed = allowed & (key_positions > rows - window)
+            out.append(attend(q[:, :, start:start + tile], keys, values, allowed[None], scaling, softcap))
+        return torch.cat(out, dim=1)
+    # K and V repeated per query head (as transformers' sdpa_attention_forward does without enable_gqa):
+    # every fused SDPA kernel takes that shape, with a mask or causal.
+    keys, values = keys.repeat_interleave(groups, dim=1), values.repeat_interleave(groups, dim=1)
+    if window is None and steps == context:
+        attended = torch.nn.functional.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scaling)
+    else:
+        allowed = key_positions <= positions[:, None]
+        if window is not None:
+            allowed = allowed & (key_positions > positions[:, None] - window)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=allowed[None, None],
+                                                                    scale=scaling)
+    return attended.transpose(1, 2).reshape(1, steps, q_heads * dim)
+
+
+_VARLEN_REFUSED: list[str] = []
+"""Why this process's ``varlen_attn`` refused paged keys once (it is not asked again)."""
+
+
+def varlen_paged_attention() -> Any:
+    """``torch.nn.attention.varlen.varlen_attn`` when this torch has it with paged keys and values
+    (``block_table``: FlashAttention reads each request's blocks itself, nothing gathered) and it
+    has not refused them in this process, else ``None``."""
+    import inspect
+
+    if _VARLEN_REFUSED:
+        return None
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn if "block_table" in inspect.signature(varlen_attn).parameters else None
+
+
+class PackedPrefill:
+    """The attention of one packed prefill — several requests' prompt chunks end to end — planned
+    once per pass and applied per layer.
+
+    ``segments`` (start, end, table, context) as ``compact.Segment``; ``positions`` (tokens,) the
+    chunks' positions. Three ways, the first the device allows:
+
+    * ``varlen``: FlashAttention's variable-length kernel over the paged cache
+      (``torch.nn.attention.varlen.varlen_attn`` with ``block_table``, CUDA, half precision): one
+      call per layer for every chunk, each query seeing its request's blocks up to its position
+      (causal, aligned to the context's end), nothing gathered — vLLM's prefill path
+      (``flash_attn_varlen_func`` with a block table);
+    * ``packed``: the chunks' contexts gathered once per layer into one key/value sequence per
+      *pack* (chunks whose contexts hold at most ``pack_keys`` keys together), and one
+      ``scaled_dot_product_attention`` per pack with a mask that lets each query see its own
+      request's keys up to its position (a fused kernel, no score matrix materialised);
+    * ``each``: one ``prefill_attention`` per chunk (the CPU, whose SDPA gains nothing from packing;
+      and soft-capped layers, which SDPA cannot express).
+    """
+
+    def __init__(self, segments: Any, positions: Any, block_size: int, device: Any, dtype: Any,
+                 packed: bool | None = None, pack_keys: int = PACK_KEYS) -> None:
+        import torch
+
+        self.segments, self.positions, self.pack_keys = segments, positions, pack_keys
+        self.varlen = varlen_paged_attention() if device.type == "cuda" and dtype in (torch.float16,
+                                                                                    torch.bfloat16) else None
+        self.packed = (device.type != "cpu" if packed is None else packed) and len(segments) > 1
+        self.packs: list[tuple[int, int, Any, Any, Any]] = []
+        self._masks: dict[tuple[int, int | None], Any] = {}
+        if self.varlen is not None:
+            self.cu_seq_q = torch.tensor([0, *[seg.end for seg in segments]], dtype=torch.int32).to(device)
+            self.seqused_k = torch.tensor([seg.context for seg in segments], dtype=torch.int32).to(device)
+            width = max(-(-seg.context // block_size) for seg in segments)
+            self.block_table = torch.cat([seg.table[:, :width] for seg in segments]).to(torch.int32)
+            self.max_q = max(seg.end - seg.start for seg in segments)
+            self.max_k = max(seg.context for seg in segments)
+        if self.packed:
+            self._plan_packed(block_size, device)
+
+    def _plan_packed(self, block_size: int, device: Any) -> None:
+        """The ``packed`` way's packs: consecutive chunks whose contexts together hold at most
+        ``pack_keys`` keys (a chunk of a longer context is a pack of its own), each with its
+        gathered contexts' slots, the positions of those keys and which query sees which key's
+        request."""
+        import torch
+
+        self.packed = True
+        group: list[Any] = []
+        for seg in [*self.segments, None]:
+            if group and (seg is None or sum(g.context for g in group) + seg.context > self.pack_keys):
+                slots, key_positions, key_owner, query_owner = [], [], [], []
+                for index, member in enumerate(group):
+                    blocks = -(-member.context // block_size)
+                    context = torch.arange(member.context, device=device)
+                    table = member.table[0, :blocks].to(device)
+                    slots.append(table[context // block_size] * block_size + context % block_size)
+                    key_positions.append(context)
+                    key_owner.append(torch.full((member.context,), index, device=device))
+                    query_owner.append(torch.full((member.end - member.start,), index, device=device))
+                same = torch.cat(query_owner)[:, None] == torch.cat(key_owner)[None, :]
+                self.packs.append((group[0].start, group[-1].end, torch.cat(slots), torch.cat(key_positions), same))
+                group = []
+            if seg is not None:
+                group.append(seg)
+
+    def _mask(self, pack: int, window: int | None) -> Any:
+        mask = self._masks.get((pack, window))
+        if mask is None:
+            start, end, _, key_positions, same = self.packs[pack]
+            query = self.positions[start:end, None]
+            mask = same & (key_positions[None, :] <= query)
+            if window is not None:
+                mask = mask & (key_positions[None, :] > query - window)
+            self._masks[pack, window] = mask
+        return mask
+
+    def attend(self, q: Any, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
+               softcap: float | None) -> Any:
+        """Attention of ``q`` (1, q_heads, tokens, D), the chunks' keys and values already written
+        to the pools; (1, tokens, q_heads * D)."""
+        import torch
+
+        _, q_heads, tokens, dim = q.shape
+        if self.varlen is not None and window is None and softcap is None:
+            try:
+                out = self.varlen(q[0].transpose(0, 1), k_pool, v_pool, self.cu_seq_q, None, self.max_q,
+                                  self.max_k, scale=scaling, window_size=(-1, 0), enable_gqa=True,
+                                  seqused_k=self.seqused_k, block_table=self.block_table)
+                return out.reshape(1, tokens, q_heads * dim)
+            except RuntimeError as exc:  # e.g. a block size its kernel does not take: gathered instead
+                if "out of memory" in str(exc).lower():
+                    raise
+                _VARLEN_REFUSED.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                log.warning("intelrt: varlen_attn refused the paged cache (%s); prompts are attended through "
+                            "gathered blocks from now on", _VARLEN_REFUSED[0])
+                self.varlen = None
+                if not self.packed:
+                    self._plan_packed(k_pool.shape[1], q.device)
+        if self.packed and softcap is None:
+            out = []
+            for index, (start, end, slots, _, _) in enumerate(self.packs):
+                keys = flat(k_pool).index_select(0, slots).to(q.dtype)  # (keys, kv_heads, D)
+                values = flat(v_pool).index_select(0, slots).to(q.dtype)
+                groups = q_heads // keys.shape[1]
+                keys = keys.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+                values = values.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
+                out.append(torch.nn.functional.scaled_dot_product_attention(
+                    q[:, :, start:end], keys, values, attn_mask=self._mask(index, window)[None, None], scale=scaling))
+            attended = out[0] if len(out) == 1 else torch.cat(out, dim=2)
+            return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
+        parts = [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
+                                   self.positions[seg.start:seg.end], seg.context, scaling, window, softcap)
+                 for seg in self.segments]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
