@@ -167,7 +167,7 @@ class GenericRules:
         checkpoint = read_checkpoint_quantization(s.model.config, s.model.local_dir)
         return decide(s.request.quantization, checkpoint, Target.from_backend(backend),
                       dtype=str(s.decided.dtype or "float32"),
-                      in_features=projection_inputs(s.model.config)).decision()
+                      in_features=projection_inputs(s.model.config), env=s.env).decision()
 
     def select_parallelism(self, backend: Backend, s: Situation) -> Decision:
         return decide_parallelism(backend, s)

@@ -604,12 +604,14 @@ def _layout_problem(method: Method, cell: Cell, checkpoint: CheckpointQuantizati
 
 def decide(request: str | None, checkpoint: CheckpointQuantization | None, target: Target, *,
            dtype: str = "bfloat16", in_features: Sequence[int] = (),
-           claim_of: Callable[[str], str | None] | None = None) -> QuantizationPlan:
+           claim_of: Callable[[str], str | None] | None = None,
+           env: Mapping[str, str] | None = None) -> QuantizationPlan:
     """The quantization decision for ``request`` (a ``quantization=`` value or ``None``) and the
     checkpoint's own ``checkpoint`` on ``target``; a ``PlanError`` says the way out.
 
     ``dtype``: the plan's dtype; ``in_features``: the model's projection input sizes (int4 group
-    size); ``claim_of``: the SPEC claim of a backend kind (``xpu`` → ``X9``)."""
+    size); ``claim_of``: the SPEC claim of a backend kind (``xpu`` → ``X9``); ``env``: the run's
+    environment (INC's ``QUANT_CONFIG``)."""
     if request is None and checkpoint is None:
         return QuantizationPlan(None, "not requested")
     column = target.column()
@@ -673,14 +675,16 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
 
         group = group_size(in_features) if in_features else 128
         details.update(calibration_defaults(bits, group))
-        notes.append("AutoRound quantizes after loading, with calibration text (auto-round's default dataset "
-                     "NeelNanda/pile-10k comes from the hub; offline, pass your own text, or iters=0 for "
-                     "round-to-nearest); transformers loads only AutoRound checkpoints "
-                     "(quantizer_auto_round.py), so the quantized model is saved and loaded back")
+        notes.append("AutoRound quantizes after loading, tuning on calibration text, and transformers loads only "
+                     "AutoRound checkpoints (quantizer_auto_round.py): intelrt.load saves the quantized model to a "
+                     "temporary directory and loads it back. Its default calibration set NeelNanda/pile-10k comes "
+                     "from the hub; offline, or for your own text: intelrt quantize MODEL --method autoround "
+                     "--calibration FILE --output DIR (--iters 0: round-to-nearest, no tuning), then load DIR")
     if method.key == "inc-fp8":
-        from .inc import fp8_flow
+        from .inc import fp8_flow, stage_note
 
-        details.update(fp8_flow())
+        details.update(fp8_flow(env))
+        notes.append(stage_note(details))
     if checkpoint is not None and method.family in ("gptq", "awq") and details.get("loader") == "auto-round":
         if bits != 4:
             raise PlanError(f"{asked}: on {column.title} auto-round loads 4-bit GPTQ/AWQ weights only "

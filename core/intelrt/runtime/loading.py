@@ -23,6 +23,7 @@ from .download import config_fetcher
 from .environment import apply_in_process
 from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
+from .quantized_load import after_load
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,11 @@ def prepare(plan: Plan, host: PluginHost | None = None) -> None:
     install_compile_wrapper(plan.backend, host)
 
 
-def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
+def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None, *,
+               quantize: bool = True) -> Loaded:
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
-    ``from_pretrained`` here and nowhere else: a plan never holds them."""
+    ``from_pretrained`` here and nowhere else: a plan never holds them. ``quantize=False`` loads
+    the weights as they are on disk, for a quantizer that runs on them (``intelrt.quantize``)."""
     check_ranks(plan)
     prepare(plan, host)
     import transformers
@@ -68,6 +71,8 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     auto_class = getattr(transformers, AUTO_CLASSES[plan.task][0])
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
+    if not quantize:
+        kwargs.pop("quantization_config", None)
     log.info("loading %s with %s%s", source,
              redact({k: v for k, v in kwargs.items() if k not in ("kernel_config", "distributed_config")}),
              f" and credentials {sorted(credentials)}" if credentials else "")
@@ -77,7 +82,10 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
-    return adopt(model, _load_tokenizer(plan, source, credentials), plan, host)
+    tokenizer = _load_tokenizer(plan, source, credentials)
+    if quantize:
+        model = after_load(model, tokenizer, plan, auto_class, {**kwargs, **credentials})
+    return adopt(model, tokenizer, plan, host)
 
 
 def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None) -> Loaded:
