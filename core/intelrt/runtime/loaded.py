@@ -247,7 +247,8 @@ class Loaded:
 
         ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
         (``text`` or ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA
-        adapters; a model loaded with ``quantization="4bit"`` trains them as QLoRA.
+        adapters; a quantized model (``quantization="4bit"``, ``"int8"`` …) trains them as QLoRA where
+        PEFT supports its base (docs/quantization.md, "LoRA"), else ``lora=True`` is refused.
         ``output_dir`` must be new or empty: one holding anything else (the model's own directory
         above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
         or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
