@@ -533,7 +533,7 @@ def _install_hint(distribution: str, floor: str | None) -> str:
     return f"pip install '{extra}' (or pip install '{spec}')" if extra else f"pip install '{spec}'"
 
 
-def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> list[str]:
+def _check_packages(method: Method, cell: Cell, target: Target, asked: str, where: str) -> list[str]:
     """Raise for a missing or too old package; the versions found, for the reason."""
     found = []
     for distribution, floor in ((cell.package, cell.floor), *cell.requires):
@@ -544,8 +544,8 @@ def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> l
             raise PlanError(f"{asked} uses {distribution}, which is not installed: "
                             f"{_install_hint(distribution, floor)}")
         if floor and parse(version) is not None and not at_least(version, floor):
-            raise PlanError(f"{asked} needs {distribution} >= {floor} ({cell.source}); this is {version}: "
-                            f"{_install_hint(distribution, floor)}")
+            raise PlanError(f"{asked}: {method.title} on {where} needs {distribution} >= {floor}, and this is "
+                            f"{version} ({cell.source}): {_install_hint(distribution, floor)}")
         found.append(f"{distribution} {version}")
     return found
 
@@ -654,7 +654,7 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
             raise PlanError(f"{asked}: {problem}")
     dequantized = cell.runs == "dequantized"
     try:
-        found = _check_packages(method, cell, target, asked)
+        found = _check_packages(method, cell, target, asked, column.title)
     except PlanError as missing:
         if not (cell.dequantizes_without_package and checkpoint is not None):
             raise
@@ -694,6 +694,9 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
         notes.append(cell.note)
     if not method.lora:
         notes.append(f"LoRA training on this base is refused: {method.lora_reason}")
+    elif not dequantized:
+        notes.append(f"QLoRA: to fine-tune a model too big for the device, train LoRA adapters with PEFT on this base "
+                     f"(Loaded.train(..., lora=True); {method.lora_reason})")
     load_dtype = cell.dtype
     if load_dtype is None and cell.compute_dtypes and dtype not in cell.compute_dtypes:
         load_dtype = cell.compute_dtypes[0]
