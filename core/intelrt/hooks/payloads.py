@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
 
@@ -68,6 +68,9 @@ def _check(obj: object, name: str, kinds: tuple[type, ...], *, optional: bool = 
 
 class Payload:
     """Base of the typed decision values: JSON fields, ``to_dict`` and ``from_dict``."""
+
+    not_printed: ClassVar[tuple[str, ...]] = ()
+    """Fields the plan's table leaves out (``to_dict`` and ``--json`` hold them all)."""
 
     def _validate(self) -> None:
         try:
@@ -191,6 +194,8 @@ class QuantizationChoice(Payload):
     """``save_pretrained`` writes it as a checkpoint plain ``from_pretrained`` loads."""
     dequantized: bool = False
     """transformers expands the weights to the model's dtype on this device: it runs, saving no memory."""
+
+    not_printed: ClassVar[tuple[str, ...]] = ("details",)  # the builder's inputs: long (INC's configurations)
 
     def __post_init__(self) -> None:
         _check(self, "method", (str,))
