@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .runtime.loaded import Loaded
     from .runtime.loading import load
     from .runtime.pipeline import pipeline
+    from .runtime.quantizing import quantize
     from .serving import serve
     from .training.arguments import training_arguments
     from .training.launching import launch
@@ -45,7 +46,7 @@ _LAZY = {
     "BackendStatus": "hooks.types", "Decision": "hooks.types", "DeviceInfo": "hooks.types",
     "EnvVar": "hooks.types", "Finding": "hooks.types", "Setting": "hooks.types",
     "training_arguments": "training.arguments", "launch": "training.launching", "serve": "serving",
-    "pipeline": "runtime.pipeline",
+    "pipeline": "runtime.pipeline", "quantize": "runtime.quantizing",
 }
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
     "Plan", "Loaded", "Detection", "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
     "IntelrtError", "ConfigurationError", "BackendUnavailableError", "PlanError", "PluginError",
     "ModelSourceError", "UnsafeModelError", "SaveError", "TrainingDivergedError",
-    "training_arguments", "launch", "serve",
+    "training_arguments", "launch", "serve", "quantize",
 ]
 
 

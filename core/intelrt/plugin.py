@@ -35,6 +35,8 @@ from .backends.decode_rules import (
     kernel_blocker,
     padded_generate_instead,
     plain_generate,
+    quantized,
+    quantized_step,
     triton_installed,
 )
 from .backends.generic import DEVICE_COLLECTIVES, attention_fallback, check_training_overrides
@@ -98,6 +100,6 @@ __all__ = [
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",
     "decode_warmup", "triton_installed",
-    "compact_step", "fast_decode", "plain_generate", "fast_decode_planned",
+    "compact_step", "fast_decode", "plain_generate", "fast_decode_planned", "quantized", "quantized_step",
     "stream_capturer", "begin_end",
 ]

@@ -26,7 +26,7 @@ def test_the_top_level_help_names_every_command_with_a_summary(capsys: pytest.Ca
         main(["--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
-    assert COMMANDS == ["bench", "doctor", "launch", "plan", "plugins", "run", "serve", "train"]
+    assert COMMANDS == ["bench", "doctor", "launch", "plan", "plugins", "quantize", "run", "serve", "train"]
     for command in COMMANDS:
         assert re.search(rf"^\s+{command}\s+\S", text, re.M), f"`intelrt --help` does not summarise {command}"
     assert "``" not in text and "exit status: 0 success, 1" in text

@@ -54,12 +54,14 @@ def test_H6_too_big_for_one_gaudi_is_refused_with_the_way_out(simulate, tiny_mod
 def test_H7_bitsandbytes_4bit_nf4_on_gaudi2_and_3(simulate, tiny_model: Path, generation: str, label: str) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, generation=generation, env=INT64)
     decision = intelrt.plan(tiny_model, quantization="4bit").decisions["quantization"]
-    assert decision.value == QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype="bfloat16",
-                                                double_quant=True)
-    assert decision.claim == "H7" and decision.reason.endswith(f"4-bit runs on {label}")
+    assert decision.value == QuantizationChoice.bitsandbytes("4bit", "bfloat16")
+    assert (decision.value.quant_type, decision.value.compute_dtype, decision.value.double_quant) == (
+        "nf4", "bfloat16", True)
+    assert decision.claim == "H7" and f"bitsandbytes 4-bit runs on {label}" in decision.reason
     assert any("registers only the NF4 4-bit dequantize kernel" in n for n in decision.notes)
     eight = intelrt.plan(tiny_model, quantization="8bit").decisions["quantization"]
-    assert eight.value == QuantizationChoice("bitsandbytes", 8) and eight.claim == "H7"
+    assert eight.value == QuantizationChoice.bitsandbytes("8bit", "bfloat16") and eight.claim == "H7"
+    assert eight.value.bits == 8 and eight.value.scheme == "llm.int8"
 
 
 @pytest.mark.claim("H7")
@@ -78,7 +80,7 @@ def test_H7_nf4_note_matches_bitsandbytes_hpu_backend() -> None:
 @pytest.mark.parametrize("bits", ["4bit", "8bit"])
 def test_H7_first_generation_gaudi_refuses_bitsandbytes(simulate, tiny_model: Path, bits: str) -> None:  # type: ignore[no-untyped-def]
     simulate("hpu", 8, generation="gaudi1", env=INT64)
-    with pytest.raises(PlanError, match="not on first-generation Gaudi"):
+    with pytest.raises(PlanError, match=r"does not run on Gaudi 1 \(first-generation Gaudi runs none"):
         intelrt.plan(tiny_model, quantization=bits)
 
 
@@ -91,7 +93,7 @@ def test_H7_cli_plan_4bit_on_gaudi1_exits_nonzero_naming_first_generation(
     code = main(["plan", str(tiny_model), "--simulate", "hpu:8:gaudi1", "--quantization", "4bit"])
     err = capsys.readouterr().err
     assert code != 0
-    assert "not on first-generation Gaudi (Gaudi 1)" in err and "Traceback" not in err
+    assert "does not run on Gaudi 1 (first-generation Gaudi" in err and "Traceback" not in err
     assert main(["plan", str(tiny_model), "--simulate", "hpu:8:gaudi2", "--quantization", "4bit"]) == 0
 
 

@@ -28,7 +28,8 @@ PLUGIN_TREES = [*sorted((ROOT / "plugins").glob("*/intelrt_*")), *sorted((ROOT /
 PLUGIN_MODULES = ("intelrt", "intelrt.plugin", "intelrt.testing")
 #: The layers, top to bottom: a module imports only from its own layer's package or the ones below.
 LAYERS = ["intelrt.cli", "intelrt.testing", "intelrt.serving", "intelrt.runtime", "intelrt.decoding", "intelrt.training",
-          "intelrt.plugin", "intelrt.planning", "intelrt.host", "intelrt.backends", "intelrt.hooks",
+          "intelrt.plugin", "intelrt.planning", "intelrt.host", "intelrt.backends", "intelrt.quantization",
+          "intelrt.hooks",
           "intelrt.support", {"intelrt.tiny", "intelrt.errors", "intelrt._version"}]
 PACKAGES = ["intelrt", "intelrt_xpu", "intelrt_hpu"]
 

@@ -165,7 +165,7 @@ def test_gaudi2_fsdp_and_habana_deepspeed_hint(simulate, tiny_model: Path) -> No
 
 def test_fsdp_with_bitsandbytes_is_refused(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
     simulate("xpu", count=1, env=LAUNCHED, packages={"bitsandbytes": "0.49.0"})
-    with pytest.raises(PlanError, match=r"sharding='fsdp' with quantization='4bit': PEFT documents FSDP with QLoRA "
+    with pytest.raises(PlanError, match=r"sharding='fsdp' with bitsandbytes 4-bit weights: PEFT documents FSDP with QLoRA "
                                         r"for FSDP1 only"):
         intelrt.plan(tiny_model, sharding="fsdp", quantization="4bit")
 

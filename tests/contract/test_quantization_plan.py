@@ -17,6 +17,8 @@ from intelrt.errors import PlanError
 from intelrt.quantization import REQUESTS, Target, decide, read_checkpoint_quantization
 from intelrt.quantization.methods import COLUMNS, TABLE
 
+COLUMNS_BY_KIND = {"cpu": "CPU", "h200": "CUDA", "a100": "CUDA", "arc": "Intel Arc / client GPU",
+                   "max": "Intel Data Center GPU Max", "gaudi1": "Gaudi 1", "gaudi2": "Gaudi 2", "gaudi3": "Gaudi 3"}
 CHECKPOINTS = json.loads((Path(__file__).parents[1] / "data" / "quantization_checkpoints.json").read_text())
 EVERYTHING = {"torchao": "0.18.0", "bitsandbytes": "0.50.2", "auto-round": "0.16.1", "neural-compressor-pt": "3.10",
               "gptqmodel": "5.6.0", "optimum": "2.0.0", "compressed-tensors": "0.20.1", "hqq": "0.2.8",
@@ -123,7 +125,8 @@ def test_every_request_on_every_backend_is_planned_or_refused_with_the_way_out(r
     except PlanError as refused:
         assert "Instead" in str(refused) or "compute capability" in str(refused)
         return
-    assert plan.choice is not None and plan.choice.source == "request" and plan.reason.startswith("requested")
+    assert plan.choice is not None and plan.choice.source == "request" and plan.choice.requested == request_
+    assert f" on {COLUMNS_BY_KIND[target]}" in plan.reason
     assert plan.choice.package and plan.choice.extra and plan.choice.extra.startswith("intelrt[")
 
 

@@ -62,10 +62,10 @@ def test_X9_bitsandbytes_4bit_with_the_qlora_note_loads_on_cpu(tiny_model: Path)
     with start_simulation("xpu", count=1):
         plan = intelrt.plan(tiny_model, quantization="4bit")
     decision = plan.decisions["quantization"]
-    assert (decision.plugin, decision.claim) == ("xpu", "X9")
-    assert decision.value == QuantizationChoice("bitsandbytes", 4, quant_type="nf4", compute_dtype="bfloat16",
-                                                double_quant=True)
-    assert decision.notes[0].startswith("QLoRA: to fine-tune a model too big for the GPU, train LoRA adapters")
+    assert (decision.plugin, decision.claim) == ("defaults", "X9")  # intelrt's table, on the XPU's facts
+    assert decision.value == QuantizationChoice.bitsandbytes("4bit", "bfloat16")
+    assert any(n.startswith("QLoRA: to fine-tune a model too big for the device, train LoRA adapters")
+               for n in decision.notes)
     kwargs = from_pretrained_kwargs(plan)
     config = kwargs["quantization_config"]
     assert config.load_in_4bit and config.bnb_4bit_compute_dtype == torch.bfloat16
@@ -76,8 +76,9 @@ def test_X9_bitsandbytes_4bit_with_the_qlora_note_loads_on_cpu(tiny_model: Path)
 
 @pytest.mark.claim("X9")
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"packages": {"bitsandbytes": "0.46.1"}}, r"bitsandbytes 0\.46\.1 has no Intel GPU support; it runs on XPU from 0\.47"),
-    ({"torch_version": "2.5.1"}, r"needs torch >= 2\.6 \(this is torch 2\.5\.1\)"),
+    ({"packages": {"bitsandbytes": "0.46.1"}}, r"on Intel Data Center GPU Max needs bitsandbytes >= 0\.47, and this is "
+                                               r"0\.46\.1"),
+    ({"torch_version": "2.5.1"}, r"needs torch >= 2\.6 .*this is torch 2\.5\.1"),
     ({"packages": {"bitsandbytes": None}}, r"bitsandbytes, which is not installed"),
 ])
 def test_X9_bitsandbytes_floors_are_checked(simulate, tiny_model: Path, kwargs: dict, message: str) -> None:  # type: ignore[no-untyped-def,type-arg]

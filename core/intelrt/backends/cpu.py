@@ -16,11 +16,10 @@ from typing import Any
 from ..errors import PlanError
 from ..hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from ..hooks.markers import hookimpl
-from ..hooks.payloads import BatchingChoice, CompileChoice
+from ..hooks.payloads import BatchingChoice, CompileChoice, QuantizationChoice
 from ..hooks.plan import Plan
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 from .decode_rules import (
-    QUANTIZED_STEP,
     compact_step,
     decode_attention_kernel,
     decode_blockers,
@@ -33,6 +32,7 @@ from .decode_rules import (
     padded_generate_instead,
     plain_generate,
     quantized,
+    quantized_step,
     triton_installed,
 )
 
@@ -53,6 +53,11 @@ CPU_FLEX_OVER_4BIT = ("bitsandbytes 4-bit weights with attention='flex_attention
                       "its kernel with inductor's C++ backend, which fails to build over the 4-bit layers, so "
                       "transformers' generate runs them (or choose attention='sdpa' for the fast loop)")
 TRITON_INTERPRET = "TRITON_INTERPRET"
+
+
+def bitsandbytes_4bit(choice: QuantizationChoice | None) -> bool:
+    """Weights in bitsandbytes' 4-bit layers (quantized while loading, or a 4-bit checkpoint)."""
+    return choice is not None and choice.method == "bitsandbytes" and choice.bits == 4
 """``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
 
@@ -98,8 +103,8 @@ class CpuBackend(Backend):
         return None
 
     def check_compile(self, value: CompileChoice, s: Situation) -> Endorsement | None:
-        if value.enabled and s.request.quantization == "4bit":
-            raise PlanError(f"quantization='4bit' with compile={s.request.compile!r} cannot run on the CPU: bitsandbytes "
+        if value.enabled and bitsandbytes_4bit(s.decided.quantization):
+            raise PlanError(f"bitsandbytes 4-bit weights with compile={s.request.compile!r} cannot run on the CPU: bitsandbytes "
                             "repacks 4-bit weights into its CPU layout during the first forward call "
                             "(bitsandbytes.nn.Linear4bit.forward), so the compiled graph no longer matches its weights "
                             "and fails. Pass compile='none' with 4-bit on the CPU (or quantization='8bit' to compile)")
@@ -109,10 +114,10 @@ class CpuBackend(Backend):
         request, model, decided = s.request, s.model, s.decided
         if decode_blockers(model, decided, four_bit=True) is not None:
             return None  # the generic rule explains the fallback
-        four_bit = quantized(decided)
-        if four_bit and decided.attention == "flex_attention":
+        choice = decided.quantization if quantized(decided) else None
+        if bitsandbytes_4bit(choice) and decided.attention == "flex_attention":
             return plain_generate(CPU_FLEX_OVER_4BIT)
-        step, step_reason = ("model", QUANTIZED_STEP) if four_bit else compact_step(model)
+        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model)
         misfit = kernel_blocker(model) if step == "compact" else None
         decode_graphs(request, None, "the CPU has no device graphs")
         warm = decode_warmup(request, None, decode_compile(request, None), "the CPU has no device graphs",

@@ -19,7 +19,6 @@ from ..hooks.payloads import BatchingChoice
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
 from .capture import stream_capturer
 from .decode_rules import (
-    QUANTIZED_STEP,
     compact_step,
     decode_attention_kernel,
     decode_blockers,
@@ -31,6 +30,7 @@ from .decode_rules import (
     kernel_blocker,
     padded_generate_instead,
     quantized,
+    quantized_step,
     triton_installed,
 )
 from .generic import NVIDIA_ONLY_ATTENTION, attention_fallback
@@ -42,8 +42,8 @@ CUDA_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
 own forward faster (Qwen3-0.6B shape on an H200: 1.81 against 2.33 ms/token) but bakes a second copy of
 the weights into the step, which training would leave stale; the compact step fuses its projections
 itself (docs/performance.md)."""
-QUANTIZED_COMPILE = ("bitsandbytes 4-bit weights: torch.compile over its dequantizing kernels is not measured; a "
-                     "failing graph capture falls back to an uncaptured step, with a note")
+QUANTIZED_COMPILE = ("{method} weights: torch.compile over their kernels is not measured here (compile='on' asks for "
+                     "it); a failing graph capture falls back to an uncaptured step, with a note")
 
 
 class CudaBackend(Backend):
@@ -73,6 +73,9 @@ class CudaBackend(Backend):
         devices = tuple(DeviceInfo(i, torch.cuda.get_device_properties(i).name,
                                    int(torch.cuda.get_device_properties(i).total_memory), bf16)
                         for i in range(torch.cuda.device_count()))
+        if devices:  # what quantized kernels need (docs/quantization.md: sm >= 8.0 for int4, 8.9 for FP8)
+            major, minor = torch.cuda.get_device_capability(0)
+            versions["compute_capability"] = f"{major}.{minor}"
         return BackendStatus("cuda", "cuda", bool(devices), f"{len(devices)} CUDA device(s) visible",
                              cls.priority, devices=devices, versions=versions)
 
@@ -117,12 +120,13 @@ class CudaBackend(Backend):
         request, model, decided = s.request, s.model, s.decided
         if decode_blockers(model, decided, four_bit=True) is not None:
             return None  # the generic rule explains the fallback
-        four_bit = quantized(decided)
-        step, step_reason = ("model", QUANTIZED_STEP) if four_bit else compact_step(model)
+        choice = decided.quantization if quantized(decided) else None
+        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model)
         misfit = kernel_blocker(model) if step == "compact" else None
         graphs = decode_graphs(request, "cuda", "")
-        compiler = None if four_bit else decode_compile(request, "inductor")
-        warm = decode_warmup(request, graphs, compiler, "graphs='off'", QUANTIZED_COMPILE)
+        compiler = None if choice is not None else decode_compile(request, "inductor")
+        warm = decode_warmup(request, graphs, compiler, "graphs='off'",
+                             QUANTIZED_COMPILE.format(method=choice.method if choice else ""))
         parts = ["static KV cache", step_reason, warm.reason]
         if warm.compile == "inductor":
             parts.append("compiled kernels coordinate-descent-tuned")

@@ -14,7 +14,7 @@ from ..errors import PlanError
 from ..hooks.backend import Backend
 from ..hooks.concerns import Decided
 from ..hooks.model import ModelInfo
-from ..hooks.payloads import BatchingChoice, DecodeChoice
+from ..hooks.payloads import BatchingChoice, DecodeChoice, QuantizationChoice
 from ..hooks.request import Request
 from ..hooks.types import Decision
 from .families import attention_kernel_blocker, compact_blocker
@@ -62,14 +62,27 @@ def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = Fals
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which the fast loop's paged KV cache does not "
                 "mask; transformers' generate runs it")
-    quantization = decided.quantization
-    if quantization is not None and (quantization.bits != 4 or not four_bit):
-        return (f"bitsandbytes {quantization.bits}-bit weights: the fast loop is not proven with them on this "
-                "backend" + (" (LLM.int8 splits outliers per call, data-dependent work a device graph cannot "
-                             "hold)" if quantization.bits == 8 else "") + ", so transformers' generate runs them")
+    blocker = quantization_blocker(decided.quantization, four_bit)
+    if blocker is not None:
+        return blocker
     if decided.placement is not None and decided.placement.device_map == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
     return sharded_blocker(decided)
+
+
+def quantization_blocker(choice: QuantizationChoice | None, four_bit: bool) -> str | None:
+    """Why the fast loop cannot run these quantized weights (``None``: it can, with the model's own
+    forward — see :func:`quantized_step`). bitsandbytes' LLM.int8 splits outlier columns per call,
+    data-dependent work a device graph cannot hold; its 4-bit layers run on the loop where the
+    backend says so (``four_bit``, ``Backend.fast_decode_4bit``). torchao's tensor subclasses and
+    the pre-quantized formats' layers are ordinary modules of the model's forward."""
+    if choice is None or choice.method != "bitsandbytes":
+        return None
+    if choice.bits == 4 and four_bit:
+        return None
+    return (f"bitsandbytes {choice.bits}-bit weights: the fast loop is not proven with them on this backend"
+            + (" (LLM.int8 splits outliers per call, data-dependent work a device graph cannot hold)"
+               if choice.bits == 8 else "") + ", so transformers' generate runs them")
 
 
 def sharded_blocker(decided: Decided) -> str | None:
@@ -250,13 +263,25 @@ def _captured(graphs: str | None) -> str:
     return f", captured in {_graph(graphs)}" if graphs else ", no device graph"
 
 
-QUANTIZED_STEP = ("bitsandbytes 4-bit projections (Linear4bit) dequantize their weights in the model's own forward, "
-                  "which the step runs over the loop's static KV cache")
+QUANTIZED_LAYERS = {
+    "bitsandbytes": "bitsandbytes projections (Linear4bit) dequantize their weights",
+    "torchao": "torchao's quantized weight tensors run their own matmul (a tensor subclass inside each nn.Linear)",
+}
+"""What a quantized projection does in the model's own forward, per method (the others: their
+quantizer's own linear modules)."""
 
 
 def quantized(decided: Decided) -> bool:
-    """Whether the plan quantizes the weights (bitsandbytes)."""
-    return decided.quantization is not None
+    """Whether the plan's weights are quantized in memory (a quantization dequantized while
+    loading leaves plain projections, which the compact step takes)."""
+    return decided.quantization is not None and not decided.quantization.dequantized
+
+
+def quantized_step(choice: QuantizationChoice) -> str:
+    """Why the fast loop's step is the model's own forward for these quantized weights: the compact
+    step fuses plain floating-point projections only (``decoding/compact.py``)."""
+    what = QUANTIZED_LAYERS.get(choice.method, f"{choice.method} layers run their own kernels")
+    return f"{what} in the model's own forward, which the step runs over the loop's static KV cache"
 
 
 def compact_step(model: ModelInfo) -> tuple[str, str]:

@@ -20,10 +20,11 @@ from ..hooks.payloads import (
     CompileChoice,
     KernelChoice,
     Placement,
-    QuantizationChoice,
 )
 from ..hooks.plan import Plan
 from ..hooks.types import Decision, Setting
+from ..quantization.checkpoint import read_checkpoint_quantization
+from ..quantization.methods import Target, decide, projection_inputs
 from ..support.hubcache import hub_offline, is_repo_cached
 from ..support.versions import kernels_problem, package_version
 from .decode_rules import (
@@ -160,7 +161,13 @@ class GenericRules:
         return Decision("float32", f"bfloat16 support of {backend.name} is unknown; float32 is the safe choice")
 
     def select_quantization(self, backend: Backend, s: Situation) -> Decision:
-        return Decision(None, "not requested")
+        """intelrt's method × backend table (``intelrt.quantization.decide``) for the request and the
+        checkpoint's own ``quantization_config``, on the facts the backend declares
+        (:meth:`~intelrt.quantization.methods.Target.from_backend`); the auto and the forced case alike."""
+        checkpoint = read_checkpoint_quantization(s.model.config, s.model.local_dir)
+        return decide(s.request.quantization, checkpoint, Target.from_backend(backend),
+                      dtype=str(s.decided.dtype or "float32"),
+                      in_features=projection_inputs(s.model.config), env=s.env).decision()
 
     def select_parallelism(self, backend: Backend, s: Situation) -> Decision:
         return decide_parallelism(backend, s)
@@ -238,13 +245,6 @@ class GenericRules:
             raise PlanError(f"dtype='bfloat16', but {lacking[0].name} ({backend.name} device {lacking[0].index}) "
                             "has no bfloat16 support; use dtype='float16' or 'float32', or leave dtype to intelrt")
         return None
-
-    def check_quantization(self, backend: Backend, value: QuantizationChoice, s: Situation) -> Endorsement:
-        version = package_version("bitsandbytes")
-        if version is None:
-            raise PlanError(f"quantization={s.request.quantization!r} uses bitsandbytes, which is not installed: "
-                            "pip install 'intelrt[bitsandbytes]'")
-        return Endorsement(f"bitsandbytes {version} {s.request.quantization} on {backend.name}")
 
     def check_attention(self, backend: Backend, value: str, s: Situation) -> Endorsement | None:
         base = value.removeprefix("paged|")  # continuous batching's paged variant of the same kernel

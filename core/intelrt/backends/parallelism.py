@@ -136,17 +136,23 @@ def _check_training(s: _Spread, strategy: str, forced: bool) -> None:
     if strategy == "fsdp":
         if s.support.fsdp is None:
             raise PlanError(f"sharding='fsdp' on {s.backend.name}: {s.support.fsdp_missing}")
-        if quantization is not None and quantization.bits == 8:
-            raise PlanError("sharding='fsdp' with quantization='8bit': FSDP shards floating-point tensors only, and "
-                            "bitsandbytes' 8-bit weights are int8 (PEFT lists 8-bit with FSDP as not recommended). "
+        if quantization is not None and quantization.method == "bitsandbytes" and quantization.bits == 8:
+            raise PlanError("sharding='fsdp' with bitsandbytes 8-bit weights: FSDP shards floating-point tensors only, "
+                            "and bitsandbytes' 8-bit weights are int8 (PEFT lists 8-bit with FSDP as not recommended). "
                             "Train LoRA adapters on the 8-bit model with sharding='ddp', or use quantization='4bit' "
                             "with sharding='ddp'")
-        if quantization is not None:
-            raise PlanError("sharding='fsdp' with quantization='4bit': PEFT documents FSDP with QLoRA for FSDP1 only "
-                            "(fsdp_use_orig_params=false and bnb_4bit_quant_storage in the weights' dtype), and "
+        if quantization is not None and quantization.method == "bitsandbytes":
+            raise PlanError("sharding='fsdp' with bitsandbytes 4-bit weights: PEFT documents FSDP with QLoRA for FSDP1 "
+                            "only (fsdp_use_orig_params=false and bnb_4bit_quant_storage in the weights' dtype), and "
                             "intelrt plans FSDP2, which transformers makes the default. The 4-bit base is small: train "
                             "QLoRA with sharding='ddp' (one copy per rank), or shard a bfloat16 model with "
                             "sharding='fsdp' and lora=True")
+        if quantization is not None and not quantization.dequantized:
+            raise PlanError(f"sharding='fsdp' with {quantization.method} {quantization.bits}-bit weights: intelrt plans "
+                            "FSDP2 over floating-point weights only (its FSDP2 is tested with them; PEFT documents QLoRA "
+                            "with FSDP for bitsandbytes and FSDP1 only). Train "
+                            "LoRA adapters on the quantized model with sharding='ddp', or shard an unquantized model "
+                            "with sharding='fsdp' and lora=True")
     if strategy == "deepspeed":
         if s.support.deepspeed_missing is not None:
             raise PlanError(f"sharding='deepspeed' on {s.backend.name}: {s.support.deepspeed_missing}")

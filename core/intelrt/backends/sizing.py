@@ -12,10 +12,10 @@ BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
 def bytes_per_parameter(decided: Decided) -> float | None:
-    """Bytes one weight takes under the decisions made so far (quantization, then dtype)."""
-    if decided.quantization is not None:
-        return 0.5 if decided.quantization.bits == 4 else 1.0
-    return BYTES_PER_PARAM.get(str(decided.dtype))
+    """Bytes one weight takes under the decisions made so far (quantization, then dtype; a
+    quantization dequantized on this device takes the dtype's)."""
+    quantized = decided.quantization.bytes_per_weight if decided.quantization is not None else None
+    return quantized if quantized is not None else BYTES_PER_PARAM.get(str(decided.dtype))
 
 
 def smallest_device_memory(backend: Backend) -> int | None:

@@ -143,6 +143,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .quantize import run_quantize
+
+    return run_quantize(args, plan_kwargs(args))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .serve import run_serve
 
@@ -156,14 +162,17 @@ TRAINING_ONLY = {"sharding": "--sharding says how training spreads over processe
 """Request options that mean nothing to an inference command: refused there with the reason."""
 
 
-def add_plan_options(parser: argparse.ArgumentParser, *, inference: bool = False) -> None:
+def add_plan_options(parser: argparse.ArgumentParser, *, inference: bool = False,
+                     refused: dict[str, str] | None = None) -> None:
     """One flag per request option (``--name-with-dashes``), from their one declaration; for an
-    ``inference`` command (run, serve), the training-only ones are refused instead."""
+    ``inference`` command (run, serve), the training-only ones are refused instead, and so are the
+    ``refused`` ones (option name → why) of a command that sets that option itself."""
     group = parser.add_argument_group("plan options (each overrides one decision; default: intelrt decides)")
+    refusals = {**(TRAINING_ONLY if inference else {}), **(refused or {})}
     for option in REQUEST_OPTIONS:
-        if inference and option.name in TRAINING_ONLY:
+        if option.name in refusals:
             parser.set_defaults(**{option.name: option.default})
-            refuse(parser, option.cli_flag, TRAINING_ONLY[option.name].format(command=parser.prog))
+            refuse(parser, option.cli_flag, refusals[option.name].format(command=parser.prog))
         elif option.flag:
             group.add_argument(option.cli_flag, action="store_true", help=option.help)
         else:
@@ -187,6 +196,8 @@ def build_parser() -> Parser:
     from .bench import BENCH_DESCRIPTION, BENCH_EXAMPLES
     from .bench import add_arguments as add_bench_arguments
     from .bench_shapes import add_arguments as add_shape_arguments
+    from .quantize import QUANTIZE_DESCRIPTION, QUANTIZE_EXAMPLES, REFUSED
+    from .quantize import add_arguments as add_quantize_arguments
     from .serve import SERVE_DESCRIPTION, SERVE_EXAMPLES
     from .serve import add_arguments as add_serve_arguments
     from .training import (
@@ -266,6 +277,12 @@ def build_parser() -> Parser:
                     description=BENCH_DESCRIPTION, epilog=BENCH_EXAMPLES)
     add_bench_arguments(p)
     add_shape_arguments(p)
+
+    p = add_command(sub, "quantize", cmd_quantize, summary="quantize a model and save it as a checkpoint",
+                    description=QUANTIZE_DESCRIPTION, epilog=QUANTIZE_EXAMPLES)
+    add_quantize_arguments(p)
+    add_plan_options(p, inference=True, refused=REFUSED)
+    refuse(p, "--simulate", REFUSE_SIMULATE)
 
     p = add_command(sub, "serve", cmd_serve, summary="serve a model with the OpenAI API (in-flight batching)",
                     description=SERVE_DESCRIPTION, epilog=SERVE_EXAMPLES)

@@ -71,6 +71,8 @@ def _plain_linear(module: Any, where: str) -> Any:
 
     if type(module) is not torch.nn.Linear:
         raise Unsupported(f"{where} is a {type(module).__name__}, not a plain torch.nn.Linear")
+    if type(module.weight) is not torch.nn.Parameter:  # torchao keeps nn.Linear, its weight a tensor subclass
+        raise Unsupported(f"{where}'s weight is a {type(module.weight).__name__} (quantized), not a plain tensor")
     return module
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .concerns import Decided
 from .model import ModelInfo
-from .payloads import CompileChoice, KernelChoice, QuantizationChoice
+from .payloads import CompileChoice, KernelChoice
 from .request import Request
 from .types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 
@@ -188,6 +188,14 @@ class Backend:
         """What the collective library of this backend runs (DDP, FSDP2, DeepSpeed, tensor parallel)."""
         return UNDECLARED_SHARDING
 
+    @property
+    def variant(self) -> str | None:
+        """Which device of its kind this is, where what runs differs by it: ``arc`` or ``max`` for
+        Intel GPUs, ``gaudi1`` / ``gaudi2`` / ``gaudi3`` for Gaudi (``None``: one kind only). The
+        quantization table has a column per variant (docs/quantization.md); CUDA's compute
+        capability is ``versions["compute_capability"]``."""
+        return None
+
     # -- the run's environment, launch, training, diagnosis --------------------------------------
     def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding] | None:
         """Variables the run needs before the device driver loads, and findings about the ones in
@@ -254,9 +262,6 @@ class Backend:
 
     # -- forced values: refuse (PlanError) or endorse (None: the generic check decides) ----------
     def check_dtype(self, value: str, s: Situation) -> Endorsement | None:
-        return None
-
-    def check_quantization(self, value: QuantizationChoice, s: Situation) -> Endorsement | None:
         return None
 
     def check_attention(self, value: str, s: Situation) -> Endorsement | None:

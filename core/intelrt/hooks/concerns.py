@@ -85,8 +85,8 @@ def _parallelism_honours(request: Request, value: DecisionValue) -> bool:
     return sharding_kept and (request.parallel == "auto" or value.inference == request.parallel)
 
 
-def _quantization_answer(request: Request, decided: Decided, backend: Backend) -> object:
-    return QuantizationChoice.bitsandbytes(str(request.quantization), decided.dtype)
+def _quantization_honours(request: Request, value: DecisionValue) -> bool:
+    return isinstance(value, QuantizationChoice) and value.requested == request.quantization
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,23 @@ class Decided:
         ``request.dtype`` is ``"auto"`` or the user's choice; a forced choice is the user's: the host
         answers it after the backend's ``check_dtype`` (which may refuse it with ``PlanError``).""")
     quantization: QuantizationChoice | None = concern(
-        needs_model=True, options=("quantization",), answer=_quantization_answer,
-        applies="from_pretrained(quantization_config=BitsAndBytesConfig(...))",
+        needs_model=True, options=("quantization",), honours=_quantization_honours,
+        applies="from_pretrained(quantization_config=BitsAndBytesConfig / TorchAoConfig / AutoRoundConfig …); "
+                "a checkpoint's own quantization_config; AutoRound and INC FP8 after loading",
         doc="""Decide quantization: value ``None`` (none) or a :class:`~intelrt.plugin.QuantizationChoice`
-        (``method="bitsandbytes"``, ``bits`` 4 or 8, the 4-bit details); intelrt builds transformers'
-        ``BitsAndBytesConfig`` from it.
+        (``method``, ``bits``, the ``scheme``, the ``package`` and ``extra`` that run it, the ``dtype``
+        the method loads in, the builder's ``details``); intelrt builds transformers'
+        ``quantization_config`` from it (``intelrt.quantization.builders``).
 
-        ``request.quantization`` is ``None``, ``"4bit"`` or ``"8bit"``; a forced value is answered by
-        the host and checked by the backend's ``check_quantization``.""")
+        Decided even when nothing is asked: a checkpoint whose config.json holds a
+        ``quantization_config`` is quantized already (``source="checkpoint"``), and the plan says
+        whether it runs on the backend. ``request.quantization`` is ``None`` or one of
+        ``QUANTIZATION_REQUESTS`` (``4bit``, ``8bit``, ``int4``, ``int8``, ``int8-dynamic``,
+        ``autoround``, ``fp8``); a forced one is proposed like an automatic value — the backend's
+        ``select_quantization``, else the generic rule (intelrt's method × backend table,
+        ``intelrt.quantization.decide``) — and must carry it out (``requested`` equal to it).
+        A ``dtype`` the method forces replaces the plan's dtype decision (transformers'
+        ``HfQuantizer.update_dtype``).""")
     parallelism: ParallelismChoice | None = concern(
         needs_model=False, options=("sharding", "parallel"), honours=_parallelism_honours,
         applies="intelrt launch (one process per device); TrainingArguments(fsdp=, fsdp_config=, deepspeed=); "

@@ -11,13 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
-from .payloads import FORCEABLE_WARMUPS, INFERENCE_STRATEGIES, TRAINING_STRATEGIES
+from .payloads import (
+    FORCEABLE_WARMUPS,
+    INFERENCE_STRATEGIES,
+    QUANTIZATION_REQUESTS,
+    TRAINING_STRATEGIES,
+)
 
 AUTO = "auto"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
-QUANTIZATIONS = ("4bit", "8bit")
-QUANTIZATION_ALIASES = {"4": "4bit", "8": "8bit", "int4": "4bit", "int8": "8bit"}
+QUANTIZATIONS = QUANTIZATION_REQUESTS
+QUANTIZATION_ALIASES = {"4": "4bit", "8": "8bit"}
+"""``4`` / ``8`` stay bitsandbytes' (as before torchao joined); ``int4`` / ``int8`` are torchao's."""
 SWITCH = ("auto", "on", "off")
 BATCHING = (AUTO, "continuous", "padded")
 WORKLOADS = ("auto", "one-shot", "server", "batch")

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 JSONValue = str | int | float | bool | None | list[Any] | dict[str, Any]
 
@@ -36,6 +36,16 @@ TRAINING_STRATEGIES = ("none", "ddp", "fsdp", "deepspeed")
 """How training spreads over processes: one process, data parallel, FSDP2, DeepSpeed ZeRO."""
 INFERENCE_STRATEGIES = ("none", "tensor")
 """How a loaded model spreads over processes: not at all, or tensor parallel (transformers' ``tp_plan``)."""
+QUANTIZATION_REQUESTS = ("4bit", "8bit", "int4", "int8", "int8-dynamic", "autoround", "fp8")
+"""What ``quantization=`` accepts, declared once: bitsandbytes 4-bit (NF4) and 8-bit (LLM.int8),
+torchao int4 / int8 weight-only and int8 dynamic, Intel's AutoRound, and FP8 (Intel Neural
+Compressor on Gaudi, torchao float8 on CUDA). Which method each is on which backend is
+``intelrt.quantization.methods.TABLE``."""
+QUANTIZATION_SOURCES = ("request", "checkpoint")
+"""``request``: quantized while loading (``quantization=``); ``checkpoint``: the weights on disk
+are quantized (their ``quantization_config``)."""
+QUANTIZATION_BITS = (2, 3, 4, 5, 6, 7, 8)
+"""Widths transformers' configs accept (``GPTQConfig.post_init``: 2/3/4/8; ``AutoRoundConfig``: 2-8)."""
 
 
 def _fail(cls: type, message: str) -> None:
@@ -58,6 +68,9 @@ def _check(obj: object, name: str, kinds: tuple[type, ...], *, optional: bool = 
 
 class Payload:
     """Base of the typed decision values: JSON fields, ``to_dict`` and ``from_dict``."""
+
+    not_printed: ClassVar[tuple[str, ...]] = ()
+    """Fields the plan's table leaves out (``to_dict`` and ``--json`` hold them all)."""
 
     def _validate(self) -> None:
         try:
@@ -139,31 +152,100 @@ class KernelChoice(Payload):
 
 @dataclass(frozen=True)
 class QuantizationChoice(Payload):
-    """Weights quantized by ``method`` (``bitsandbytes``) to ``bits`` (4 or 8); the 4-bit details."""
+    """Weights quantized by ``method`` to ``bits``, as the plan applies them.
+
+    ``method`` is transformers' ``quant_method`` family: ``bitsandbytes``, ``torchao``,
+    ``auto-round``, ``inc`` (Intel Neural Compressor FP8 on Gaudi), ``gptq``, ``awq``,
+    ``compressed-tensors``, ``fbgemm_fp8``, ``fp8`` (fine-grained FP8), ``mxfp4``, ``hqq``,
+    ``quanto``. ``scheme`` names the variant (``nf4``, ``int8-weight-only``, ``w4a16`` …).
+    ``source`` says where the quantization comes from: ``request`` (quantized while loading,
+    ``quantization=``) or ``checkpoint`` (the weights on disk are quantized: their
+    ``quantization_config``). intelrt's method × backend table (``intelrt.quantization.methods``,
+    docs/quantization.md) fills every field.
+    """
 
     method: str
     bits: int
     quant_type: str | None = None
-    """4-bit only: ``nf4`` or ``fp4``."""
+    """bitsandbytes 4-bit only: ``nf4`` or ``fp4``."""
     compute_dtype: str | None = None
-    """4-bit only: the dtype matmuls run in (``bfloat16``, ``float16``, ``float32``)."""
+    """bitsandbytes 4-bit only: the dtype matmuls run in (``bfloat16``, ``float16``, ``float32``)."""
     double_quant: bool = False
+    scheme: str | None = None
+    source: str = "request"
+    requested: str | None = None
+    """The ``quantization=`` value this carries out (one of :data:`QUANTIZATION_REQUESTS`); ``None``
+    when nobody asked: the checkpoint's own quantization."""
+    package: str | None = None
+    """The distribution that runs it (``torchao``, ``auto-round``, ``gptqmodel`` …)."""
+    extra: str | None = None
+    """The intelrt extra that installs ``package`` (``intelrt[torchao]``)."""
+    group_size: int | None = None
+    dtype: str | None = None
+    """The dtype transformers loads the model in with this method on this device (AWQ: float16 on
+    CUDA and XPU, ``quantizer_awq.py`` ``update_dtype``); the plan's dtype decision shows it.
+    ``None``: the method leaves the dtype to the plan."""
+    details: Mapping[str, JSONValue] = dataclasses.field(default_factory=dict)
+    """What the runtime builder needs (a torchao config class and its arguments, INC's JSON
+    configurations, a checkpoint's loading attributes …); plain JSON."""
+    trainable: bool = False
+    """PEFT trains LoRA adapters on this base (``intelrt.quantization.lora`` says why or why not)."""
+    serializable: bool = True
+    """``save_pretrained`` writes it as a checkpoint plain ``from_pretrained`` loads."""
+    dequantized: bool = False
+    """transformers expands the weights to the model's dtype on this device: it runs, saving no memory."""
+
+    not_printed: ClassVar[tuple[str, ...]] = ("details",)  # the builder's inputs: long (INC's configurations)
 
     def __post_init__(self) -> None:
         _check(self, "method", (str,))
-        _check(self, "bits", (int,), choices=(4, 8))
-        _check(self, "quant_type", (str,), optional=True)
-        _check(self, "compute_dtype", (str,), optional=True)
-        _check(self, "double_quant", (bool,))
+        _check(self, "bits", (int,), choices=QUANTIZATION_BITS)
+        _check(self, "source", (str,), choices=QUANTIZATION_SOURCES)
+        _check(self, "requested", (str,), optional=True, choices=QUANTIZATION_REQUESTS)
+        for name in ("quant_type", "compute_dtype", "scheme", "package", "extra", "dtype"):
+            _check(self, name, (str,), optional=True)
+        _check(self, "group_size", (int,), optional=True)
+        for name in ("double_quant", "trainable", "serializable", "dequantized"):
+            _check(self, name, (bool,))
+        _check(self, "details", (Mapping,))
+        if not self.method:
+            _fail(type(self), "method must be a non-empty str")
+        if self.source == "request" and self.requested is None:
+            _fail(type(self), "a quantization made while loading (source='request') names the quantization= value "
+                              "it carries out (requested=)")
+        object.__setattr__(self, "details", _plain(self.details))
+        self._validate()
+
+    @property
+    def pre_quantized(self) -> bool:
+        """The weights on disk are quantized already (the checkpoint's ``quantization_config``)."""
+        return self.source == "checkpoint"
+
+    @property
+    def bytes_per_weight(self) -> float | None:
+        """Bytes one quantized weight takes in memory (``None`` when dequantized: the dtype's)."""
+        return None if self.dequantized else self.bits / 8
+
+    def number(self, key: str, default: int) -> int:
+        """An integer of ``details`` (``default`` when absent)."""
+        value = self.details.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"QuantizationChoice.details[{key!r}] must be a number, got {value!r}")
+        return int(value)
 
     @classmethod
     def bitsandbytes(cls, quantization: str, dtype: str | None) -> QuantizationChoice:
         """bitsandbytes at ``quantization`` (``4bit``: NF4 with double quantization, matmuls in the
-        plan's ``dtype``, float32 for anything else; ``8bit``: LLM.int8)."""
+        plan's ``dtype``, float32 for anything else; ``8bit``: LLM.int8), as intelrt plans it."""
+        common: dict[str, Any] = {"requested": quantization, "package": "bitsandbytes",
+                                  "extra": "intelrt[bitsandbytes]", "trainable": True}
         if quantization != "4bit":
-            return cls("bitsandbytes", 8)
+            return cls("bitsandbytes", 8, scheme="llm.int8", **common)
         compute = dtype if dtype in ("bfloat16", "float16") else "float32"
-        return cls("bitsandbytes", 4, quant_type="nf4", compute_dtype=str(compute), double_quant=True)
+        return cls("bitsandbytes", 4, quant_type="nf4", compute_dtype=str(compute), double_quant=True, scheme="nf4",
+                   **common)
 
 
 @dataclass(frozen=True)

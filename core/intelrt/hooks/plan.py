@@ -172,9 +172,11 @@ class Plan:
 
 
 def _short(value: DecisionValue) -> str:
+    hidden: tuple[str, ...] = ()
     if isinstance(value, Payload):
+        hidden = value.not_printed
         value = value.to_dict()
     if isinstance(value, dict):
-        shown = {k: v for k, v in value.items() if v not in (None, False, {})}
+        shown = {k: v for k, v in value.items() if v not in (None, False, {}) and k not in hidden}
         return ", ".join(f"{k}={v}" for k, v in shown.items()) or "off"
     return "none" if value is None else str(value)

@@ -79,8 +79,10 @@ class Request:
                                     "kernel id org/repo", text("attention"), metavar="IMPL")
     kernels: str | bool = request_option(AUTO, "hub kernels for supported layers: auto, on, off", normalize_kernels,
                                          choices=SWITCH)
-    quantization: str | None = request_option(None, "bitsandbytes weight quantization: 4bit or 8bit (default: none)",
-                                              normalize_quantization, metavar="BITS")
+    quantization: str | None = request_option(
+        None, "quantize the weights while loading: 4bit, 8bit (bitsandbytes), int4, int8, int8-dynamic (torchao), "
+        "autoround, fp8 (default: none, or the checkpoint's own quantization_config)",
+        normalize_quantization, metavar="METHOD")
     compile: str = request_option(AUTO, "torch.compile the model: auto, none, on, or a torch.compile backend name",
                                   normalize_compile, metavar="BACKEND")
     task: str = request_option(

@@ -19,11 +19,11 @@ from ..hooks.backend import Backend, Situation
 from ..hooks.concerns import CONCERNS, Decided
 from ..hooks.model import ModelInfo
 from ..hooks.options import AUTO
-from ..hooks.payloads import DecisionValue, DecodeChoice
+from ..hooks.payloads import DecisionValue, DecodeChoice, QuantizationChoice
 from ..hooks.plan import EnvSetting, Plan, PlannedDecision
 from ..hooks.request import NO_MODEL, Request
 from ..hooks.types import EnvVar, Finding
-from ..host.manager import PluginHost, get_host
+from ..host.manager import USERS, PluginHost, get_host
 from . import tasks
 from .architecture import resolve, task_for
 from .detection import choose_backend, detect_backends
@@ -75,7 +75,34 @@ def decide_all(host: PluginHost, *, backend: Backend, request: Request, model: M
             decided = check_warmup(host, decided, request)
             decisions[concern.name] = decided
             values[concern.name] = decided.value
+            loaded_in = quantizer_dtype(decisions.get("dtype"), decided)
+            if loaded_in is not None:
+                decisions["dtype"] = loaded_in
+                values["dtype"] = loaded_in.value
     return decisions, model
+
+
+def quantizer_dtype(dtype: PlannedDecision | None, decision: PlannedDecision) -> PlannedDecision | None:
+    """The dtype decision as the quantization just decided leaves it: the dtype its method loads in
+    on this backend (``QuantizationChoice.dtype``, what transformers' ``HfQuantizer.update_dtype``
+    casts to: AWQ to float16 on CUDA and XPU …), or ``None`` when it leaves the dtype alone.
+
+    The dtype is decided before the quantization (which reads it: bitsandbytes computes in it, and
+    the quantizer's cast starts from it, as transformers resolves the dtype before its quantizer
+    updates it), and no decision comes between the two, so no other decision saw the dtype it
+    replaces. A dtype the user forced and the method changes is refused: transformers would cast it
+    with a warning."""
+    choice = decision.value
+    if dtype is None or decision.name != "quantization" or not isinstance(choice, QuantizationChoice) \
+            or choice.dtype is None or choice.dtype == dtype.value:
+        return None
+    if dtype.forced:
+        raise PlanError(f"dtype={dtype.value!r}, but {decision.reason}: transformers loads it in {choice.dtype} there "
+                        f"(its quantizer casts the model). Pass dtype={choice.dtype!r}, or leave dtype to intelrt")
+    why = decision.reason.removeprefix(f"{USERS}; ")
+    return PlannedDecision("dtype", choice.dtype, f"quantization: {why} (transformers' quantizer casts the model to "
+                           f"{choice.dtype}; {dtype.value} was chosen before: {dtype.reason})", decision.plugin, False,
+                           decision.claim, dtype.notes)
 
 
 def check_class_support(host: PluginHost, decision: PlannedDecision, model: ModelInfo) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlanError
+from ..support.hubcache import hub_offline, is_repo_cached
 from .choice import QuantizationChoice
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ EXTRA = "intelrt[autoround]"
 DEFAULT_ITERS = 200
 DEFAULT_SAMPLES = 128
 DEFAULT_SEQLEN = 2048
+DEFAULT_DATASET = "NeelNanda/pile-10k"
+"""auto-round's default calibration set (``compressors/base.py``), from the hub."""
 
 
 def calibration_defaults(bits: int, group_size: int) -> dict[str, Any]:
@@ -64,15 +67,20 @@ def quantize_and_save(model: Any, tokenizer: Any, choice: QuantizationChoice, ou
         samples = min(samples, len(texts))
         # auto-round keeps only samples of at least seqlen tokens: fit seqlen to the shortest text
         seqlen = min(seqlen, min(len(tokenizer(t)["input_ids"]) for t in texts))
-    elif steps and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise PlanError("AutoRound tunes on calibration text; its default dataset (NeelNanda/pile-10k) is on the hub "
-                        "and HF_HUB_OFFLINE=1: pass calibration=[...texts...], or iters=0 (round-to-nearest)")
+    elif steps and hub_offline() and not is_repo_cached(DEFAULT_DATASET, "dataset"):  # iters=0: no data
+        raise PlanError(f"AutoRound tunes on calibration text; its default dataset ({DEFAULT_DATASET}) is on the hub, "
+                        "which is offline (HF_HUB_OFFLINE), and not in the local cache: pass your own text (intelrt "
+                        "quantize MODEL --method autoround --calibration FILE --output DIR, or intelrt.quantize(..., "
+                        "calibration=[...])), or iters=0 (round-to-nearest, no tuning)")
     kwargs: dict[str, Any] = {"scheme": str(details.get("scheme", f"W{choice.bits}A16")),
                               "group_size": choice.number("group_size", choice.group_size or 128),
                               "sym": bool(details.get("sym", True)), "iters": steps, "nsamples": samples,
                               "seqlen": seqlen}
     if calibration is not None:
         kwargs["dataset"] = texts
+    elif steps == 0:
+        # plain round-to-nearest: auto-round's "optimized RTN" (its default at iters=0) calibrates on data
+        kwargs["disable_opt_rtn"] = True
     if device is not None:
         kwargs["device_map"] = device
     target = Path(output_dir)

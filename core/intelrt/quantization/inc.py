@@ -6,6 +6,8 @@ a ``MEASURE`` configuration goes through ``prepare(model, config)``, the model r
 prompts, and ``finalize_calibration(model)`` writes the activation statistics to
 ``dump_stats_path``; a second run with a ``QUANTIZE`` configuration goes through
 ``convert(model, config)``, which reads those statistics and swaps the linears for FP8 ones
+(INC's ``3.x_api/pytorch/inference/fp8`` examples: ``FP8Config.from_json_file``, then ``prepare``
+when ``config.measure``, ``convert`` when ``config.quantize``)
 (``quantization_config/maxabs_measure.json`` and ``maxabs_quant.json``: observer ``maxabs``,
 ``scale_method`` ``maxabs_hw``, ``lm_head`` left out). vLLM-Gaudi runs the same flow for
 ``--quantization inc`` (``QUANT_CONFIG``). The configurations are written here as data; applying
@@ -15,12 +17,16 @@ them needs Gaudi and ``neural-compressor-pt`` (``intelrt[inc]``).
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import PlanError
+
+log = logging.getLogger(__name__)
 
 EXTRA = "intelrt[inc]"
 STAGES = ("measure", "quantize")
@@ -42,11 +48,45 @@ def quantize_config(stats_path: str = DEFAULT_STATS) -> dict[str, Any]:
             "dump_stats_path": stats_path}
 
 
-def fp8_flow(stats_path: str = DEFAULT_STATS) -> dict[str, Any]:
-    """The plan's details for ``quantization='fp8'`` on Gaudi: both configurations and the stage a
-    run is in (``measure`` until ``stats_path`` holds INC's statistics, then ``quantize``)."""
-    return {"flow": "measure-then-quantize", "stats_path": stats_path, "measure": measure_config(stats_path),
-            "quantize": quantize_config(stats_path)}
+CONFIG_VAR = "QUANT_CONFIG"
+"""Optimum Habana's and vLLM-Gaudi's variable naming INC's JSON configuration for the run (its
+``mode`` says whether the run measures or quantizes)."""
+MODES = {"MEASURE": "measure", "QUANTIZE": "quantize"}
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{CONFIG_VAR}={path}: cannot read it as INC's JSON configuration ({exc}); point it at a "
+                        "maxabs_measure.json / maxabs_quant.json style file, or unset it") from None
+    if not isinstance(data, dict) or str(data.get("mode", "")).upper() not in MODES:
+        raise PlanError(f"{CONFIG_VAR}={path}: INC's configuration must be a JSON object whose \"mode\" is MEASURE or "
+                        "QUANTIZE (Optimum Habana's quantization_config/maxabs_*.json)")
+    return data
+
+
+def fp8_flow(env: Mapping[str, str] | None = None, stats_path: str = DEFAULT_STATS) -> dict[str, Any]:
+    """The plan's details for ``quantization='fp8'`` on Gaudi: both configurations, the stage this
+    run is in and the configuration file it applies (``config``; ``None``: written at load time).
+
+    As Optimum Habana runs it: ``QUANT_CONFIG`` in ``env`` names the configuration, whose ``mode``
+    is the stage (its ``dump_stats_path`` the statistics); without it, the stage is ``measure``
+    until ``stats_path`` holds INC's statistics, then ``quantize``."""
+    named = (env or {}).get(CONFIG_VAR)
+    if named:
+        data = _read_config(named)
+        stats = str(data.get("dump_stats_path") or stats_path)
+        which = MODES[str(data["mode"]).upper()]
+        flow: dict[str, Any] = {"flow": "measure-then-quantize", "stats_path": stats, "measure": measure_config(stats),
+                "quantize": quantize_config(stats), "config": named}
+        flow[which] = data
+        flow["stage"] = which
+        return flow
+    flow = {"flow": "measure-then-quantize", "stats_path": stats_path, "measure": measure_config(stats_path),
+            "quantize": quantize_config(stats_path), "config": None}
+    flow["stage"] = stage(flow)
+    return flow
 
 
 def stage(details: Mapping[str, Any]) -> str:
@@ -55,6 +95,17 @@ def stage(details: Mapping[str, Any]) -> str:
     stats = Path(str(details.get("stats_path", DEFAULT_STATS)))
     folder = stats.parent if stats.parent != Path("") else Path(".")
     return "quantize" if folder.is_dir() and any(folder.glob(f"{stats.name}*maxabs*")) else "measure"
+
+
+def stage_note(details: Mapping[str, Any]) -> str:
+    """What this run of the flow does, and the next step (the plan's note)."""
+    if details.get("stage") == "quantize":
+        return (f"INC stage quantize: the linears become FP8 with the scales measured in {details['stats_path']} "
+                "(convert)")
+    return (f"INC stage measure: this run prepares the model to record activation ranges (prepare); generate on "
+            f"calibration prompts, then Loaded.save_quantized(DIR) writes the statistics ({details['stats_path']}) "
+            f"and DIR/inc_fp8_quantize.json — or run intelrt quantize MODEL --method fp8 --calibration FILE --output "
+            f"DIR —; then {CONFIG_VAR}=DIR/inc_fp8_quantize.json runs FP8")
 
 
 def write_config(details: Mapping[str, Any], which: str, directory: str | os.PathLike[str]) -> Path:
@@ -75,22 +126,29 @@ def _inc() -> Any:
     return quantization
 
 
-def apply_fp8(model: Any, details: Mapping[str, Any], calibrate: Callable[[Any], None] | None = None) -> tuple[Any, str]:
-    """Run the stage of INC's flow this run is in on a loaded Gaudi ``model``: ``measure`` prepares
-    it, runs ``calibrate(model)`` and writes the statistics (the caller loads the model again to
-    quantize); ``quantize`` converts it to FP8. Returns (model, stage)."""
+def apply_fp8(model: Any, details: Mapping[str, Any]) -> Any:
+    """The stage of INC's flow the plan names, on a loaded Gaudi ``model``, as INC's own examples
+    and Optimum Habana run it: ``FP8Config.from_json_file(QUANT_CONFIG)``, then ``prepare`` when
+    it measures, ``convert`` when it quantizes. Returns the model."""
     inc = _inc()
-    now = stage(details)
-    if now == "measure":
-        if calibrate is None:
-            raise PlanError("INC's FP8 flow first measures activation ranges on calibration prompts: pass calibrate= "
-                            "(a function that runs the prepared model on them)")
-        config = inc.FP8Config.from_dict(dict(details["measure"])) if hasattr(inc.FP8Config, "from_dict") else \
-            inc.FP8Config(**dict(details["measure"]))
-        model = inc.prepare(model, config)
-        calibrate(model)
-        inc.finalize_calibration(model)
-        return model, now
-    config = inc.FP8Config.from_dict(dict(details["quantize"])) if hasattr(inc.FP8Config, "from_dict") else \
-        inc.FP8Config(**dict(details["quantize"]))
-    return inc.convert(model, config), now
+    which = str(details.get("stage", "measure"))
+    path = details.get("config")
+    if not path:
+        folder = Path(tempfile.mkdtemp(prefix="intelrt-inc-"))
+        path = str(write_config(details, which, folder))
+    config = inc.FP8Config.from_json_file(str(path))
+    log.info("intelrt: INC FP8 stage %s with %s", which, path)
+    return inc.prepare(model, config) if which == "measure" else inc.convert(model, config)
+
+
+def save_measurement(model: Any, details: Mapping[str, Any], directory: str | os.PathLike[str]) -> Path:
+    """End the measure stage: INC writes the activation statistics (``finalize_calibration``, into
+    ``dump_stats_path``) and the QUANTIZE configuration reading them goes to
+    ``directory/inc_fp8_quantize.json``, for ``QUANT_CONFIG``. Returns that file."""
+    if details.get("stage") != "measure":
+        raise PlanError("this model was converted to FP8 (INC's quantize stage); INC keeps FP8 models in no checkpoint "
+                        "format: keep the statistics and the QUANT_CONFIG file that made it")
+    _inc().finalize_calibration(model)
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    return write_config(details, "quantize", target)

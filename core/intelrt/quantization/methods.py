@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PlanError
-from ..hooks.payloads import JSONValue
+from ..hooks.payloads import QUANTIZATION_REQUESTS, JSONValue
 from ..support.versions import at_least, package_version, parse
 from .checkpoint import CheckpointQuantization
 from .choice import QuantizationChoice, QuantizationPlan
 
-REQUESTS = ("4bit", "8bit", "int4", "int8", "int8-dynamic", "autoround", "fp8")
-"""What ``quantization=`` accepts: bitsandbytes 4/8-bit, torchao int4/int8 weight-only and int8
-dynamic, Intel's AutoRound, and FP8 (Intel Neural Compressor on Gaudi, torchao float8 on CUDA)."""
+REQUESTS = QUANTIZATION_REQUESTS
+"""What ``quantization=`` accepts (declared in the contract, ``hooks/payloads.py``): every
+:attr:`Method.request` of :data:`TABLE` is one of them, and each of them is some row's."""
 
 OVERVIEW = "transformers docs/source/en/quantization/overview.md"
 Q = "transformers 5.24 quantizers/"
@@ -84,6 +84,8 @@ class Cell:
     compute_dtypes: tuple[str, ...] = ()
     """The dtypes its kernels compute in; a model in another is cast to the first (auto-round's
     ``convert_model.post_init``: "Forced model to torch.float16")."""
+    torch_floor: str | None = None
+    """The least torch the method's kernels need on this device (the backend's reported torch)."""
 
     def __post_init__(self) -> None:
         if self.runs not in RUNS:
@@ -129,6 +131,9 @@ _NO_GAUDI_TORCHAO = _no("torchao 0.18 tensor subclasses: kernels for cpu, cuda, 
                         "AutoRound for Gaudi")
 _GAUDI1 = _no("SPEC H7; Intel Gaudi docs: FP8 and bitsandbytes from Gaudi 2", "first-generation Gaudi runs none of "
               "the quantized kernels (no FP8 hardware; bitsandbytes' HPU backend needs Gaudi 2 or 3)")
+_BNB_HPU_NOTE = ("bitsandbytes' HPU backend registers only the NF4 4-bit dequantize kernel (quant_type 'nf4', uint8 "
+                 "or bfloat16 storage; FP4 is refused there); the other bitsandbytes ops run on its generic torch "
+                 "kernels")
 _BNB_HPU = ("SPEC H7; bitsandbytes 0.50 backends/hpu (registers the NF4 4-bit dequantize only); "
             f"{Q}quantizer_bnb_4bit.py update_device_map (places on the current Gaudi)")
 
@@ -137,11 +142,10 @@ def _bnb(bits: int) -> Method:
     floor = "0.46.1"  # transformers' BITSANDBYTES_MIN_VERSION
     base = Cell("yes", f"{Q}quantizer_bnb_{bits}bit.py validate_environment; bitsandbytes 0.50 "
                 "supported_torch_devices", package="bitsandbytes", floor=floor)
-    xpu = Cell("yes", f"SPEC X9; {OVERVIEW} Intel GPU column (bitsandbytes)", package="bitsandbytes", floor="0.47",
+    xpu = Cell("yes", f"SPEC X9; {OVERVIEW} Intel GPU column (bitsandbytes); bitsandbytes 0.47 release notes (Intel "
+               "GPU support, torch >= 2.6)", package="bitsandbytes", floor="0.47", torch_floor="2.6",
                note="bitsandbytes runs on Intel GPUs from 0.47 with torch >= 2.6")
-    hpu = Cell("yes", _BNB_HPU, package="bitsandbytes", floor=floor,
-               note="NF4 only in 4-bit (FP4 is refused by bitsandbytes' HPU backend)" if bits == 4 else
-               "LLM.int8 runs on bitsandbytes' generic torch kernels on Gaudi")
+    hpu = Cell("yes", _BNB_HPU, package="bitsandbytes", floor=floor, note=_BNB_HPU_NOTE)
     return Method(
         key=f"bitsandbytes-{bits}bit", family="bitsandbytes", title=f"bitsandbytes {bits}-bit", bits=bits,
         scheme="nf4" if bits == 4 else "llm.int8", request=f"{bits}bit", checkpoint=True, extra="intelrt[bitsandbytes]",
@@ -421,22 +425,32 @@ class Target:
 
     @classmethod
     def from_backend(cls, backend: Any, packages: Mapping[str, str | None] | None = None) -> Target:
-        """The target of a detected ``BackendStatus``: Intel GPU variant from its device names, the
-        Gaudi generation from ``versions['device_generation']``, CUDA's ``compute_capability``
-        (``"9.0"``) when the backend reports it."""
+        """The target of a detected backend, from the facts it declares: its ``device_type``, its
+        ``variant`` (Intel GPU ``arc`` / ``max``, Gaudi ``gaudi1``/``2``/``3``), and from its
+        detection the torch version and CUDA's ``versions['compute_capability']`` (``"9.0"``)."""
         names = [str(d.name) for d in getattr(backend, "devices", ())]
         versions: Mapping[str, str] = getattr(backend, "versions", {}) or {}
-        variant = None
-        if backend.device_type == "xpu":
-            variant = "max" if any("Max" in n for n in names) else "arc"
-        elif backend.device_type == "hpu":
-            variant = versions.get("device_generation")
         capability = None
         cc = parse(versions.get("compute_capability"))
         if cc is not None:
             capability = (cc.major, cc.minor)
-        return cls(backend.device_type, variant, capability, versions.get("torch"), packages,
+        return cls(backend.device_type, getattr(backend, "variant", None), capability, versions.get("torch"), packages,
                    names[0] if names else None)
+
+
+def projection_inputs(config: Mapping[str, Any]) -> tuple[int, ...]:
+    """The input sizes of a decoder's projections, from its config (the text config of a
+    multimodal one): hidden size (q/k/v, gate/up), attention output (o_proj) and MLP width (down
+    projection); int4's group size must divide each. Empty when the config does not say."""
+    text: Mapping[str, Any] = config.get("text_config") or config
+    sizes = []
+    hidden = text.get("hidden_size")
+    heads, head_dim = text.get("num_attention_heads"), text.get("head_dim")
+    for value in (hidden, text.get("intermediate_size"), text.get("moe_intermediate_size"),
+                  heads * head_dim if isinstance(heads, int) and isinstance(head_dim, int) else None):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            sizes.append(value)
+    return tuple(dict.fromkeys(sizes))
 
 
 # -- the decision --------------------------------------------------------------------------------
@@ -519,7 +533,7 @@ def _install_hint(distribution: str, floor: str | None) -> str:
     return f"pip install '{extra}' (or pip install '{spec}')" if extra else f"pip install '{spec}'"
 
 
-def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> list[str]:
+def _check_packages(method: Method, cell: Cell, target: Target, asked: str, where: str) -> list[str]:
     """Raise for a missing or too old package; the versions found, for the reason."""
     found = []
     for distribution, floor in ((cell.package, cell.floor), *cell.requires):
@@ -530,10 +544,19 @@ def _check_packages(method: Method, cell: Cell, target: Target, asked: str) -> l
             raise PlanError(f"{asked} uses {distribution}, which is not installed: "
                             f"{_install_hint(distribution, floor)}")
         if floor and parse(version) is not None and not at_least(version, floor):
-            raise PlanError(f"{asked} needs {distribution} >= {floor} ({cell.source}); this is {version}: "
-                            f"{_install_hint(distribution, floor)}")
+            raise PlanError(f"{asked}: {method.title} on {where} needs {distribution} >= {floor}, and this is "
+                            f"{version} ({cell.source}): {_install_hint(distribution, floor)}")
         found.append(f"{distribution} {version}")
     return found
+
+
+def _check_torch(method: Method, column: Column, cell: Cell, target: Target, asked: str) -> None:
+    """A torch older than the method's kernels need on this device (as the backend reports it)."""
+    if cell.torch_floor is None or target.torch is None or parse(target.torch) is None:
+        return
+    if not at_least(target.torch, cell.torch_floor):
+        raise PlanError(f"{asked}: {method.title} on {column.title} needs torch >= {cell.torch_floor} ({cell.source}); "
+                        f"this is torch {target.torch}: install a newer torch (for Intel GPUs, from the XPU wheel index)")
 
 
 def _check_capability(method: Method, column: Column, cell: Cell, target: Target, asked: str) -> list[str]:
@@ -581,12 +604,14 @@ def _layout_problem(method: Method, cell: Cell, checkpoint: CheckpointQuantizati
 
 def decide(request: str | None, checkpoint: CheckpointQuantization | None, target: Target, *,
            dtype: str = "bfloat16", in_features: Sequence[int] = (),
-           claim_of: Callable[[str], str | None] | None = None) -> QuantizationPlan:
+           claim_of: Callable[[str], str | None] | None = None,
+           env: Mapping[str, str] | None = None) -> QuantizationPlan:
     """The quantization decision for ``request`` (a ``quantization=`` value or ``None``) and the
     checkpoint's own ``checkpoint`` on ``target``; a ``PlanError`` says the way out.
 
     ``dtype``: the plan's dtype; ``in_features``: the model's projection input sizes (int4 group
-    size); ``claim_of``: the SPEC claim of a backend kind (``xpu`` → ``X9``)."""
+    size); ``claim_of``: the SPEC claim of a backend kind (``xpu`` → ``X9``); ``env``: the run's
+    environment (INC's ``QUANT_CONFIG``)."""
     if request is None and checkpoint is None:
         return QuantizationPlan(None, "not requested")
     column = target.column()
@@ -629,7 +654,7 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
             raise PlanError(f"{asked}: {problem}")
     dequantized = cell.runs == "dequantized"
     try:
-        found = _check_packages(method, cell, target, asked)
+        found = _check_packages(method, cell, target, asked, column.title)
     except PlanError as missing:
         if not (cell.dequantizes_without_package and checkpoint is not None):
             raise
@@ -637,6 +662,7 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
         notes.append(f"{missing}; without it transformers dequantizes the checkpoint to bfloat16 ({cell.source}): "
                      "it runs with no memory saved")
     notes += _check_capability(method, column, cell, target, asked)
+    _check_torch(method, column, cell, target, asked)
     details: dict[str, Any] = dict(cell.details)
     bnb = _bnb_details(method, dtype, checkpoint) if method.family == "bitsandbytes" else {}
     bits = method.bits or (checkpoint.bits if checkpoint else None) or 4
@@ -649,14 +675,16 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
 
         group = group_size(in_features) if in_features else 128
         details.update(calibration_defaults(bits, group))
-        notes.append("AutoRound quantizes after loading, with calibration text (auto-round's default dataset "
-                     "NeelNanda/pile-10k comes from the hub; offline, pass your own text, or iters=0 for "
-                     "round-to-nearest); transformers loads only AutoRound checkpoints "
-                     "(quantizer_auto_round.py), so the quantized model is saved and loaded back")
+        notes.append("AutoRound quantizes after loading, tuning on calibration text, and transformers loads only "
+                     "AutoRound checkpoints (quantizer_auto_round.py): intelrt.load saves the quantized model to a "
+                     "temporary directory and loads it back. Its default calibration set NeelNanda/pile-10k comes "
+                     "from the hub; offline, or for your own text: intelrt quantize MODEL --method autoround "
+                     "--calibration FILE --output DIR (--iters 0: round-to-nearest, no tuning), then load DIR")
     if method.key == "inc-fp8":
-        from .inc import fp8_flow
+        from .inc import fp8_flow, stage_note
 
-        details.update(fp8_flow())
+        details.update(fp8_flow(env))
+        notes.append(stage_note(details))
     if checkpoint is not None and method.family in ("gptq", "awq") and details.get("loader") == "auto-round":
         if bits != 4:
             raise PlanError(f"{asked}: on {column.title} auto-round loads 4-bit GPTQ/AWQ weights only "
@@ -666,6 +694,9 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
         notes.append(cell.note)
     if not method.lora:
         notes.append(f"LoRA training on this base is refused: {method.lora_reason}")
+    elif not dequantized:
+        notes.append(f"QLoRA: to fine-tune a model too big for the device, train LoRA adapters with PEFT on this base "
+                     f"(Loaded.train(..., lora=True); {method.lora_reason})")
     load_dtype = cell.dtype
     if load_dtype is None and cell.compute_dtypes and dtype not in cell.compute_dtypes:
         load_dtype = cell.compute_dtypes[0]
@@ -675,12 +706,14 @@ def decide(request: str | None, checkpoint: CheckpointQuantization | None, targe
         method=method.family, bits=bits, quant_type=bnb.get("quant_type"), compute_dtype=bnb.get("compute_dtype"),
         double_quant=bool(bnb.get("double_quant", False)), scheme=(checkpoint.scheme if checkpoint and checkpoint.scheme
                                                                     else method.scheme),
-        source="checkpoint" if checkpoint is not None else "request", package=cell.package, extra=method.extra,
+        source="checkpoint" if checkpoint is not None else "request", requested=request, package=cell.package,
+        extra=method.extra,
         group_size=group, dtype=load_dtype, details=details, trainable=method.lora,
         serializable=method.serializable, dequantized=dequantized)
     how = "loads dequantized" if dequantized else "runs"
-    where = "the checkpoint is quantized" if checkpoint is not None else "requested"
-    reason = f"{where}: {method.title} {how} on {column.title}" + (f" ({', '.join(found)})" if found else "")
+    # a request's reason is prefixed "requested by the user; " by the host (hooks/concerns.py, PROPOSE)
+    reason = ("the checkpoint is quantized: " if checkpoint is not None else "") + \
+        f"{method.title} {how} on {column.title}" + (f" ({', '.join(found)})" if found else "")
     if load_dtype:
         reason += f", in {load_dtype}"
     claim = claim_of(column.kind) if claim_of else {"xpu": "X9", "hpu": "H7"}.get(column.kind)

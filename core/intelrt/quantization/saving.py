@@ -1,18 +1,17 @@
-"""Quantize and save: a loaded model, quantized as its plan says, written as a checkpoint that
-plain ``from_pretrained`` loads (its ``quantization_config`` in config.json).
+"""Save a quantized model as a checkpoint that plain ``from_pretrained`` loads (its
+``quantization_config`` in config.json).
 
 transformers saves a quantized model when its quantizer is serializable
 (``HfQuantizer.is_serializable``: bitsandbytes, torchao — tensor subclasses flattened into
-safetensors by torchao's ``flatten_tensor_state_dict`` —, GPTQ, AWQ, compressed-tensors, HQQ …;
-not optimum-quanto). AutoRound quantizes and saves with auto-round itself
-(``autoround.quantize_and_save``). INC's FP8 keeps its scales in its own statistics files, not in
-a checkpoint.
+safetensors by torchao's ``flatten_tensor_state_dict`` —, AutoRound, GPTQ, AWQ,
+compressed-tensors, HQQ …; not optimum-quanto). AutoRound quantizes *and* saves with auto-round
+itself (``autoround.quantize_and_save``), from an unquantized model. INC's FP8 keeps its scales in
+its own statistics files, not in a checkpoint (``inc.save_measurement``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ from .methods import method_of
 
 
 def save_quantized(model: Any, choice: QuantizationChoice, directory: str | os.PathLike[str], *,
-                   tokenizer: Any = None, calibration: Sequence[str] | None = None,
-                   iters: int | None = None) -> Path:
-    """Write ``model`` (loaded with ``choice``'s quantization, or — for AutoRound — unquantized, to
-    be quantized now) to ``directory`` as safetensors plus config.json; the tokenizer too when
-    given. Returns the directory."""
+                   tokenizer: Any = None) -> Path:
+    """Write ``model``, loaded with ``choice``'s quantization, to ``directory`` as safetensors plus
+    config.json (its ``quantization_config``); the tokenizer too when given. Returns the directory."""
     method = method_of(choice)
     target = Path(directory)
     if not method.serializable:
@@ -34,16 +31,10 @@ def save_quantized(model: Any, choice: QuantizationChoice, directory: str | os.P
     if choice.dequantized:
         raise PlanError(f"{method.title} was dequantized on this device while loading: saving would write "
                         "unquantized weights. Save the checkpoint you loaded instead")
-    target.mkdir(parents=True, exist_ok=True)
-    if choice.method == "auto-round" and choice.source == "request":
-        if tokenizer is None:
-            raise PlanError("AutoRound quantizes with the model's tokenizer: pass tokenizer=")
-        from .autoround import quantize_and_save
-
-        return quantize_and_save(model, tokenizer, choice, target, calibration=calibration, iters=iters)
     if getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False):
         raise PlanError(f"the model is not quantized (no transformers quantizer on it): load it with the plan's "
                         f"quantization ({method.title}) first")
+    target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(target)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..decoding.tuning import DecodeTuning
@@ -473,7 +475,8 @@ class Loaded:
 
         ``data``: a text file, a ``.jsonl`` file, a list of strings or a ``datasets.Dataset``
         (``text`` or ``input_ids`` column). ``lora=True`` (or a ``peft.LoraConfig``) trains LoRA
-        adapters; a model loaded with ``quantization="4bit"`` trains them as QLoRA.
+        adapters; a quantized model (``quantization="4bit"``, ``"int8"`` …) trains them as QLoRA where
+        PEFT supports its base (docs/quantization.md, "LoRA"), else ``lora=True`` is refused.
         ``output_dir`` must be new or empty: one holding anything else (the model's own directory
         above all) is refused unless ``resume=True`` continues from the last ``checkpoint-N`` in it
         or ``overwrite=True`` replaces what it holds. ``block_size=`` (tokens per example, default
@@ -489,6 +492,29 @@ class Loaded:
 
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
                      overwrite=overwrite, sharding=sharding, **training_overrides)
+
+    def save_quantized(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this quantized model to ``directory`` as a checkpoint plain ``from_pretrained``
+        loads (its ``quantization_config`` in config.json), with the tokenizer; returns the directory.
+
+        For a model loaded with ``quantization=`` (bitsandbytes, torchao, AutoRound) or from a
+        quantized checkpoint whose method saves (docs/quantization.md, "saves"). FP8 on Gaudi in
+        INC's measure stage writes INC's statistics and ``directory/inc_fp8_quantize.json`` (for
+        ``QUANT_CONFIG``) instead. ``intelrt.quantize`` / ``intelrt quantize`` load and save in one
+        step, with calibration text for AutoRound."""
+        from ..errors import PlanError
+
+        choice = self.plan.decided.quantization
+        if choice is None:
+            raise PlanError("the model was loaded without quantization: load it with quantization= (e.g. 'int8'), or "
+                            "run intelrt quantize MODEL --method METHOD --output DIR")
+        if choice.method == "inc":
+            from ..quantization.inc import save_measurement
+
+            return save_measurement(self.model, choice.details, directory)
+        from ..quantization.saving import save_quantized
+
+        return save_quantized(self.model, choice, directory, tokenizer=self.tokenizer)
 
 
 @dataclass(frozen=True)

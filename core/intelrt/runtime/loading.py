@@ -24,6 +24,7 @@ from .environment import apply_in_process
 from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
 from .processors import Processors
+from .quantized_load import after_load
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +98,19 @@ def prepare(plan: Plan, host: PluginHost | None = None) -> None:
     install_compile_wrapper(plan.backend, host)
 
 
-def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None) -> Loaded:
+def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None, *,
+               quantize: bool = True) -> Loaded:
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
-    ``from_pretrained`` here and nowhere else: a plan never holds them."""
+    ``from_pretrained`` here and nowhere else: a plan never holds them. ``quantize=False`` loads
+    the weights as they are on disk, for a quantizer that runs on them (``intelrt.quantize``)."""
     check_ranks(plan)
     prepare(plan, host)
     credentials = dict(credentials or {})
     cls = model_class(plan)
     source = plan.model.local_dir or plan.model.source
     kwargs = from_pretrained_kwargs(plan)
+    if not quantize:
+        kwargs.pop("quantization_config", None)
     log.info("loading %s with %s%s", source,
              redact({k: v for k, v in kwargs.items() if k not in ("kernel_config", "distributed_config")}),
              f" and credentials {sorted(credentials)}" if credentials else "")
@@ -115,8 +120,11 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
+    tokenizer = _load_tokenizer(plan, source, credentials)
+    if quantize:
+        model = after_load(model, tokenizer, plan, cls, {**kwargs, **credentials})
     processors = Processors(source, trust_remote_code=plan.request.trust_remote_code, credentials=credentials)
-    return adopt(model, _load_tokenizer(plan, source, credentials), plan, host, processors)
+    return adopt(model, tokenizer, plan, host, processors)
 
 
 def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None,

@@ -1,4 +1,5 @@
-"""Plan → keyword arguments for ``from_pretrained`` (builds transformers' config objects)."""
+"""Plan → keyword arguments for ``from_pretrained`` (builds transformers' config objects; the
+quantization's are ``intelrt.quantization.builders``')."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from ..hooks.payloads import Placement
 from ..hooks.plan import Plan
+from ..quantization.builders import from_pretrained_kwargs as quantization_kwargs
 
 
 def _kernel_entry(value: Any) -> Any:
@@ -30,22 +32,6 @@ def kernel_config(plan: Plan) -> Any:
 
     return KernelConfig(kernel_mapping={layer: _kernel_entry(entry) for layer, entry in value.kernel_mapping.items()},
                         use_local_kernel=value.use_local_kernel, inherit_mapping=False)
-
-
-def quantization_config(plan: Plan) -> Any:
-    """transformers ``BitsAndBytesConfig`` for the plan's quantization, or ``None``."""
-    value = plan.decided.quantization
-    if value is None:
-        return None
-    import torch
-    from transformers import BitsAndBytesConfig
-
-    if value.bits == 8:
-        return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type=value.quant_type or "nf4",
-        bnb_4bit_compute_dtype=getattr(torch, value.compute_dtype or "float32"),
-        bnb_4bit_use_double_quant=value.double_quant)
 
 
 def distributed_config(plan: Plan) -> Any:
@@ -101,9 +87,9 @@ def from_pretrained_kwargs(plan: Plan) -> dict[str, Any]:
         config = kernel_config(plan)
         if config is not None:
             kwargs["kernel_config"] = config
-    quant = quantization_config(plan)
-    if quant is not None:
-        kwargs["quantization_config"] = quant
+    # quantization_config (BitsAndBytesConfig, TorchAoConfig …), and the dtype the method loads in,
+    # which the plan's dtype decision holds already
+    kwargs.update(quantization_kwargs(plan.decided.quantization))
     distributed = distributed_config(plan)
     if distributed is not None:
         kwargs["distributed_config"] = distributed

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -59,7 +60,9 @@ __all__ = ["CHILD_VAR", "GAUDI_GENERATIONS", "GAUDI_STACK", "KINDS", "MAX_SIMULA
 _STUBS = Path(__file__).parent / "_vendor_stubs"
 _HL_SMI = Path(__file__).parent / "hl_smi.py"
 # Which module each distribution provides, for hiding an uninstalled one.
-_MODULE_OF = {"habana-torch-plugin": "habana_frameworks"}
+_MODULE_OF = {"habana-torch-plugin": "habana_frameworks", "neural-compressor-pt": "neural_compressor",
+              "optimum-quanto": "optimum.quanto"}
+"""Distributions whose module is not their name with ``_`` for ``-``."""
 #: The entry point the real wheel declares (gaudi-pytorch-bridge ``python_packages/setup.py`` l.91-93):
 #: torch runs it at ``import torch`` (``torch/__init__.py`` l.3017-3077, ``_import_device_backends``).
 _GAUDI_ENTRY_POINTS = "[torch.backends]\ndevice_backend = habana_frameworks.autoload:__autoload\n"
@@ -308,7 +311,12 @@ class _Patcher:
 
 def _fake_distributions(packages: Mapping[str, str | None], patcher: _Patcher, root: Path) -> None:
     """Make ``importlib.metadata`` report the given versions; ``None`` hides a package. The Gaudi
-    stack's distribution also declares its ``torch.backends`` entry point, as the real wheel does."""
+    stack's distribution also declares its ``torch.backends`` entry point, as the real wheel does.
+    A distribution given a version whose module is not importable here gets a stand-in module
+    (:data:`STUB_MARK`), so version checks that look for the module (``find_spec``, as
+    ``package_version`` and transformers' ``is_*_available`` do) see it installed; importing the
+    stand-in gives nothing else, so only planning can use it — and not for a library transformers
+    imports as soon as it looks installed (hqq: its modeling code imports ``hqq.core``)."""
     for dist, version in packages.items():
         module = _MODULE_OF.get(dist, dist.replace("-", "_"))
         if version is None:
@@ -319,7 +327,32 @@ def _fake_distributions(packages: Mapping[str, str | None], patcher: _Patcher, r
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
         if dist == "habana-torch-plugin":
             (info / "entry_points.txt").write_text(_GAUDI_ENTRY_POINTS)
+        elif _missing_module(module):
+            _stub_module(root, module, dist, version)
     sys.path.insert(0, str(root))
+
+
+STUB_MARK = "__intelrt_stub__"
+"""Set on a stand-in module the simulation writes for a faked distribution that is not installed."""
+
+
+def _missing_module(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module.split(".")[0]) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _stub_module(root: Path, module: str, dist: str, version: str) -> None:
+    """``module`` (dotted: its packages too) as an empty package under ``root``."""
+    folder = root
+    for part in module.split("."):
+        folder = folder / part
+        folder.mkdir(exist_ok=True)
+        init = folder / "__init__.py"
+        if not init.exists():
+            init.write_text(f'"""intelrt simulation: a stand-in for {dist} {version}, which is not installed."""\n'
+                            f"{STUB_MARK} = True\n__version__ = {version!r}\n")
 
 
 def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool, xccl: bool) -> None:

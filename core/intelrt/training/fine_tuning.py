@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfigurationError, IntelrtError, SaveError
 from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
+from ..quantization.lora import require_lora
 from ..support.redaction import redact_text
 from .arguments import (
     USER,
@@ -192,6 +193,7 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
             raise ConfigurationError("this model already carries LoRA adapters (trained before); pass lora=True "
                                      "to keep training them, or reload the base model for a new LoraConfig")
         return model, True
+    choice = loaded.plan.decided.quantization
     if not lora:
         if kind == VISION_LANGUAGE:
             raise ConfigurationError(
@@ -199,9 +201,10 @@ def _prepare_model(loaded: Any, lora: object, quantized: bool, seed: int, gradie
                 "to train the whole model, use transformers.Trainer on loaded.model with "
                 "intelrt.training_arguments(output_dir, plan=loaded)")
         if quantized:
+            how = f"with quantization={choice.requested!r}" if choice.requested else f"from a {choice.method} checkpoint"
             raise ConfigurationError(
-                f"the model was loaded {loaded.plan.request.quantization} (quantized): its weights cannot be trained "
-                "directly. Pass lora=True to train LoRA adapters on top of it (QLoRA, SPEC X9).")
+                f"the model was loaded {how} (quantized): its weights cannot be trained directly. Pass lora=True to "
+                "train LoRA adapters on top of it (QLoRA, SPEC X9).")
         return model, False
     if peft is None:
         raise ConfigurationError(PEFT_MISSING)
@@ -300,7 +303,9 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
                                  "pass one of them")
     out = os.fspath(output_dir)
     plan = _sharding_plan(loaded, sharding, resume)
-    quantized = loaded.plan.decided.quantization is not None
+    quantized = loaded.plan.decided.quantization is not None and not loaded.plan.decided.quantization.dequantized
+    if quantized and lora and not _is_peft(loaded.model):
+        require_lora(loaded.plan.decided.quantization)  # PEFT and transformers' Trainer must both take this base
     _claim_output_dir(loaded, out, adapter=bool(lora) or _is_peft(loaded.model), resume=resume, overwrite=overwrite)
     if kind == VISION_LANGUAGE and not lora and not _is_peft(loaded.model):
         _prepare_model(loaded, lora, quantized, 0, False, kind)  # refuses, before anything is read

@@ -18,7 +18,6 @@ from intelrt.plugin import (
     EnvVar,
     Finding,
     Plan,
-    QuantizationChoice,
     Setting,
     ShardingSupport,
     Situation,
@@ -37,10 +36,9 @@ from . import (
     parallelism,
     placement,
     precision,
-    quantization,
     training,
 )
-from .facts import BACKEND, PRIORITY
+from .facts import BACKEND, PRIORITY, generation
 
 
 class HpuBackend(Backend):
@@ -59,6 +57,10 @@ class HpuBackend(Backend):
     @property
     def sharding_support(self) -> ShardingSupport:
         return parallelism.sharding_support(self)
+
+    @property
+    def variant(self) -> str | None:
+        return generation(self)
 
     def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding]:
         return environment.run_environment(self, s.request, s.env)
@@ -95,9 +97,6 @@ class HpuBackend(Backend):
 
     def select_kernels(self, s: Situation) -> Decision:
         return kernels.select_kernels(self, s)
-
-    def check_quantization(self, value: QuantizationChoice, s: Situation) -> Endorsement:
-        return quantization.check_quantization(self, value, s)
 
     def select_compile(self, s: Situation) -> Decision:
         return compiler.select_compile(self, s)

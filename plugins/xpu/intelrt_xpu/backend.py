@@ -20,7 +20,6 @@ from intelrt.plugin import (
     Finding,
     KernelChoice,
     Plan,
-    QuantizationChoice,
     Setting,
     ShardingSupport,
     Situation,
@@ -38,10 +37,9 @@ from . import (
     kernels,
     parallelism,
     placement,
-    quantization,
     training,
 )
-from .facts import NAME, PRIORITY
+from .facts import NAME, PRIORITY, product_line
 
 
 class XpuBackend(Backend):
@@ -59,6 +57,10 @@ class XpuBackend(Backend):
     @property
     def sharding_support(self) -> ShardingSupport:
         return parallelism.sharding_support(self)
+
+    @property
+    def variant(self) -> str | None:
+        return product_line(self)
 
     def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding] | None:
         return devices.run_environment(self, s.request, s.env)
@@ -89,9 +91,6 @@ class XpuBackend(Backend):
 
     def check_kernels(self, value: KernelChoice, s: Situation) -> Endorsement:
         return kernels.check_kernels(self, value, s)
-
-    def check_quantization(self, value: QuantizationChoice, s: Situation) -> Endorsement:
-        return quantization.check_quantization(self, value, s)
 
     def select_compile(self, s: Situation) -> Decision:
         return compiler.select_compile(self, s)

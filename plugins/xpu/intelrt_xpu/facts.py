@@ -24,8 +24,6 @@ XCCL_WHEELS_TORCH = "2.8"
 #: "require a specific driver version, it's not stable yet"); torch 2.14 moves XPU graphs to Level
 #: Zero graphs (vllm#51600). Below it, intelrt captures only with graphs="on".
 XPU_GRAPHS_DEFAULT_TORCH = "2.14"
-#: bitsandbytes runs 4-bit and 8-bit on Intel GPUs from 0.47 (SPEC X9).
-BITSANDBYTES_FLOOR = "0.47"
 #: torch >= 2.8 lets SDPA on XPU take grouped-query attention without repeating K/V heads (SPEC X4).
 NATIVE_GQA_TORCH = "2.8"
 
@@ -53,6 +51,16 @@ def torch_at_least(backend: Detected, floor: str) -> bool:
 def xccl_built(backend: Detected) -> bool:
     """Whether detection found the ``xccl`` backend in this torch build."""
     return backend.versions.get(XCCL_KEY) == "True"
+
+
+def product_line(backend: Detected) -> str | None:
+    """``max`` for the Data Center GPU Max series (Xe HPC: FP64, large register files, the kernels
+    transformers and torchao build for "Intel Data Center GPU"), ``arc`` for Arc and the other Xe
+    HPG / client GPUs (Flex too), from the device names; ``None`` without a device."""
+    names = [d.name for d in backend.devices]
+    if not names:
+        return None
+    return "max" if any("Max" in name for name in names) else "arc"
 
 
 def device_label(backend: Detected, index: int = 0) -> str:

@@ -25,6 +25,8 @@ from intelrt.plugin import (
     decode_compile,
     decode_graphs,
     fast_decode,
+    quantized,
+    quantized_step,
     stream_capturer,
 )
 
@@ -74,6 +76,9 @@ def select_decode(backend: Backend, s: Situation) -> Decision | None:
     compiled = decode_compile(request, "inductor")
     parts = ["static KV cache", f"step compiled with {compiled}" if compiled else "step runs eagerly (compile='none')",
              graph_reason]
+    choice = s.decided.quantization
+    if choice is not None and quantized(s.decided):
+        parts.insert(1, quantized_step(choice))
     return fast_decode(graphs, compiled, "; ".join(parts),
                        notes=("inductor settings tuned on CUDA (weight freezing) are not applied: unmeasured on XPU",)
                        if compiled == "inductor" else ())
