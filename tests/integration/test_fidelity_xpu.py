@@ -64,10 +64,6 @@ def test_X1_transformers_and_accelerate_see_the_intel_gpu_the_plan_reports(
         assert ("accelerate does not use XPU" in notes) is (not accelerate_uses)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: X1 — intelrt_xpu/facts.py ACCELERATE_TORCH_FLOOR reads accelerate's "
-                   "'> 2.6' as '>= 2.7', and support/versions.parse drops the local label, so 2.6.0+xpu (which "
-                   "packaging orders above 2.6, accelerate/utils/imports.py is_xpu_available) gets the note "
-                   "'accelerate does not use XPU'")
 @pytest.mark.claim("X1")
 def test_X1_the_xpu_wheel_2_6_0_plus_xpu_is_used_by_accelerate_and_the_plan_says_so(simulate: Any) -> None:
     from packaging.version import Version

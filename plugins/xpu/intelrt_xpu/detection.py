@@ -9,7 +9,7 @@ from intelrt.plugin import BackendStatus, DeviceInfo, at_least
 
 from .affinity import HIERARCHIES, hierarchy, read_mask
 from .facts import (
-    ACCELERATE_TORCH_FLOOR,
+    ACCELERATE_XPU_OFF_AT_OR_BELOW,
     HIERARCHY_KEY,
     HIERARCHY_VAR,
     MASK_VAR,
@@ -17,20 +17,24 @@ from .facts import (
     PRIORITY,
     TRANSFORMERS_TORCH_FLOOR,
     XCCL_KEY,
+    accelerate_uses_xpu,
 )
 
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 
 
 def torch_floor_notes(torch_version: str) -> list[str]:
-    """The torch floors of transformers (>= 2.6) and accelerate (> 2.6) that ``torch_version`` misses."""
+    """The torch floors of transformers (>= 2.6, on the base version) and accelerate (> 2.6, on the full
+    version, local label included: ``2.6.0+xpu`` passes, ``2.6.0`` does not) that ``torch_version`` misses."""
     notes = []
     if not at_least(torch_version, TRANSFORMERS_TORCH_FLOOR):
         notes.append(f"torch {torch_version} < {TRANSFORMERS_TORCH_FLOOR}: transformers does not use XPU "
                      f"(is_torch_xpu_available() needs torch >= {TRANSFORMERS_TORCH_FLOOR})")
-    if not at_least(torch_version, ACCELERATE_TORCH_FLOOR):
-        notes.append(f"torch {torch_version} is not > 2.6: accelerate does not use XPU (is_xpu_available() "
-                     f"needs torch >= {ACCELERATE_TORCH_FLOOR}), so Trainer and device_map='auto' miss it")
+    if not accelerate_uses_xpu(torch_version):
+        notes.append(f"torch {torch_version} is not above {ACCELERATE_XPU_OFF_AT_OR_BELOW} as packaging orders "
+                     f"versions: accelerate does not use XPU (is_xpu_available() is False when "
+                     f"is_torch_version('<=', '{ACCELERATE_XPU_OFF_AT_OR_BELOW}'); the XPU wheel 2.6.0+xpu passes, "
+                     "its local label sorting above 2.6), so Trainer and device_map='auto' miss it")
     return notes
 
 
