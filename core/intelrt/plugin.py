@@ -62,6 +62,7 @@ from .hooks.request import Request
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
+from .support.startup import environment_at_import
 from .support.units import format_bytes
 from .support.versions import (
     KernelsProblem,
@@ -90,7 +91,7 @@ __all__ = [
     "hub_kernels_problem", "KernelsProblem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
-    "world_size", "is_distributed_launch",
+    "world_size", "is_distributed_launch", "environment_at_import",
     # shared decisions
     "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
     "bytes_per_parameter", "fits_one_device", "check_training_overrides",

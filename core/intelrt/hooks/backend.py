@@ -15,7 +15,7 @@ The host makes one instance per detected backend, holding its detection result (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -197,6 +197,13 @@ class Backend:
     def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding] | None:
         """Extra variables and findings for the ``nproc`` processes ``intelrt launch`` starts."""
         return None
+
+    def written_by_stack(self, env: Mapping[str, str]) -> Collection[str]:
+        """The names of ``env``'s variables that this device's vendor stack wrote into this process
+        since intelrt was imported (:func:`~intelrt.plugin.environment_at_import` holds the environment
+        then) — its own defaults, not the user's: ``intelrt launch`` neither keeps them as the user's
+        nor passes them to the ranks (SPEC C2). Default: none."""
+        return ()
 
     def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting] | None:
         """``TrainingArguments`` keywords this device needs, on top of the generic ones; ``overrides``

@@ -389,6 +389,13 @@ class PluginHost:
                 + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan, nproc=nproc,
                                 env=env))
 
+    def written_by_stack(self, backend: Backend, env: Mapping[str, str]) -> frozenset[str]:
+        """The names of ``env``'s variables the backend's vendor stack wrote (``Backend.written_by_stack``)."""
+        names = self._run(backend.plugin, f"{type(backend).__name__}.written_by_stack", backend.written_by_stack, env)
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names or ()):
+            raise self._fault(backend.plugin, f"returned {names!r:.80} from written_by_stack; expected variable names")
+        return frozenset(names or ())
+
     def training_arguments(self, backend: Backend, plan: Plan, overrides: Mapping[str, Any]
                            ) -> list[tuple[str, Setting]]:
         """Every plugin's ``intelrt_training_arguments``, the backend's ``training_arguments``, then the

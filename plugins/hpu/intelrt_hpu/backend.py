@@ -6,7 +6,7 @@ intelrt's generic rules decide. Never ``hpu:N``: the device is ``hpu`` (H5), one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from intelrt.plugin import (
@@ -65,6 +65,9 @@ class HpuBackend(Backend):
 
     def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding]:
         return environment.launch_environment(self, plan, nproc, env)
+
+    def written_by_stack(self, env: Mapping[str, str]) -> Collection[str]:
+        return environment.written_by_stack(env)
 
     def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting]:
         return training.training_arguments(self, plan, overrides)

@@ -7,7 +7,8 @@ from typing import Any
 
 from intelrt.plugin import Backend, Plan, PlanError, Setting
 
-from .facts import COMPILE_BACKENDS, FIRST_GENERATION, generation
+from .compiler import lazy_refusal
+from .facts import COMPILE_BACKENDS, FIRST_GENERATION, execution_mode, generation
 
 
 def training_arguments(backend: Backend, plan: Plan, overrides: Mapping[str, Any]) -> list[Setting]:
@@ -26,6 +27,9 @@ def training_arguments(backend: Backend, plan: Plan, overrides: Mapping[str, Any
     if backend_choice is not None and backend_choice not in COMPILE_BACKENDS:
         raise PlanError(f"torch_compile_backend={backend_choice!r} does not run on Gaudi; use 'hpu_backend' (set for "
                         "you when torch_compile=True) or 'eager'")
+    lazy, mode = execution_mode(backend, {})
+    if overrides.get("torch_compile") and lazy:
+        raise lazy_refusal("torch_compile=True", mode)
     if overrides.get("torch_compile") and backend_choice is None:
         settings.append(Setting("torch_compile_backend", "hpu_backend",
                                 "torch.compile on Gaudi uses hpu_backend", claim="H9"))
