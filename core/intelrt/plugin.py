@@ -45,6 +45,7 @@ from .hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from .hooks.concerns import Decided
 from .hooks.markers import PROJECT, hookimpl
 from .hooks.model import Architecture, ModelInfo
+from .hooks.options import DeviceId
 from .hooks.payloads import (
     BatchingChoice,
     CompileChoice,
@@ -80,7 +81,7 @@ __all__ = [
     "PROJECT", "hookimpl",
     "Backend", "Situation", "Endorsement", "ShardingSupport", "Decided",
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
-    "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
+    "Request", "DeviceId", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
     "Placement",

@@ -57,7 +57,8 @@ def test_device_list_parser_accepts_or_raises_configuration_error(text: str) -> 
         ids = normalize_devices(text)
     except ConfigurationError:
         return
-    assert ids is not None and all(isinstance(i, int) and i >= 0 for i in ids)
+    assert ids is not None and all((isinstance(i, int) and i >= 0) or re.fullmatch(r"[0-9]+\.[0-9]+", i)
+                                   for i in ids)  # whole ids, or card.tile of a COMPOSITE Intel GPU
     assert len(set(ids)) == len(ids)
 
 

@@ -127,6 +127,8 @@ class Backend:
     """Devices are named ``{device_type}:N`` in this process (``False`` on Gaudi: the device is ``hpu``)."""
     fp16_training: ClassVar[bool] = True
     """A float16 plan trains in fp16 mixed precision here (``False`` on the CPU)."""
+    tile_ids: ClassVar[bool] = False
+    """``devices=`` may name ``"card.tile"`` ids here (Intel GPUs in COMPOSITE mode); elsewhere they are refused."""
 
     def __init__(self, status: BackendStatus) -> None:
         if status.name != self.name:

@@ -24,6 +24,7 @@ from .options import (
     TASKS,
     WARMUPS,
     WORKLOADS,
+    DeviceId,
     RequestOption,
     flag,
     normalize_backend,
@@ -72,8 +73,11 @@ class Request:
     model: str
     backend: str = request_option(AUTO, "auto (the best available accelerator, else the CPU) or a backend name "
                                   "(`intelrt plugins` lists them)", normalize_backend, metavar="NAME")
-    devices: tuple[int, ...] | None = request_option(
-        None, "device ids for this run, e.g. 0,2 (default: every visible device)", normalize_devices, metavar="IDS")
+    devices: tuple[DeviceId, ...] | None = request_option(
+        None, "device ids for this run, e.g. 0,2 (default: every visible device); card.tile (e.g. 0.1) names one tile "
+        "of an Intel GPU in COMPOSITE mode", normalize_devices, metavar="IDS")
+    """Device ids (:data:`~intelrt.hooks.options.DeviceId`): ints, or ``"card.tile"`` strings for Intel GPUs
+    in COMPOSITE mode (backends whose ``tile_ids`` fact is False refuse those)."""
     dtype: str = request_option(AUTO, "weights dtype: auto, float32, bfloat16, float16 (bf16, fp16, fp32 accepted)",
                                 normalize_dtype, metavar="DTYPE")
     attention: str = request_option(AUTO, "attn_implementation: auto, sdpa, eager, flash_attention_2, … or a hub "

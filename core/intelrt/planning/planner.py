@@ -109,6 +109,11 @@ def plan_env(host: PluginHost, backend: Backend, request: Request, model: ModelI
              env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
     """What the backend and the plugins want for the run's environment, merged with ``env`` (the
     user's values win)."""
+    tiles = [d for d in request.devices or () if not isinstance(d, int)]
+    if tiles and not backend.tile_ids:
+        raise PlanError(f"devices={list(request.devices or ())}: {', '.join(map(repr, tiles))} names one tile of a card "
+                        f"(card.tile, for Intel GPUs in COMPOSITE mode); the {backend.name} backend takes whole device "
+                        "ids, e.g. devices=[0, 2]")
     wanted: list[tuple[str, EnvVar]] = []
     findings: list[Finding] = floor_findings("warning")
     for plugin, item in host.setup_env(backend, Situation(request, model, env)):

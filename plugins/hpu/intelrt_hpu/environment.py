@@ -177,12 +177,7 @@ def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) 
     the stack acquires) and ``HABANA_VISIBLE_MODULES`` for the processes the run starts."""
     items = int64_items(backend, env)
     if request.devices is not None:
-        if not all(isinstance(d, int) for d in request.devices):
-            tiles = [d for d in request.devices if not isinstance(d, int)]
-            raise PlanError(f"devices={list(request.devices)}: {', '.join(map(repr, tiles))} names a card.tile of an "
-                            "Intel GPU; Gaudi devices are module ids (whole numbers, as `hl-smi -Q index,module_id -f "
-                            "csv` shows them)")
-        ids = tuple(int(d) for d in request.devices)
+        ids = tuple(int(d) for d in request.devices)  # whole module ids: card.tile ids were refused (tile_ids)
         known = known_module_ids(backend, env)
         if known is not None and not set(ids) <= set(known):
             outside = format_ids(sorted(set(ids) - set(known)))

@@ -42,6 +42,14 @@ XCCL_KEY = "xccl"
 """Key of ``BackendStatus.versions``: ``"True"`` when this torch build has XCCL (``is_xccl_available()``)."""
 HIERARCHY_KEY = "hierarchy"
 """Key of ``BackendStatus.versions``: the Level Zero hierarchy detection ran in (FLAT, COMPOSITE, COMBINED)."""
+DRIVER_MASK_KEY = "driver_mask"
+"""Key of ``BackendStatus.versions``: the ``ZE_AFFINITY_MASK`` this process's Level Zero driver read when it
+loaded (absent: none). The mask in ``os.environ`` now may differ; this one decides this process's devices."""
+DRIVER_HIERARCHY_KEY = "driver_hierarchy"
+"""Key of ``BackendStatus.versions``: the ``ZE_FLAT_DEVICE_HIERARCHY`` value the driver read (absent: unset)."""
+DRIVER_VIEW_KEY = "driver_view"
+"""Key of ``BackendStatus.versions``: ``recorded`` (intelrt saw the driver initialise) or ``inferred``
+(it was initialised before intelrt looked: :mod:`intelrt_xpu.driver_view`)."""
 MARK_VAR = "INTELRT_ZE_AFFINITY_MASK"
 """Set next to a mask intelrt chose for a run, so the run's own processes (ranks, a re-plan in
 the launched script) recognise the mask as the run's and do not warn about an inherited export."""
