@@ -39,7 +39,14 @@ from .backends.decode_rules import (
 )
 from .backends.generic import DEVICE_COLLECTIVES, attention_fallback, check_training_overrides
 from .backends.parallelism import decide_parallelism, rank_placement
-from .backends.sizing import BYTES_PER_PARAM, FIT_HEADROOM, bytes_per_parameter, fits_one_device
+from .backends.sizing import (
+    BYTES_PER_PARAM,
+    DEFAULT_CONTEXT,
+    FIT_HEADROOM,
+    bytes_per_parameter,
+    context_limit,
+    fits_one_device,
+)
 from .errors import ConfigurationError, IntelrtError, PlanError
 from .hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from .hooks.concerns import Decided
@@ -48,6 +55,7 @@ from .hooks.model import Architecture, ModelInfo
 from .hooks.options import DeviceId
 from .hooks.payloads import (
     BatchingChoice,
+    Buckets,
     CompileChoice,
     DecisionValue,
     DecodeChoice,
@@ -84,7 +92,7 @@ __all__ = [
     "Request", "DeviceId", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
-    "Placement",
+    "Placement", "Buckets",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
@@ -94,8 +102,8 @@ __all__ = [
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch", "environment_at_import",
     # shared decisions
-    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
-    "bytes_per_parameter", "fits_one_device", "check_training_overrides",
+    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES", "DEFAULT_CONTEXT",
+    "bytes_per_parameter", "fits_one_device", "context_limit", "check_training_overrides",
     "decide_parallelism", "rank_placement",
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",

@@ -222,6 +222,14 @@ class Backend:
         ``hpu_backend`` switch, SPEC H9), wrapping ``compile_fn``; installed once, never stacked."""
         return None
 
+    def attention_implementation(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:
+        """An ``attn_implementation`` this device adds to transformers, for the plan's attention ``name``:
+        ``(attention function, mask function)``, which intelrt registers in transformers'
+        ``AttentionInterface`` and ``AttentionMaskInterface`` under ``name`` before ``from_pretrained``
+        (``None`` mask: transformers' sdpa mask). ``None``: ``name`` is not this backend's. Only build it here
+        (it may import the vendor stack: load time only)."""
+        return None
+
     def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
         """The device-graph capturer of graph ``kind`` (the plan's ``decode.graphs``).
 
@@ -256,6 +264,9 @@ class Backend:
         return None
 
     def select_batching(self, s: Situation) -> Decision | None:
+        return None
+
+    def select_buckets(self, s: Situation) -> Decision | None:
         return None
 
     def select_collective(self, s: Situation) -> Decision | None:

@@ -107,6 +107,10 @@ class Request:
         AUTO, "how the fast decode step is prepared: eager (runs as it is), static (static KV cache, step captured in "
         "a device graph), compiled (compiled, captured, artifacts kept across processes); auto: from the workload",
         one_of("warmup", WARMUPS), choices=WARMUPS)
+    buckets: str = request_option(
+        AUTO, "pad prompts and decode batches to a few shapes where the device compiles one graph per shape "
+        "(Gaudi), warming each up at load for a server or batch workload: auto, on, off", switch("buckets"),
+        choices=SWITCH)
     sharding: str = request_option(
         AUTO, "how training spreads over processes (intelrt launch): auto (from model size, device memory and world "
         "size), none, ddp, fsdp (FSDP2), deepspeed (ZeRO)", one_of("sharding", SHARDING), choices=SHARDING)

@@ -419,6 +419,19 @@ class PluginHost:
             raise self._fault(backend.plugin, f"returned {wrapper!r:.80} from compile_wrapper; expected a callable")
         return wrapper
 
+    def attention_implementation(self, backend: Backend, name: str
+                                 ) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:
+        """The backend's attention function (and mask function) for attention ``name``, or ``None``."""
+        what = f"{type(backend).__name__}.attention_implementation"
+        found = self._run(backend.plugin, what, backend.attention_implementation, name)
+        if found is None:
+            return None
+        if not (isinstance(found, tuple) and len(found) == 2 and callable(found[0])
+                and (found[1] is None or callable(found[1]))):
+            raise self._fault(backend.plugin, f"returned {found!r:.80} from attention_implementation; expected "
+                                              "(attention function, mask function or None)")
+        return found
+
     def graph_capturer(self, backend: Backend, kind: str) -> Callable[..., Any] | None:
         """The backend's device-graph capturer of graph ``kind``, or ``None``."""
         capturer = self._run(backend.plugin, f"{type(backend).__name__}.graph_capturer", backend.graph_capturer, kind)

@@ -168,7 +168,7 @@ def _log_plan(model: ModelInfo, detected: tuple[Backend, ...], backend: Backend,
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
          sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
@@ -181,7 +181,7 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            workload=workload, warmup=warmup, sharding=sharding, parallel=parallel,
+                            workload=workload, warmup=warmup, buckets=buckets, sharding=sharding, parallel=parallel,
                             trust_remote_code=trust_remote_code,
                             allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)

@@ -26,6 +26,7 @@ from intelrt.plugin import (
 
 from . import (
     attention,
+    buckets,
     collective,
     compile_wrap,
     compiler,
@@ -78,6 +79,9 @@ class HpuBackend(Backend):
     def compile_wrapper(self, compile_fn: Callable[..., Any]) -> Callable[..., Any]:
         return compile_wrap.compile_wrapper(compile_fn)
 
+    def attention_implementation(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        return attention.attention_implementation(name)
+
     def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
         return graphs.graph_capturer(kind)
 
@@ -110,6 +114,9 @@ class HpuBackend(Backend):
 
     def select_decode(self, s: Situation) -> Decision | None:
         return graphs.select_decode(self, s)
+
+    def select_buckets(self, s: Situation) -> Decision | None:
+        return buckets.select_buckets(self, s)
 
     def select_collective(self, s: Situation) -> Decision:
         return collective.select_collective(self, s)
