@@ -208,8 +208,8 @@ def test_a_plan_with_buckets_to_warm_runs_every_prompt_bucket_at_load_largest_fi
 
     from transformers import AutoModelForCausalLM
 
-    from intelrt.hooks.plan import PlannedDecision
     from intelrt.hooks.payloads import Buckets
+    from intelrt.hooks.plan import PlannedDecision
     from intelrt.runtime.loading import adopt
 
     plan = intelrt.plan(tiny_model, backend="cpu")
