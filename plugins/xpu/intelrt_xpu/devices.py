@@ -195,9 +195,9 @@ def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> lis
         Finding("info", f"{MASK_VAR}={mask} takes effect in the run's processes",
                 f"the driver reads the mask once, when it loads; this process loaded it during detection "
                 f"({backend.device_count} device(s) visible here), so load() in this process names the device "
-                "instead (placement xpu:N) and leaves the mask out of it; processes started with the plan's "
-                "environment get the mask: intelrt launch, torchrun, or children started after "
-                "intelrt.setup_env(plan)", claim="X2"),
+                "instead (placement xpu:N) and leaves the mask out of it (setup_env() too); processes started with "
+                "the plan's environment get the mask: intelrt launch, torchrun, or a process started with "
+                "plan.child_environment()", claim="X2"),
     ]
     tiles = [i for i in ids if isinstance(i, str)]
     if tiles and not tile_in_process(backend, tiles):
