@@ -193,9 +193,10 @@ def test_kernels_are_off_on_gaudi_because_kernels_refuses_hpu(simulate, tiny_mod
         intelrt.plan(tiny_model, kernels=True)
 
 
-def test_flash_attention_is_refused_on_gaudi_and_sdpa_is_default(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    simulate("hpu", 8, env=INT64)
-    assert intelrt.plan(tiny_model).decided.attention == "sdpa"
+def test_flash_attention_is_refused_on_gaudi_and_fused_sdpa_is_default(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("hpu", 8, env=INT64)  # the stand-in stack ships hpex/kernels/FusedSDPA.py, as the bridge does
+    assert intelrt.plan(tiny_model).decided.attention == "intelrt_hpu_fused_sdpa"
+    assert intelrt.plan(tiny_model, attention="sdpa").decided.attention == "sdpa"
     assert intelrt.plan(tiny_model, attention="eager").decided.attention == "eager"
     with pytest.raises(PlanError, match="Optimum for Intel Gaudi"):
         intelrt.plan(tiny_model, attention="flash_attention_2")
