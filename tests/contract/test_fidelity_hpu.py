@@ -2,9 +2,9 @@
 
 transformers (``is_torch_hpu_available``, ``TrainingArguments``) and accelerate (``PartialState``,
 ``is_hpu_available``) run unmodified on the stand-in ``habana_frameworks`` (gaudi-pytorch-bridge
-1.19's rules) and a simulated ``hl-smi`` (docs/backends/fidelity.md). Tests marked
-``xfail(strict=True, reason="issue 30: ...")`` show what the stricter simulator found that the hpu
-plugin still gets wrong; each reason names the plugin change it waits for.
+1.19's rules) and a simulated ``hl-smi`` (docs/backends/fidelity.md). The tests of issue 30 show
+what the stricter simulator found (modules exclusive across processes, eager autoload, lazy mode on
+Gaudi's fork only) and the plugin's answer to each (docs/backends/gaudi-performance.md).
 """
 
 from __future__ import annotations

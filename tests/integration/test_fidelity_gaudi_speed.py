@@ -4,8 +4,8 @@ The stand-in ``habana_frameworks.torch.hpex.kernels.FusedSDPA`` takes the real k
 Optimum Habana's Llama makes it, ``models/llama/modeling_llama.py`` l.273-308, l.720-768) and
 computes torch's SDPA on the CPU; ``wrap_in_hpu_graph`` keeps one graph per input signature, as the
 bridge's does, so a test can count the graph compilations a run would pay. The plan-level features
-that use them (docs/backends/gaudi-performance.md) are pending in the hpu plugin: those tests are
-``xfail(strict=True, reason="issue 30: ...")``.
+that use them (docs/backends/gaudi-performance.md): the hpu plugin's fused-SDPA attention, run
+through transformers' attention interface, and the buckets a Gaudi server warms at load.
 """
 
 from __future__ import annotations
