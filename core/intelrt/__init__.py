@@ -23,6 +23,7 @@ from .errors import (
     UnsafeModelError,
 )
 from .hooks.markers import hookimpl
+from .support import startup as _startup  # noqa: F401 - the environment at import: the user's (SPEC C2)
 
 if TYPE_CHECKING:
     from .hooks.plan import Plan

@@ -41,14 +41,23 @@ from .backends.decode_rules import (
 )
 from .backends.generic import DEVICE_COLLECTIVES, attention_fallback, check_training_overrides
 from .backends.parallelism import decide_parallelism, rank_placement
-from .backends.sizing import BYTES_PER_PARAM, FIT_HEADROOM, bytes_per_parameter, fits_one_device
+from .backends.sizing import (
+    BYTES_PER_PARAM,
+    DEFAULT_CONTEXT,
+    FIT_HEADROOM,
+    bytes_per_parameter,
+    context_limit,
+    fits_one_device,
+)
 from .errors import ConfigurationError, IntelrtError, PlanError
 from .hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from .hooks.concerns import Decided
 from .hooks.markers import PROJECT, hookimpl
 from .hooks.model import Architecture, ModelInfo
+from .hooks.options import DeviceId
 from .hooks.payloads import (
     BatchingChoice,
+    Buckets,
     CompileChoice,
     DecisionValue,
     DecodeChoice,
@@ -64,6 +73,7 @@ from .hooks.request import Request
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
+from .support.startup import environment_at_import
 from .support.units import format_bytes
 from .support.versions import (
     KernelsProblem,
@@ -81,10 +91,10 @@ __all__ = [
     "PROJECT", "hookimpl",
     "Backend", "Situation", "Endorsement", "ShardingSupport", "Decided",
     "BackendStatus", "Decision", "DeviceInfo", "EnvVar", "Finding", "Setting",
-    "Request", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
+    "Request", "DeviceId", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
-    "Placement",
+    "Placement", "Buckets",
     # errors
     "IntelrtError", "ConfigurationError", "PlanError",
     # facts about the machine
@@ -92,10 +102,10 @@ __all__ = [
     "hub_kernels_problem", "KernelsProblem",
     "DeviceList", "parse_device_list",
     "hub_cache_dir", "hub_offline", "is_repo_cached",
-    "world_size", "is_distributed_launch",
+    "world_size", "is_distributed_launch", "environment_at_import",
     # shared decisions
-    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES",
-    "bytes_per_parameter", "fits_one_device", "check_training_overrides",
+    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES", "DEFAULT_CONTEXT",
+    "bytes_per_parameter", "fits_one_device", "context_limit", "check_training_overrides",
     "decide_parallelism", "rank_placement",
     "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
     "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",

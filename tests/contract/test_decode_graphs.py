@@ -90,10 +90,6 @@ def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: P
     assert "no XPU graph" in decode.reason
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3 — torch's autoload imports habana_frameworks.autoload (so the "
-                   "habana_frameworks package) at every `import torch`, lazy mode included, and "
-                   "intelrt_hpu.probe.stack_loaded() takes that for the loaded stack: detection then imports the stack "
-                   "in-process before PT_ENABLE_INT64_SUPPORT is set; pending: check habana_frameworks.torch")
 @pytest.mark.claim("H1")
 def test_decode_graphs_hpu_lazy_mode_captures_hpu_graphs(tiny_model: Path) -> None:
     with simulate("hpu", 1, torch_fork=True, env={"PT_HPU_LAZY_MODE": "1"}) as sim:  # lazy mode needs Gaudi's fork

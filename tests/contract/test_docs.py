@@ -414,6 +414,19 @@ def test_hook_select_collective_reference_example(tmp_path: Path) -> None:
     assert (collective.value, collective.plugin) == ("mpi", "example")
 
 
+def test_hook_select_buckets_reference_example(tmp_path: Path) -> None:
+    from intelrt.testing.simulation import simulate
+
+    host = _host("intelrt_select_buckets")
+    model = _model(tmp_path / "m")
+    env = {"PT_ENABLE_INT64_SUPPORT": "1"}
+    with simulate("hpu", 2, env=env):
+        site = _plan(host, model, {**env, "SITE_PROMPTS": "short"}, workload="server").decisions["buckets"]
+        gaudi = _plan(host, model, env, workload="server").decisions["buckets"]
+    assert (site.value.prompt_lengths, site.value.warmup, site.plugin) == ((128, 256), True, "example")
+    assert gaudi.plugin == "hpu" and "buckets" not in _plan(host, model, backend="cpu").decisions
+
+
 def test_hook_select_parallelism_reference_example(tmp_path: Path) -> None:
     host = _host("intelrt_select_parallelism")
     model = _model(tmp_path / "m")

@@ -2,9 +2,9 @@
 
 transformers (``is_torch_hpu_available``, ``TrainingArguments``) and accelerate (``PartialState``,
 ``is_hpu_available``) run unmodified on the stand-in ``habana_frameworks`` (gaudi-pytorch-bridge
-1.19's rules) and a simulated ``hl-smi`` (docs/backends/fidelity.md). Tests marked
-``xfail(strict=True, reason="issue 30: ...")`` show what the stricter simulator found that the hpu
-plugin still gets wrong; each reason names the plugin change it waits for.
+1.19's rules) and a simulated ``hl-smi`` (docs/backends/fidelity.md). The tests of issue 30 show
+what the stricter simulator found (modules exclusive across processes, eager autoload, lazy mode on
+Gaudi's fork only) and the plugin's answer to each (docs/backends/gaudi-performance.md).
 """
 
 from __future__ import annotations
@@ -204,10 +204,6 @@ def test_H6_a_module_another_tenant_holds_cannot_be_acquired(simulate: Any) -> N
     assert sim.acquired is None and NOT_FOUND.startswith("synStatus=8")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H5 — detection acquires a Gaudi (intelrt_hpu.probe._ask_stack calls "
-                   "get_device_name() and mem_get_info()); pending detection by non-acquiring queries "
-                   "(is_available, device_count, utils.experimental._get_device_type) or a child probe that does "
-                   "not acquire")
 @pytest.mark.claim("H5")
 @pytest.mark.parametrize("busy", [(0, 4, 1, 5, 2, 6), tuple(range(8))])  # two Gaudis free; none
 def test_H5_planning_on_a_busy_shared_server_works_and_holds_no_gaudi(simulate: Any, tiny_model: Path,
@@ -219,10 +215,6 @@ def test_H5_planning_on_a_busy_shared_server_works_and_holds_no_gaudi(simulate: 
     assert [sim.holder(m) for m in range(8)].count(None) == 8 - len(busy)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H5 — in-process detection acquires module 0 before devices=[5] is "
-                   "applied, and HABANA_VISIBLE_MODULES written later changes nothing; pending: detection that does "
-                   "not acquire, and an in-process device choice the bridge reads at acquisition (HLS_MODULE_ID=5, "
-                   "gaudi-pytorch-bridge device.cpp l.393-420)")
 @pytest.mark.claim("H5")
 def test_H5_devices_5_in_this_process_lands_on_module_5(simulate: Any, tiny_model: Path) -> None:
     sim = simulate("hpu", 8, env=INT64)
@@ -234,9 +226,6 @@ def test_H5_devices_5_in_this_process_lands_on_module_5(simulate: Any, tiny_mode
     assert sim.acquired == 5
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H5/H10 — `intelrt launch` plans in the launcher, whose detection "
-                   "acquires module 0 that rank 0 of --devices 0,1 then cannot get; pending detection that does not "
-                   "acquire")
 @pytest.mark.claim("H10")
 def test_H10_planning_a_launch_holds_no_gaudi_the_ranks_need(simulate: Any) -> None:
     sim = simulate("hpu", 8, env=INT64)
@@ -281,9 +270,6 @@ def test_H1_hpu_backend_compiles_in_eager_mode_and_refuses_lazy_mode(simulate: A
     torch._dynamo.reset()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H1 — intelrt_hpu.decisions.intelrt_select_compile plans "
-                   "hpu_backend in lazy mode and intelrt_hpu.graphs.intelrt_select_decode asks for a compiled step "
-                   "plus an HPU graph; the lazy plan's compile reason says 'Gaudi runs PyTorch eagerly by default'")
 @pytest.mark.claim("H1")
 def test_H1_lazy_mode_with_compile_on_is_refused_and_the_lazy_plan_says_lazy(simulate: Any, tiny_model: Path) -> None:
     simulate("hpu", 8, mode="lazy", torch_fork=True, env=INT64)
@@ -322,10 +308,6 @@ def test_H3_lazy_mode_import_torch_imports_the_autoload_module_but_not_the_stack
     assert "habana_frameworks.autoload" not in sim.calls  # the entry point ran and loaded nothing
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.probe.stack_loaded() checks sys.modules for "
-                   "'habana_frameworks', which torch's autoload imports at every `import torch`; in lazy mode detection "
-                   "then loads the stack in this process before PT_ENABLE_INT64_SUPPORT is set; pending: check "
-                   "'habana_frameworks.torch'")
 @pytest.mark.claim("H3")
 def test_H3_lazy_mode_detection_leaves_the_stack_unloaded_in_this_process(simulate: Any) -> None:
     sim = simulate("hpu", 8, mode="lazy", torch_fork=True)
@@ -336,9 +318,6 @@ def test_H3_lazy_mode_detection_leaves_the_stack_unloaded_in_this_process(simula
     assert probe["import_env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3 — intelrt_hpu.environment.int64_items warns that "
-                   "PT_ENABLE_INT64_SUPPORT came too late although eager mode on Gaudi 2/3 has int64 on by default; "
-                   "pending: say so (a note), and warn only on first-generation Gaudi or in lazy mode")
 @pytest.mark.claim("H3")
 def test_H3_eager_gaudi2_plan_notes_int64_is_on_by_default_rather_than_warning(simulate: Any, tiny_model: Path) -> None:
     simulate("hpu", 8, generation="gaudi2", mode="eager")
@@ -368,9 +347,6 @@ def test_H5_the_stack_writes_its_own_environment_as_the_bridge_does(simulate: An
     assert sim.acquired == 5
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H5 — after the stack loaded in the launcher, its MASTER_PORT=12345 "
-                   "default is kept as if the user set it (intelrt_hpu.environment.intelrt_launch_env); pending: plan "
-                   "the launch without loading the stack, or tell the values the stack wrote from the user's")
 @pytest.mark.claim("H5")
 def test_H5_a_launch_gets_its_own_port_not_the_bridges_default(simulate: Any) -> None:
     simulate("hpu", 8, mode="eager")  # eager: `import torch` loaded the stack in this (launcher) process

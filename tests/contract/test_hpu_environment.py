@@ -38,15 +38,14 @@ def _findings(plan: intelrt.Plan, claim: str) -> list[Finding]:
     return [f for f in plan.findings if f.claim == claim]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3 — in eager mode `import torch` autoloads the Gaudi stack, so "
-                   "this process has it before detection; intelrt_hpu.probe/environment must say int64 is on by "
-                   "default in eager mode (except Gaudi 1) and test this in lazy mode or a child process")
 @pytest.mark.claim("H3")
 def test_H3_detection_counts_gaudis_without_loading_the_stack_here(simulate) -> None:  # type: ignore[no-untyped-def]
-    sim = simulate("hpu", 8, generation="gaudi3")
+    # lazy mode: `import torch` imports only the autoload entry point, not the stack (in eager mode
+    # it loads the stack, and int64 is on by default there: see test_fidelity_hpu.py)
+    sim = simulate("hpu", 8, generation="gaudi3", mode="lazy", torch_fork=True)
     status = intelrt.detect().chosen
     assert status.name == "hpu" and status.device_count == 8
-    assert sim.import_env is None and sys.modules.get("habana_frameworks") is None
+    assert sim.import_env is None and sys.modules.get("habana_frameworks.torch") is None
     children = sim.children()
     assert len(children) == 1, "one probe process, whose stack saw int64 support on"
     assert children[0]["import_env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
@@ -54,12 +53,9 @@ def test_H3_detection_counts_gaudis_without_loading_the_stack_here(simulate) -> 
     assert any("child process with PT_ENABLE_INT64_SUPPORT=1" in n for n in status.notes)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3 — eager autoload imports the stack at `import torch`, before "
-                   "load() sets PT_ENABLE_INT64_SUPPORT; pending the intelrt_hpu.environment change (eager: int64 on "
-                   "by default except Gaudi 1; lazy: set before the stack loads)")
 @pytest.mark.claim("H3")
 def test_H3_load_sets_int64_before_the_stack_is_imported(simulate, tiny_model: Path, restore_environ: None) -> None:  # type: ignore[no-untyped-def]
-    sim = simulate("hpu", 2, generation="gaudi2")
+    sim = simulate("hpu", 2, generation="gaudi2", mode="lazy", torch_fork=True)  # no autoload in lazy mode
     plan = intelrt.plan(tiny_model)
     assert _env(plan)["PT_ENABLE_INT64_SUPPORT"] == ("1", "set", "H3")
     assert sim.import_env is None  # planning left this process free of the stack
@@ -84,14 +80,21 @@ def test_H3_user_value_is_kept_with_a_warning(simulate, tiny_model: Path, restor
 
 
 @pytest.mark.claim("H3")
-def test_H3_stack_loaded_too_early_is_reported(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    sim = simulate("hpu", 2)
-    import habana_frameworks.torch  # noqa: F401 - what `import torch` autoload does on a real Gaudi host
+@pytest.mark.parametrize(("machine", "why"), [
+    ({"mode": "lazy", "torch_fork": True}, "lazy mode"),  # the user imported the stack: int64 off by default
+    ({"mode": "eager", "generation": "gaudi1"}, "first-generation Gaudi"),  # autoloaded; Gaudi 1 has int64 off
+])
+def test_H3_stack_loaded_too_early_is_reported(simulate, tiny_model: Path, machine: dict[str, object],  # type: ignore[no-untyped-def]
+                                               why: str) -> None:
+    sim = simulate("hpu", 2, **machine)
+    import habana_frameworks.torch  # noqa: F401 - lazy mode: the user's import; eager: `import torch` did it
 
     assert sim.import_env is not None and "PT_ENABLE_INT64_SUPPORT" not in sim.import_env
+    assert sim.int64_support() is False
     plan = intelrt.plan(tiny_model)
     early = [f for f in _findings(plan, "H3") if "loaded before" in f.title]
     assert len(early) == 1 and early[0].severity == "warning" and "intelrt launch" in early[0].fix
+    assert why in early[0].detail
     assert sim.children() == [], "the stack was loaded already: detection asked it in-process"
 
 

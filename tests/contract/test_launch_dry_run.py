@@ -53,10 +53,6 @@ def test_xpu_dry_run_text_shows_command_environment_and_collective(capsys: pytes
     assert text.rstrip().splitlines()[-1].startswith("  ZE_AFFINITY_MASK=0,2 ")  # the copy-paste command line
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: H3/H5 — the launcher's own stack (eager autoload) makes "
-                   "intelrt_hpu.environment warn that int64 came too late for the launcher and keep the bridge's "
-                   "MASTER_PORT=12345 as if the user set it; pending the plugin fix (plan the launch without loading "
-                   "the stack; values the stack wrote are not the user's)")
 @pytest.mark.claim("H5")
 @pytest.mark.claim("H3")
 def test_H5_H3_gaudi_half_server_gets_modules_int64_and_its_own_port(capsys: pytest.CaptureFixture[str]) -> None:

@@ -181,7 +181,8 @@ def test_doctor_names_skipped_gaudi_module_entries(simulate) -> None:  # type: i
     ("0,,1", "give device ids separated by commas"),
     ("-1", "device ids are >= 0"),
     ([0, -2], "device ids are >= 0"),
-    ("0.1", "every id must be a whole number"),  # sub-devices are chosen with ZE_AFFINITY_MASK itself
+    ("0.1.2", "every id must be a whole number"),  # card.tile is one tile; a part of a tile is no device
+    ("0.x", "every id must be a whole number"),
     ("gpu0", "every id must be a whole number"),
     ([0, 0], "a device id is repeated"),
     ([True], "every id must be an int"),

@@ -41,11 +41,13 @@ def test_X2_devices_put_the_mask_in_the_run_environment_not_the_parent(simulate,
     assert (order.value, order.action, order.plugin, order.claim) == ("1", "set", "xpu", "X3")
     # planning writes nothing into this process's environment (C2) ...
     assert "ZE_AFFINITY_MASK" not in os.environ and "ZE_ENABLE_PCI_ID_DEVICE_ORDER" not in os.environ
-    # ... the launched process gets it, and setup_env() writes it where it is told to
+    # ... the launched process gets it, and so does a process started with plan.child_environment();
+    # setup_env() leaves it out of this process, whose driver read its mask at detection (C2)
     launched = child_env(plan.env, base={"PATH": "/bin"})
     assert launched["ZE_AFFINITY_MASK"] == "0,2" and launched["ZE_ENABLE_PCI_ID_DEVICE_ORDER"] == "1"
+    assert plan.child_environment({"PATH": "/bin"}) == launched
     target: dict[str, str] = {}
-    assert set(intelrt.setup_env(plan, target)) >= {"ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER"}
+    assert "ZE_AFFINITY_MASK" not in intelrt.setup_env(plan, target) and "ZE_AFFINITY_MASK" not in target
     assert "ZE_AFFINITY_MASK" not in os.environ
     # the plan says where the mask takes effect: the driver of this process is already loaded
     where = [f for f in plan.findings if f.title == "ZE_AFFINITY_MASK=0,2 takes effect in the run's processes"]
@@ -160,3 +162,33 @@ def test_X11_a_one_device_mask_for_several_ranks_names_the_xccl_hang(simulate, t
     plan = intelrt.plan(tiny_model)
     with pytest.raises(PlanError, match="one device per rank hangs XCCL collectives"):
         _launch(plan, nproc=2)
+
+
+@pytest.mark.claim("X2")
+def test_X2_card_dot_tile_in_flat_mode_is_refused_naming_the_tiles_device_id(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=2)  # Max 1550: FLAT by default, each tile a device
+    with pytest.raises(PlanError, match=r"0\.1 names a tile as card\.tile.*hierarchy is FLAT.*0\.1 is device 1"):
+        intelrt.plan(tiny_model, devices="0.1")
+    with pytest.raises(PlanError, match=r"1\.1 is device 3"):
+        intelrt.plan(tiny_model, devices=["1.1"])
+
+
+@pytest.mark.claim("X2")
+def test_X2_a_tile_in_this_process_is_its_whole_card_and_the_plan_says_so(simulate, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    simulate("xpu", count=2, env={"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE"})
+    plan = intelrt.plan(tiny_model, devices="1.0")
+    assert plan.decided.placement.device_map == "xpu:1"
+    [warning] = [f for f in plan.findings if "a tile is reached only by the run's processes" in f.title]
+    assert "intelrt launch --devices 1.0" in warning.fix
+    assert plan.child_environment({})["ZE_AFFINITY_MASK"] == "1.0"
+    with pytest.raises(PlanError, match="strict mode"):
+        intelrt.plan(tiny_model, devices="1.0", strict=True)
+
+
+@pytest.mark.claim("H5")
+@pytest.mark.parametrize("kind", ["hpu", "cpu"])
+def test_card_dot_tile_ids_are_refused_by_backends_without_tiles(simulate, tiny_model: Path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    if kind == "hpu":
+        simulate("hpu", 2, env={"PT_ENABLE_INT64_SUPPORT": "1"})
+    with pytest.raises(PlanError, match=rf"'0\.1' names one tile of a card .*the {kind} backend takes whole device ids"):
+        intelrt.plan(tiny_model, backend=kind, devices="0.1")

@@ -4,8 +4,8 @@ The stand-in ``habana_frameworks.torch.hpex.kernels.FusedSDPA`` takes the real k
 Optimum Habana's Llama makes it, ``models/llama/modeling_llama.py`` l.273-308, l.720-768) and
 computes torch's SDPA on the CPU; ``wrap_in_hpu_graph`` keeps one graph per input signature, as the
 bridge's does, so a test can count the graph compilations a run would pay. The plan-level features
-that use them (docs/backends/gaudi-performance.md) are pending in the hpu plugin: those tests are
-``xfail(strict=True, reason="issue 30: ...")``.
+that use them (docs/backends/gaudi-performance.md): the hpu plugin's fused-SDPA attention, run
+through transformers' attention interface, and the buckets a Gaudi server warms at load.
 """
 
 from __future__ import annotations
@@ -153,9 +153,6 @@ def test_hpu_graphs_capture_once_per_shape_so_unbucketed_lengths_recompile(simul
     assert sim.calls.count("hpu.graph.capture:1x8x8") == 1 and sim.calls.count("hpu.graph.replay:1x8x8") == 2
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: Gaudi speed features — the hpu plugin's attention hook does not "
-                   "choose FusedSDPA and the plan has no prompt/batch buckets to warm up for workload='server' "
-                   "(docs/backends/gaudi-performance.md)")
 @pytest.mark.claim("H11")
 def test_a_gaudi2_server_plan_lists_its_buckets_and_fused_sdpa(simulate: Any, tiny_model: Path) -> None:
     simulate("hpu", 8, generation="gaudi2", env=INT64)
@@ -165,3 +162,67 @@ def test_a_gaudi2_server_plan_lists_its_buckets_and_fused_sdpa(simulate: Any, ti
     buckets = plan.decisions["buckets"].value
     assert buckets.prompt_lengths and buckets.batch_sizes and buckets.warmup
     assert "vllm-gaudi" in plan.decisions["buckets"].reason
+
+
+@pytest.mark.claim("H11")
+@pytest.mark.parametrize("attention", ["intelrt_hpu_fused_sdpa", "intelrt_hpu_fused_sdpa_fast_softmax_recompute"])
+def test_the_planned_fused_sdpa_generates_what_sdpa_generates(simulate: Any, tiny_model: Path, attention: str) -> None:
+    """The hpu plugin's own fused-SDPA function, registered by intelrt's load path in transformers'
+    AttentionInterface, runs the tiny Qwen3 (grouped-query attention) to sdpa's logits on a left-padded
+    batch and to sdpa's greedy tokens, prompt and next-token passes through the stand-in kernel."""
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.masking_utils import AttentionMaskInterface
+
+    from intelrt.runtime.attention import register_attention
+
+    sim = simulate("hpu", 1, mode="eager", env=INT64)
+    plan = intelrt.plan(tiny_model, attention=attention)
+    try:
+        assert register_attention(plan) is True
+        ids = torch.tensor([[5, 9, 11, 3, 7, 2], [1, 1, 1, 4, 8, 2]])
+        mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]])
+        out = {}
+        for name in ("sdpa", attention):
+            model = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation=name).eval()
+            with torch.no_grad():
+                logits = model(input_ids=ids, attention_mask=mask).logits
+                tokens = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                                        pad_token_id=1)
+            out[name] = (logits, tokens)
+        torch.testing.assert_close(out[attention][0], out["sdpa"][0])
+        assert torch.equal(out[attention][1], out["sdpa"][1])
+        calls = [c for c in sim.calls if c.startswith("hpex.FusedSDPA:")]
+        softmax = "fast" if "fast_softmax" in attention else "none"
+        recompute = "recompute" in attention
+        assert f"hpex.FusedSDPA:softmax={softmax},recompute={recompute},causal=False" in calls  # padded prompt
+        assert "hpex.FusedSDPA:softmax=none,recompute=False,causal=False" in calls  # next token, with the mask
+    finally:
+        AttentionInterface._global_mapping.pop(attention, None)
+        AttentionMaskInterface._global_mapping.pop(attention, None)
+
+
+def test_a_plan_with_buckets_to_warm_runs_every_prompt_bucket_at_load_largest_first(tiny_model: Path) -> None:
+    """What load does with a warmed Buckets decision (a Gaudi server's), shown on the CPU with the real
+    tiny model: one prompt pass per bucket before the model is handed back, largest first."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from intelrt.hooks.payloads import Buckets
+    from intelrt.hooks.plan import PlannedDecision
+    from intelrt.runtime.loading import adopt
+
+    plan = intelrt.plan(tiny_model, backend="cpu")
+    buckets = Buckets("exponential", (1, 2), (8, 16, 32), (1, 2), (1, 2, 4), 8, 48, warmup=True)
+    decisions = {**plan.decisions, "buckets": PlannedDecision("buckets", buckets, "a Gaudi server's", "test", False)}
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    seen: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(lambda _m, _a, kwargs: seen.append(tuple(kwargs["input_ids"].shape)),
+                                    with_kwargs=True)
+    adopt(model, None, dataclasses.replace(plan, decisions=decisions))
+    assert seen == [(1, 32), (2, 16), (1, 16), (2, 8), (1, 8)] == buckets.prompt_shapes()  # (2, 32) > 48 tokens
+    seen.clear()
+    adopt(model, None, dataclasses.replace(plan, decisions={
+        **decisions, "buckets": dataclasses.replace(decisions["buckets"], value=dataclasses.replace(buckets,
+                                                                                                warmup=False))}))
+    assert seen == []

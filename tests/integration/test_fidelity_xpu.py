@@ -64,10 +64,6 @@ def test_X1_transformers_and_accelerate_see_the_intel_gpu_the_plan_reports(
         assert ("accelerate does not use XPU" in notes) is (not accelerate_uses)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: X1 — intelrt_xpu/facts.py ACCELERATE_TORCH_FLOOR reads accelerate's "
-                   "'> 2.6' as '>= 2.7', and support/versions.parse drops the local label, so 2.6.0+xpu (which "
-                   "packaging orders above 2.6, accelerate/utils/imports.py is_xpu_available) gets the note "
-                   "'accelerate does not use XPU'")
 @pytest.mark.claim("X1")
 def test_X1_the_xpu_wheel_2_6_0_plus_xpu_is_used_by_accelerate_and_the_plan_says_so(simulate: Any) -> None:
     from packaging.version import Version
@@ -232,26 +228,25 @@ def _free_port() -> int:
 
 # -- issue 30: the driver's first view, and memory -----------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 30: X2/C2 — intelrt_xpu.devices.in_process_index reads the mask now in "
-                   "os.environ (which intelrt.setup_env wrote for launched processes) instead of the view the driver "
-                   "recorded at its first initialisation, so the second plan places on xpu:0 = physical device 0")
 @pytest.mark.claim("X2")
 def test_X2_a_second_plan_after_setup_env_still_places_on_physical_device_2(simulate: Any, tiny_model: Path) -> None:
     simulate("xpu", 4)
     first = intelrt.plan(tiny_model, devices=[2])
     intelrt.setup_env(first)
     try:
+        assert "ZE_AFFINITY_MASK" not in os.environ  # for started processes only: plan.child_environment()
+        assert first.child_environment()["ZE_AFFINITY_MASK"] == "2"
+        os.environ["ZE_AFFINITY_MASK"] = "2"  # exported by hand after the driver loaded: it selects nothing here
         second = intelrt.plan(tiny_model, devices=[2])
         device = check_and_set_device_map(from_pretrained_kwargs(second)["device_map"])[""]
         assert torch.xpu.get_device_properties(device.index).uuid.hex() == _physical_uuid(2, 4)
+        assert any("ZE_AFFINITY_MASK=2 was set after this process's Level Zero driver loaded" in n
+                   for n in second.backend.notes)
     finally:
         for name in ("ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER", "INTELRT_ZE_AFFINITY_MASK"):
             os.environ.pop(name, None)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: X2/C2 — intelrt_xpu.detection reports 'through ZE_AFFINITY_MASK=2' "
-                   "for a mask exported after the driver initialised, which selected nothing; pending: the driver's "
-                   "first view recorded once and trusted over later os.environ")
 @pytest.mark.claim("X2")
 def test_X2_a_mask_exported_after_the_xpu_was_touched_is_reported_as_changing_nothing(simulate: Any) -> None:
     simulate("xpu", 2)
@@ -265,9 +260,6 @@ def test_X2_a_mask_exported_after_the_xpu_was_touched_is_reported_as_changing_no
         del os.environ["ZE_AFFINITY_MASK"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: X2 — planning/options.normalize_devices takes integer ids only, so "
-                   "--devices 0.1 cannot pick tile 1 of card 0 in COMPOSITE mode (a mask the driver accepts, "
-                   "level-zero-spec PROG.rst l.2506-2764)")
 @pytest.mark.claim("X2")
 def test_X2_devices_card_dot_tile_selects_one_tile_in_composite_mode(simulate: Any, tiny_model: Path) -> None:
     simulate("xpu", 2, env={"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE"})

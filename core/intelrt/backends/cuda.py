@@ -84,9 +84,9 @@ class CudaBackend(Backend):
         return CUDA_SHARDING
 
     def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding] | None:
-        devices = s.request.devices
-        if devices is None:
+        if s.request.devices is None:
             return None
+        devices = [int(d) for d in s.request.devices]  # whole ids: the planner refused card.tile ones (tile_ids)
         if self.devices and max(devices) >= self.device_count:
             raise PlanError(f"devices={list(devices)}: only {self.device_count} CUDA device(s) "
                             f"are visible (ids 0..{self.device_count - 1})")

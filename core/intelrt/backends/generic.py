@@ -235,6 +235,12 @@ class GenericRules:
             notes += ("batching='padded' sends a list through the fast decode loop instead",)
         return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)
 
+    def select_buckets(self, backend: Backend, s: Situation) -> Decision | None:
+        if s.request.buckets == "on":
+            raise PlanError(f"buckets='on': the {backend.name} backend compiles no graph per input shape, so it pads "
+                            "no shapes to buckets; leave buckets to intelrt")
+        return None  # shapes are not padded: the plan leaves the decision out
+
     def select_collective(self, backend: Backend, s: Situation) -> Decision | None:
         return None  # no collective library known: the plan leaves the decision out
 

@@ -9,6 +9,16 @@ from ..hooks.model import ModelInfo
 
 FIT_HEADROOM = 1.2  # weights × this must fit: activations and KV cache need room too
 BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+DEFAULT_CONTEXT = 4096
+"""Cache slots per row (prompt plus completion) of intelrt's engine and server unless ``context_length``
+says otherwise; never more than the model's ``max_position_embeddings``."""
+
+
+def context_limit(model: ModelInfo) -> int:
+    """The tokens a row holds by default: :data:`DEFAULT_CONTEXT`, or the model's positions when fewer."""
+    text = model.config.get("text_config") or model.config
+    positions = text.get("max_position_embeddings")
+    return min(positions, DEFAULT_CONTEXT) if isinstance(positions, int) and positions > 1 else DEFAULT_CONTEXT
 
 
 def bytes_per_parameter(decided: Decided) -> float | None:

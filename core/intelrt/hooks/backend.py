@@ -15,7 +15,7 @@ The host makes one instance per detected backend, holding its detection result (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -127,6 +127,8 @@ class Backend:
     """Devices are named ``{device_type}:N`` in this process (``False`` on Gaudi: the device is ``hpu``)."""
     fp16_training: ClassVar[bool] = True
     """A float16 plan trains in fp16 mixed precision here (``False`` on the CPU)."""
+    tile_ids: ClassVar[bool] = False
+    """``devices=`` may name ``"card.tile"`` ids here (Intel GPUs in COMPOSITE mode); elsewhere they are refused."""
 
     def __init__(self, status: BackendStatus) -> None:
         if status.name != self.name:
@@ -206,6 +208,13 @@ class Backend:
         """Extra variables and findings for the ``nproc`` processes ``intelrt launch`` starts."""
         return None
 
+    def written_by_stack(self, env: Mapping[str, str]) -> Collection[str]:
+        """The names of ``env``'s variables that this device's vendor stack wrote into this process
+        since intelrt was imported (:func:`~intelrt.plugin.environment_at_import` holds the environment
+        then) — its own defaults, not the user's: ``intelrt launch`` neither keeps them as the user's
+        nor passes them to the ranks (SPEC C2). Default: none."""
+        return ()
+
     def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting] | None:
         """``TrainingArguments`` keywords this device needs, on top of the generic ones; ``overrides``
         are the user's own keywords: they win; raise ``PlanError`` for one that cannot work here."""
@@ -219,6 +228,14 @@ class Backend:
     def compile_wrapper(self, compile_fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """A replacement for ``torch.compile`` this device needs installed process-wide (Gaudi's
         ``hpu_backend`` switch, SPEC H9), wrapping ``compile_fn``; installed once, never stacked."""
+        return None
+
+    def attention_implementation(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:
+        """An ``attn_implementation`` this device adds to transformers, for the plan's attention ``name``:
+        ``(attention function, mask function)``, which intelrt registers in transformers'
+        ``AttentionInterface`` and ``AttentionMaskInterface`` under ``name`` before ``from_pretrained``
+        (``None`` mask: transformers' sdpa mask). ``None``: ``name`` is not this backend's. Only build it here
+        (it may import the vendor stack: load time only)."""
         return None
 
     def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
@@ -255,6 +272,9 @@ class Backend:
         return None
 
     def select_batching(self, s: Situation) -> Decision | None:
+        return None
+
+    def select_buckets(self, s: Situation) -> Decision | None:
         return None
 
     def select_collective(self, s: Situation) -> Decision | None:

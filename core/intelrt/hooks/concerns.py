@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from .payloads import (
     BatchingChoice,
+    Buckets,
     CompileChoice,
     DecisionValue,
     DecodeChoice,
@@ -87,6 +88,10 @@ def _parallelism_honours(request: Request, value: DecisionValue) -> bool:
 
 def _quantization_honours(request: Request, value: DecisionValue) -> bool:
     return isinstance(value, QuantizationChoice) and value.requested == request.quantization
+
+
+def _buckets_honours(request: Request, value: DecisionValue) -> bool:
+    return (value is None) if request.buckets == "off" else isinstance(value, Buckets)
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,17 @@ class Decided:
         (``method`` ``continuous`` or ``padded``; for continuous batching ``use_graphs`` /
         ``use_async_batching``, where ``None`` leaves the choice to transformers, SPEC X7).
         ``request.batching`` and ``request.graphs`` are ``"auto"`` or forced.""")
+    buckets: Buckets | None = concern(
+        needs_model=True, required=False, options=("buckets",), honours=_buckets_honours,
+        applies="the decode engine and the server: prompt passes and decode steps padded to buckets; every bucket "
+                "run at load when warmup",
+        doc="""Decide the input shapes of a device that compiles one graph per shape: value a
+        :class:`~intelrt.plugin.Buckets` (prompt batch sizes and lengths, decode batch sizes and KV-cache
+        blocks, the block size, whether every bucket is warmed up at load), or ``None`` — shapes are not
+        padded. A backend without such graphs answers ``None`` and the decision is left out.
+
+        ``request.buckets`` is ``"auto"``, ``"on"`` or ``"off"``; ``"off"`` must be answered with value
+        ``None`` (every new shape then compiles mid-run), ``"on"`` with buckets or ``PlanError``.""")
     collective: str | None = concern(
         needs_model=False, required=False,
         applies="TrainingArguments(ddp_backend=) in launched ranks; intelrt launch",

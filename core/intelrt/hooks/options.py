@@ -6,6 +6,7 @@ fields carry (``plan()``, ``load()`` and the CLI's plan flags are checked agains
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,29 +44,50 @@ def text_choice(name: str, value: object, allowed: Sequence[str] | None = None) 
     return value
 
 
-def normalize_devices(devices: object) -> tuple[int, ...] | None:
-    """``None``, a list of ids or ``"0,2"`` → a tuple of ids; an int count is refused (ambiguous)."""
+DeviceId = int | str
+"""One entry of ``devices=``: a device id (``2``), or a ``"card.tile"`` id (``"0.1"``: tile 1 of card 0)
+for Intel GPUs in COMPOSITE mode, where each card is one device and a tile is named as the Level Zero
+driver names it in ``ZE_AFFINITY_MASK`` (level-zero-spec ``PROG.rst`` l.2506-2764)."""
+
+_WHOLE = re.compile(r"[0-9]+")
+_CARD_TILE = re.compile(r"([0-9]+)\.([0-9]+)")
+
+
+def _device_id(text: str, devices: object) -> DeviceId:
+    part = text.strip()
+    if part.isascii() and _WHOLE.fullmatch(part):
+        return int(part)
+    tile = _CARD_TILE.fullmatch(part) if part.isascii() else None
+    if tile is not None:
+        return f"{int(tile[1])}.{int(tile[2])}"
+    if part.startswith("-") and part[1:].isascii() and part[1:].isdigit():
+        raise ConfigurationError(f"devices={devices!r}: device ids are >= 0")
+    raise ConfigurationError(f"devices={devices!r}: every id must be a whole number (e.g. '0,2'), or card.tile "
+                             "(e.g. '0.1') for one tile of an Intel GPU in COMPOSITE mode")
+
+
+def normalize_devices(devices: object) -> tuple[DeviceId, ...] | None:
+    """``None``, a list of ids or ``"0,2"`` → a tuple of ids (:data:`DeviceId`: ints, and ``"card.tile"``
+    strings such as ``"0.1"``); an int count is refused (ambiguous)."""
     if devices is None:
         return None
+    ids: list[DeviceId]
     if isinstance(devices, str):
         parts = [p.strip() for p in devices.split(",")]
         if not devices.strip() or any(not p for p in parts):
             raise ConfigurationError(f"devices={devices!r}: give device ids separated by commas, e.g. '0,2'")
-        try:
-            ids = [int(p) for p in parts]
-        except ValueError:
-            raise ConfigurationError(f"devices={devices!r}: every id must be a whole number, e.g. '0,2'") from None
+        ids = [_device_id(p, devices) for p in parts]
     elif isinstance(devices, (list, tuple)):
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
-            raise ConfigurationError(f"devices={devices!r}: every id must be an int")
-        ids = list(devices)
+        if not all((isinstance(d, int) and not isinstance(d, bool)) or isinstance(d, str) for d in devices):
+            raise ConfigurationError(f"devices={devices!r}: every id must be an int (or a 'card.tile' string)")
+        ids = [d if isinstance(d, int) else _device_id(d, devices) for d in devices]
     else:
         raise ConfigurationError(
             f"devices={devices!r}: pass a list of device ids such as [0, 2] (or '0,2'); "
             "to use every visible device, leave devices unset")
     if not ids:
         raise ConfigurationError("devices=[] selects nothing: leave devices unset to use every visible device")
-    if any(i < 0 for i in ids):
+    if any(isinstance(i, int) and i < 0 for i in ids):
         raise ConfigurationError(f"devices={devices!r}: device ids are >= 0")
     if len(set(ids)) != len(ids):
         raise ConfigurationError(f"devices={devices!r}: a device id is repeated")

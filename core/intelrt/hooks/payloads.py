@@ -1,5 +1,5 @@
 """Typed values of the structured plan decisions: compile, kernels, quantization, decode, batching,
-parallelism.
+parallelism, placement, buckets.
 
 A selection hook answers ``Decision(value, reason)``; for these six concerns ``value`` is one of
 the frozen dataclasses below (a dict with the same keys is accepted from a plugin and converted by
@@ -436,6 +436,94 @@ class Placement(Payload):
         if self.max_memory is not None:
             kwargs["max_memory"] = {int(k): v for k, v in self.max_memory.items()}
         return kwargs
+
+
+BUCKET_STRATEGIES = ("exponential",)
+"""How bucket sizes are spaced: ``exponential`` (vLLM-Gaudi's default, ``VLLM_BUCKETING_STRATEGY=exp``)."""
+
+
+def _sizes(obj: object, name: str) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        _fail(type(obj), f"{name} must be a non-empty list of whole numbers > 0, got {value!r}")
+    if list(value) != sorted(set(value)):
+        _fail(type(obj), f"{name} must ascend without repeats, got {value!r}")
+    object.__setattr__(obj, name, tuple(value))
+
+
+def _prompt_order(shape: tuple[int, int]) -> tuple[int, int, int]:
+    """Tokens, then length, then batch: vLLM-Gaudi's order of prompt buckets (``generate_prompt_buckets``)."""
+    return shape[0] * shape[1], shape[1], shape[0]
+
+
+@dataclass(frozen=True)
+class Buckets(Payload):
+    """The few input shapes a device that compiles one graph per shape pads every batch to (Gaudi:
+    lazy-mode graphs, HPU graphs, ``hpu_backend`` compiles), so a run compiles each once — at load,
+    when ``warmup`` — and never mid-run.
+
+    A prompt pass is padded to (``prompt_batch_sizes`` × ``prompt_lengths``), never more than
+    ``prompt_tokens`` tokens in all (vLLM-Gaudi drops prompt buckets past ``max_num_batched_tokens``,
+    ``generate_prompt_buckets``), a decode step to
+    (``decode_batch_sizes`` rows × ``decode_blocks`` KV-cache blocks of ``block_size`` tokens), each to
+    the equal or next greater bucket (vLLM-Gaudi's bucketing, ``docs/features/bucketing_mechanism.md``);
+    a batch beyond the largest bucket runs unpadded, and compiles then. ``warmup``: run every bucket
+    at load, largest first (vLLM-Gaudi ``warmup_model``), so that a server compiles nothing while it serves.
+    """
+
+    strategy: str
+    prompt_batch_sizes: tuple[int, ...]
+    prompt_lengths: tuple[int, ...]
+    decode_batch_sizes: tuple[int, ...]
+    decode_blocks: tuple[int, ...]
+    block_size: int
+    prompt_tokens: int
+    warmup: bool
+
+    def __post_init__(self) -> None:
+        _check(self, "strategy", (str,), choices=BUCKET_STRATEGIES)
+        for name in ("prompt_batch_sizes", "prompt_lengths", "decode_batch_sizes", "decode_blocks"):
+            _sizes(self, name)
+        _check(self, "block_size", (int,))
+        _check(self, "prompt_tokens", (int,))
+        _check(self, "warmup", (bool,))
+        if self.block_size < 1:
+            _fail(type(self), f"block_size must be >= 1, got {self.block_size}")
+        if self.prompt_tokens < self.prompt_lengths[0]:
+            _fail(type(self), f"prompt_tokens={self.prompt_tokens} holds no prompt bucket (the shortest is "
+                              f"{self.prompt_lengths[0]} tokens)")
+        self._validate()
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """Every batch size a bucket has, prompt and decode (the rows a batch is padded to)."""
+        return tuple(sorted({*self.prompt_batch_sizes, *self.decode_batch_sizes}))
+
+    def prompt_bucket(self, batch: int, length: int) -> tuple[int, int] | None:
+        """The (batch, length) a prompt pass of ``batch`` prompts of up to ``length`` tokens is padded to:
+        the smallest bucket that holds it; ``None`` beyond every bucket (it runs unpadded, and compiles)."""
+        fitting = [(b, n) for b, n in self.prompt_shapes() if b >= batch and n >= length]
+        return min(fitting, key=_prompt_order) if fitting else None
+
+    def decode_bucket(self, batch: int, blocks: int) -> tuple[int, int] | None:
+        """The (rows, KV-cache blocks) a decode step of ``batch`` rows over ``blocks`` blocks is padded to:
+        the smallest bucket that holds it; ``None`` beyond every bucket."""
+        fitting = [(b, x) for b, x in self.decode_shapes() if b >= batch and x >= blocks]
+        return min(fitting, key=lambda shape: (shape[1], shape[0])) if fitting else None
+
+    def decode_shapes(self) -> list[tuple[int, int]]:
+        """Every decode bucket (rows, blocks) a batch can have, largest first: at least one block per row,
+        at most a full row's blocks per row (the largest bucket's blocks over its rows), as vLLM-Gaudi's
+        ``generate_decode_buckets`` keeps them."""
+        per_row = self.decode_blocks[-1] // self.decode_batch_sizes[-1] or 1
+        return sorted(((b, x) for b in self.decode_batch_sizes for x in self.decode_blocks if b <= x <= b * per_row),
+                      key=lambda shape: (shape[1], shape[0]), reverse=True)
+
+    def prompt_shapes(self) -> list[tuple[int, int]]:
+        """Every prompt bucket (batch, length) within ``prompt_tokens``, largest first: the warm-up's order."""
+        return sorted(((b, n) for b in self.prompt_batch_sizes for n in self.prompt_lengths
+                       if b * n <= self.prompt_tokens), key=_prompt_order, reverse=True)
 
 
 DecisionValue = JSONValue | Payload

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ..support.environ import child
 from ..support.redaction import redact, redact_text
 from ..support.tables import plural, table, terminal_width, wrap
 from .backend import Backend
@@ -35,6 +36,8 @@ class EnvSetting:
     """What intelrt would have set, when the user's value was kept."""
     in_process: bool = True
     """False: only for processes started with the plan's environment (see ``EnvVar.in_process``)."""
+    started: bool = True
+    """False: only for this process; started processes choose their own (see ``EnvVar.started``)."""
 
     @property
     def to_set(self) -> bool:
@@ -42,7 +45,8 @@ class EnvSetting:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "action": self.action, "reason": self.reason,
-                "plugin": self.plugin, "claim": self.claim, "wanted": self.wanted, "in_process": self.in_process}
+                "plugin": self.plugin, "claim": self.claim, "wanted": self.wanted, "in_process": self.in_process,
+                "started": self.started}
 
 
 
@@ -108,13 +112,20 @@ class Plan:
         return tuple(f for f in self.findings if f.severity in ("warning", "error"))
 
     def env_to_set(self) -> dict[str, str]:
-        """The variables intelrt sets for the run (for processes started with the plan's environment)."""
-        return {s.name: s.value for s in self.env if s.to_set}
+        """The variables intelrt sets for processes started with the plan's environment (``intelrt
+        launch``, :meth:`child_environment`): all but those only this process can use (``started=False``)."""
+        return {s.name: s.value for s in self.env if s.to_set and s.started}
 
     def env_for_this_process(self) -> dict[str, str]:
-        """:meth:`env_to_set` without the variables only a started process can use (``in_process=False``:
-        a device mask this process's driver has already read)."""
+        """The variables intelrt sets in *this* process (``setup_env()``, ``load()``): all but those only a
+        started process can use (``in_process=False``: a device mask this process's driver has already read)."""
         return {s.name: s.value for s in self.env if s.to_set and s.in_process}
+
+    def child_environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of a process you start yourself to run this plan (``subprocess``, a job
+        script): ``base`` (default: this process's ``os.environ``) with :meth:`env_to_set` applied — device
+        masks included, which ``setup_env()`` leaves out of this process because its driver has read them."""
+        return child(self.env_to_set(), base)
 
     # -- data ----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +170,7 @@ class Plan:
             for s in self.env:
                 extra = f" (intelrt would set {s.wanted!r})" if s.action == "kept" else ""
                 extra += "" if s.in_process else "; for started processes only"
+                extra += "" if s.started else "; for this process only"
                 env_rows.append((f"{s.name}={s.value}", f"{s.action} by {s.plugin}{extra}", s.reason))
             lines += table(None, env_rows, width=width, indent="    ", wrappable=(0, 2))
         for f in self.findings:

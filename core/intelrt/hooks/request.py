@@ -23,6 +23,7 @@ from .options import (
     SWITCH,
     WARMUPS,
     WORKLOADS,
+    DeviceId,
     RequestOption,
     flag,
     normalize_backend,
@@ -71,8 +72,11 @@ class Request:
     model: str
     backend: str = request_option(AUTO, "auto (the best available accelerator, else the CPU) or a backend name "
                                   "(`intelrt plugins` lists them)", normalize_backend, metavar="NAME")
-    devices: tuple[int, ...] | None = request_option(
-        None, "device ids for this run, e.g. 0,2 (default: every visible device)", normalize_devices, metavar="IDS")
+    devices: tuple[DeviceId, ...] | None = request_option(
+        None, "device ids for this run, e.g. 0,2 (default: every visible device); card.tile (e.g. 0.1) names one tile "
+        "of an Intel GPU in COMPOSITE mode", normalize_devices, metavar="IDS")
+    """Device ids (:data:`~intelrt.hooks.options.DeviceId`): ints, or ``"card.tile"`` strings for Intel GPUs
+    in COMPOSITE mode (backends whose ``tile_ids`` fact is False refuse those)."""
     dtype: str = request_option(AUTO, "weights dtype: auto, float32, bfloat16, float16 (bf16, fp16, fp32 accepted)",
                                 normalize_dtype, metavar="DTYPE")
     attention: str = request_option(AUTO, "attn_implementation: auto, sdpa, eager, flash_attention_2, … or a hub "
@@ -107,6 +111,10 @@ class Request:
         AUTO, "how the fast decode step is prepared: eager (runs as it is), static (static KV cache, step captured in "
         "a device graph), compiled (compiled, captured, artifacts kept across processes); auto: from the workload",
         one_of("warmup", WARMUPS), choices=WARMUPS)
+    buckets: str = request_option(
+        AUTO, "pad prompts and decode batches to a few shapes where the device compiles one graph per shape "
+        "(Gaudi), warming each up at load for a server or batch workload: auto, on, off", switch("buckets"),
+        choices=SWITCH)
     sharding: str = request_option(
         AUTO, "how training spreads over processes (intelrt launch): auto (from model size, device memory and world "
         "size), none, ddp, fsdp (FSDP2), deepspeed (ZeRO)", one_of("sharding", SHARDING), choices=SHARDING)

@@ -129,13 +129,20 @@ class EnvVar:
     """Only for variables the user asked intelrt to set in this call (e.g. ``devices=``)."""
     in_process: bool = True
     """False for a variable that only a process started with the plan's environment can use (a
-    device mask its driver reads once, at load): ``load()`` leaves it out of its own process,
-    whose driver already enumerated the devices; ``setup_env()`` and launched processes get it."""
+    device mask its driver reads once, at load): ``load()`` and ``setup_env()`` leave it out of
+    this process, whose driver already enumerated the devices; processes started with the plan's
+    environment (``Plan.child_environment()``, ``intelrt launch``) get it."""
+    started: bool = True
+    """False for a variable that only *this* process can use: processes started with the plan's
+    environment choose their own (Gaudi's ``HLS_MODULE_ID``, which the bridge of each launched rank
+    takes from ``HABANA_VISIBLE_MODULES`` at its ``LOCAL_RANK`` unless it is already set)."""
 
     def __post_init__(self) -> None:
         _require(isinstance(self.name, str) and bool(_ENV_NAME.match(self.name)), f"EnvVar.name {self.name!r} is not a valid variable name")
         _require(isinstance(self.value, str), f"EnvVar {self.name}: value must be a str")
         _require(isinstance(self.reason, str) and bool(self.reason), f"EnvVar {self.name}: reason must say why")
+        _require(self.in_process or self.started, f"EnvVar {self.name}: a variable for no process at all "
+                                                  "(in_process=False and started=False)")
 
 
 @dataclass(frozen=True)

@@ -389,6 +389,13 @@ class PluginHost:
                 + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan, nproc=nproc,
                                 env=env))
 
+    def written_by_stack(self, backend: Backend, env: Mapping[str, str]) -> frozenset[str]:
+        """The names of ``env``'s variables the backend's vendor stack wrote (``Backend.written_by_stack``)."""
+        names = self._run(backend.plugin, f"{type(backend).__name__}.written_by_stack", backend.written_by_stack, env)
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names or ()):
+            raise self._fault(backend.plugin, f"returned {names!r:.80} from written_by_stack; expected variable names")
+        return frozenset(names or ())
+
     def training_arguments(self, backend: Backend, plan: Plan, overrides: Mapping[str, Any]
                            ) -> list[tuple[str, Setting]]:
         """Every plugin's ``intelrt_training_arguments``, the backend's ``training_arguments``, then the
@@ -411,6 +418,19 @@ class PluginHost:
         if wrapper is not None and not callable(wrapper):
             raise self._fault(backend.plugin, f"returned {wrapper!r:.80} from compile_wrapper; expected a callable")
         return wrapper
+
+    def attention_implementation(self, backend: Backend, name: str
+                                 ) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:
+        """The backend's attention function (and mask function) for attention ``name``, or ``None``."""
+        what = f"{type(backend).__name__}.attention_implementation"
+        found = self._run(backend.plugin, what, backend.attention_implementation, name)
+        if found is None:
+            return None
+        if not (isinstance(found, tuple) and len(found) == 2 and callable(found[0])
+                and (found[1] is None or callable(found[1]))):
+            raise self._fault(backend.plugin, f"returned {found!r:.80} from attention_implementation; expected "
+                                              "(attention function, mask function or None)")
+        return found
 
     def graph_capturer(self, backend: Backend, kind: str) -> Callable[..., Any] | None:
         """The backend's device-graph capturer of graph ``kind``, or ``None``."""

@@ -28,20 +28,20 @@ def resolve_env(wanted: Iterable[tuple[str, EnvVar]], env: Mapping[str, str],
                 f"({first.wanted or first.value!r} vs {var.value!r}); block one of them with INTELRT_DISABLE_PLUGINS",
                 plugin=plugin, distribution=None)
         current = env.get(var.name)
-        where = var.in_process
+        where = {"in_process": var.in_process, "started": var.started}
         if current is None:
-            setting = EnvSetting(var.name, var.value, "set", var.reason, plugin, var.claim, in_process=where)
+            setting = EnvSetting(var.name, var.value, "set", var.reason, plugin, var.claim, None, **where)
         elif current == var.value:
-            setting = EnvSetting(var.name, current, "same", var.reason, plugin, var.claim, in_process=where)
+            setting = EnvSetting(var.name, current, "same", var.reason, plugin, var.claim, None, **where)
         elif var.overwrite_user:
             setting = EnvSetting(var.name, var.value, "replaced", var.reason, plugin, var.claim, wanted=var.value,
-                                 in_process=where)
+                                 **where)
             findings.append(Finding("warning", f"{var.name} replaced for this run",
                                     f"the environment had {var.name}={current!r}; this run uses {var.value!r} ({var.reason})",
                                     fix=f"unset {var.name} in your shell if it was a leftover export", claim=var.claim))
         else:
             setting = EnvSetting(var.name, current, "kept", var.reason, plugin, var.claim, wanted=var.value,
-                                 in_process=where)
+                                 **where)
             findings.append(Finding("info", f"kept your {var.name}={current}",
                                     f"intelrt would set {var.value!r} ({var.reason}); your value wins", claim=var.claim))
         settings[var.name] = setting

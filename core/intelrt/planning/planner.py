@@ -139,6 +139,11 @@ def plan_env(host: PluginHost, backend: Backend, request: Request, model: ModelI
              env: Mapping[str, str]) -> tuple[list[EnvSetting], list[Finding]]:
     """What the backend and the plugins want for the run's environment, merged with ``env`` (the
     user's values win)."""
+    tiles = [d for d in request.devices or () if not isinstance(d, int)]
+    if tiles and not backend.tile_ids:
+        raise PlanError(f"devices={list(request.devices or ())}: {', '.join(map(repr, tiles))} names one tile of a card "
+                        f"(card.tile, for Intel GPUs in COMPOSITE mode); the {backend.name} backend takes whole device "
+                        "ids, e.g. devices=[0, 2]")
     wanted: list[tuple[str, EnvVar]] = []
     findings: list[Finding] = floor_findings("warning")
     for plugin, item in host.setup_env(backend, Situation(request, model, env)):
@@ -193,7 +198,7 @@ def _log_plan(model: ModelInfo, detected: tuple[Backend, ...], backend: Backend,
 def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
          sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
@@ -206,7 +211,7 @@ def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            workload=workload, warmup=warmup, sharding=sharding, parallel=parallel,
+                            workload=workload, warmup=warmup, buckets=buckets, sharding=sharding, parallel=parallel,
                             trust_remote_code=trust_remote_code,
                             allow_pickle=allow_pickle, strict=strict,
                             **from_pretrained_kwargs)

@@ -1,6 +1,5 @@
-"""A plan's environment applied: to this process (``setup_env``, before ``import torch`` touches a
-device) or to the process that runs the plan here (``load()``), never the driver-read-once
-variables a started process alone can use."""
+"""A plan's environment applied to this process (``setup_env``, ``load()``): never the
+driver-read-once variables a started process alone can use (``Plan.child_environment()`` has them)."""
 
 from __future__ import annotations
 
@@ -11,17 +10,18 @@ from ..support.environ import write
 
 
 def setup_env(plan: Plan, environ: MutableMapping[str, str] | None = None) -> list[str]:
-    """Write the plan's environment into ``environ`` (default ``os.environ``); returns the names set.
+    """Write the plan's environment for *this* process into ``environ`` (default ``os.environ``);
+    returns the names set. Values the user already set are kept (SPEC C2).
 
-    Call it before ``import torch`` touches a device: visibility masks only take effect before the
-    driver loads (SPEC C2). Values the user already set are kept. Processes started afterwards from
-    this environment get the plan's device selection.
+    Variables only a started process can use (``in_process=False``: a device mask this process's
+    driver read at detection, and never reads again) are left out — written here they would only
+    mislead a later plan in this process. Processes you start yourself get the whole environment
+    from ``plan.child_environment()``; ``intelrt launch`` passes it to its ranks.
     """
-    return write(plan.env_to_set(), environ)
+    return write(plan.env_for_this_process(), environ)
 
 
 def apply_in_process(plan: Plan) -> list[str]:
     """Write the plan's environment into ``os.environ`` for running the plan in *this* process
-    (``load()``, ``training_arguments()``): everything but the variables only a started process
-    can use (a device mask this process's driver has already read)."""
-    return write(plan.env_for_this_process())
+    (``load()``, ``training_arguments()``): what :func:`setup_env` writes."""
+    return setup_env(plan)

@@ -17,6 +17,7 @@ from ..planning.model_source import require_weights, resolve_model
 from ..planning.planner import make_plan
 from ..support.distributed import is_distributed_launch, world_size
 from ..support.redaction import redact, redact_text
+from .attention import register_attention
 from .compiling import compile as compile_with_plan
 from .compiling import install_compile_wrapper
 from .download import config_fetcher
@@ -25,6 +26,7 @@ from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
 from .processors import Processors
 from .quantized_load import after_load
+from .warmup import warm_prompt_buckets
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +95,11 @@ def check_ranks(plan: Plan) -> None:
 
 
 def prepare(plan: Plan, host: PluginHost | None = None) -> None:
-    """What a plan needs before a model is built: its environment and the backend's compile wrapper."""
+    """What a plan needs before a model is built: its environment, the backend's compile wrapper and
+    attention implementation (registered in transformers)."""
     apply_in_process(plan)
     install_compile_wrapper(plan.backend, host)
+    register_attention(plan, host)
 
 
 def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str, Any] | None = None, *,
@@ -130,10 +134,14 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
 def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None,
           processors: Processors | None = None) -> Loaded:
     """A model built under ``plan`` after ``prepare(plan)`` (the benchmarks build random weights in
-    memory from a config), finished as ``apply_plan`` finishes a loaded one: eval mode and the
-    plan's compile. ``processors``: the checkpoint's, loaded when first used."""
+    memory from a config), finished as ``apply_plan`` finishes a loaded one: eval mode, the plan's
+    compile, and the warm-up of its prompt buckets when the plan has buckets to warm.
+    ``processors``: the checkpoint's, loaded when first used."""
     model.eval()
     model = compile_with_plan(model, plan)
+    buckets = plan.decided.buckets
+    if buckets is not None and buckets.warmup and plan.task == "text-generation":
+        warm_prompt_buckets(model, buckets)  # before the model serves: each shape compiles now, not mid-run
     return Loaded(model=model, tokenizer=tokenizer, plan=plan, host=host, processors=processors)
 
 
@@ -150,7 +158,7 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
 def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
          attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
          compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
          sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
          strict: bool = False, **from_pretrained_kwargs: Any) -> Loaded:
@@ -163,7 +171,7 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
     plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                         workload=workload, warmup=warmup, sharding=sharding, parallel=parallel,
+                         workload=workload, warmup=warmup, buckets=buckets, sharding=sharding, parallel=parallel,
                          trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                          **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)

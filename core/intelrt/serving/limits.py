@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..backends.sizing import DEFAULT_CONTEXT  # the engine's context, which planning reads too
 from ..errors import ConfigurationError
 
 DRAIN_TIMEOUT_S = 30.0
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
     from ..hooks.plan import Plan
     from ..runtime.loaded import Loaded
 
-DEFAULT_CONTEXT = 4096
-"""Tokens per request (prompt plus completion) unless ``context_length`` says otherwise; never
-more than the model's ``max_position_embeddings``."""
 FALLBACK_ROWS = 64
 """Rows when the plan's batching decision names no batch size (transformers' continuous batching)."""
 QUEUE_PER_ROW = 4

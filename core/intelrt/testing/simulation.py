@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..support import startup
 from . import gaudi_modules
 from .machine import (
     GAUDI_GENERATIONS,
@@ -515,6 +516,10 @@ def _active_simulation(sim: Simulation) -> Iterator[Simulation]:
         _refresh_torch_version_constants()
         _clear_cached_probes()
         _active = sim
+        # The simulation stands for a process start: intelrt's snapshot of the user's environment is
+        # taken now, before the Gaudi stack (autoloaded just below) writes its own values.
+        snapshot = startup.restart()
+        patcher.undo_with(lambda: startup.restore(snapshot))
         if machine.kind == "hpu" and torch._is_device_backend_autoload_enabled():
             # This process imported torch before the simulation began: what `import torch` runs for
             # the installed backends (the Gaudi stack's entry point) has to run now.

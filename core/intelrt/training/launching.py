@@ -53,13 +53,18 @@ class LaunchCommand:
     findings: tuple[Finding, ...] = ()
     returncode: int | None = None
     """The launcher's exit status once it ran (``None`` for a dry run)."""
+    left_out: tuple[str, ...] = ()
+    """Variables of this process the backend's vendor stack wrote (``Backend.written_by_stack``): the
+    ranks do not inherit them."""
 
     def env_to_set(self) -> dict[str, str]:
-        return {s.name: s.value for s in self.env if s.to_set}
+        return {s.name: s.value for s in self.env if s.to_set and s.started}
 
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The launcher's full environment: ``base`` (default ``os.environ``) plus what intelrt sets."""
-        return child_env(self.env, base)
+        """The launcher's full environment: ``base`` (default ``os.environ``, less what the vendor stack
+        wrote into it: :attr:`left_out`) plus what intelrt sets."""
+        source = os.environ if base is None else base
+        return child_env(self.env, {k: v for k, v in source.items() if k not in self.left_out})
 
     def shell(self) -> str:
         """The command as one shell line, with the variables intelrt sets in front of it."""
@@ -129,8 +134,8 @@ def _endpoint(endpoint: str) -> tuple[str, str]:
 
 
 def child_env(settings: Sequence[EnvSetting], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a launched process: ``base`` plus what intelrt sets."""
-    return child_environment({s.name: s.value for s in settings if s.to_set}, base)
+    """The environment of a launched process: ``base`` plus what intelrt sets for started processes."""
+    return child_environment({s.name: s.value for s in settings if s.to_set and s.started}, base)
 
 
 def _merge_env(first: Sequence[EnvSetting], second: Sequence[EnvSetting], host: PluginHost) -> list[EnvSetting]:
@@ -212,15 +217,24 @@ def launch_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, 
         raise ConfigurationError(f"nproc={nproc}, but only {visible} {plan.backend.name} device(s) are visible to "
                                  "this run: one process per device. Lower --nproc, or select more --devices.")
 
-    wanted: list[tuple[str, EnvVar]] = []
     findings = list(plan.findings)
+    stacks = sorted(host.written_by_stack(plan.backend, env))
+    if stacks:  # the vendor stack's own defaults in this process: not the user's, not for the ranks (C2)
+        shown = ", ".join(f"{name}={env[name]}" for name in stacks)
+        findings.append(Finding("info", f"left out the {plan.backend.name} stack's own values",
+                                f"{shown} appeared in this process after intelrt was imported, written by the "
+                                f"{plan.backend.name} software stack when it loaded: they are not yours, so the "
+                                "launch does not keep them as your settings nor pass them to the ranks", claim="C2"))
+        env = {name: value for name, value in env.items() if name not in stacks}
+    wanted: list[tuple[str, EnvVar]] = []
     for plugin, item in host.launch_env(plan.backend, plan, nproc, env):
         if isinstance(item, EnvVar):
             wanted.append((plugin, item))
         else:
             findings.append(item)
     launch_settings, env_findings = resolve_env(wanted, env, host.describe)
-    settings = _merge_env(plan.env, launch_settings, host)
+    # variables only the planning process can use (started=False) are not the ranks'
+    settings = _merge_env([s for s in plan.env if s.started], launch_settings, host)
     findings.extend(env_findings)
     errors = [f for f in findings if f.severity == "error"]
     if errors:
@@ -237,7 +251,7 @@ def launch_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, 
         argv.append("--module")
     argv += [script, *args]
     return LaunchCommand(argv=tuple(argv), nproc=nproc, nnodes=nnodes, via=via, plan=plan, env=tuple(settings),
-                         findings=tuple(findings))
+                         findings=tuple(findings), left_out=tuple(stacks))
 
 
 def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, dry_run: bool = False,

@@ -6,7 +6,7 @@ intelrt's generic rules decide. Never ``hpu:N``: the device is ``hpu`` (H5), one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from intelrt.plugin import (
@@ -25,6 +25,7 @@ from intelrt.plugin import (
 
 from . import (
     attention,
+    buckets,
     collective,
     compile_wrap,
     compiler,
@@ -68,6 +69,9 @@ class HpuBackend(Backend):
     def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding]:
         return environment.launch_environment(self, plan, nproc, env)
 
+    def written_by_stack(self, env: Mapping[str, str]) -> Collection[str]:
+        return environment.written_by_stack(env)
+
     def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting]:
         return training.training_arguments(self, plan, overrides)
 
@@ -76,6 +80,9 @@ class HpuBackend(Backend):
 
     def compile_wrapper(self, compile_fn: Callable[..., Any]) -> Callable[..., Any]:
         return compile_wrap.compile_wrapper(compile_fn)
+
+    def attention_implementation(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        return attention.attention_implementation(name)
 
     def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
         return graphs.graph_capturer(kind)
@@ -106,6 +113,9 @@ class HpuBackend(Backend):
 
     def select_decode(self, s: Situation) -> Decision | None:
         return graphs.select_decode(self, s)
+
+    def select_buckets(self, s: Situation) -> Decision | None:
+        return buckets.select_buckets(self, s)
 
     def select_collective(self, s: Situation) -> Decision:
         return collective.select_collective(self, s)

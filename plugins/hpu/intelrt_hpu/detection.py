@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Mapping
 
 from intelrt.plugin import (
@@ -15,6 +16,7 @@ from intelrt.plugin import (
 
 from .facts import (
     ACCELERATE_FLOOR,
+    AUTOLOAD_VAR,
     BACKEND,
     DEVICES_VAR,
     GENERATION_KEY,
@@ -22,13 +24,16 @@ from .facts import (
     HL_SMI_MAP,
     INT64_VAR,
     LAZY_VAR,
+    MODE_KEY,
+    MODE_SOURCE_KEY,
     MODULES_VAR,
     PRIORITY,
     STACK_DISTRIBUTION,
+    STACK_LOADED_MODULE,
     STACK_MODULE,
     lazy_mode,
 )
-from .probe import probe
+from .probe import probe, stack_loaded
 
 
 def _unavailable(reason: str, versions: Mapping[str, str] | None = None,
@@ -36,13 +41,28 @@ def _unavailable(reason: str, versions: Mapping[str, str] | None = None,
     return BackendStatus(BACKEND, BACKEND, False, reason, PRIORITY, versions=dict(versions or {}), notes=notes)
 
 
+def execution_mode(env: Mapping[str, str], stack: str | None) -> tuple[bool, str]:
+    """(lazy, why) for this run: what ``PT_HPU_LAZY_MODE`` and the installed stack's default make of
+    it — unless the stack is loaded in this process already, which read the variable once, at load
+    (``utils.internal.is_lazy()``), and runs the mode it read then."""
+    lazy, why = lazy_mode(env, stack)
+    internal = sys.modules.get(f"{STACK_LOADED_MODULE}.utils.internal") if stack_loaded() else None
+    if internal is not None and callable(getattr(internal, "is_lazy", None)) and bool(internal.is_lazy()) != lazy:
+        loaded = bool(internal.is_lazy())
+        return loaded, (f"the Gaudi stack loaded in this process runs {'lazy' if loaded else 'eager'} mode: it read "
+                        f"{LAZY_VAR} once, when it loaded; {why} reaches only processes started with it")
+    return lazy, why
+
+
 def mode_note(env: Mapping[str, str], stack: str | None) -> str:
     """H1: how the run executes: ``PT_HPU_LAZY_MODE``, or the default of the installed Gaudi software."""
-    lazy, why = lazy_mode(env, stack)
+    lazy, why = execution_mode(env, stack)
     if lazy:
-        text = f"lazy ({why}: ops are accumulated into graphs and run at mark_step())"
+        text = (f"lazy ({why}: ops are accumulated into graphs and run at mark_step(); torch.compile does not run "
+                "in lazy mode)")
     else:
-        text = f"eager ({why}; the Gaudi stack runs PyTorch eagerly and torch.compile captures graphs)"
+        text = (f"eager ({why}; the Gaudi stack runs PyTorch eagerly and torch.compile captures graphs; the stack "
+                f"loads at `import torch` through torch's backend autoload, {AUTOLOAD_VAR}=0 turns that off)")
     if env.get(LAZY_VAR) is None:
         text += (". transformers treats unset as lazy '1' when deciding to import habana_frameworks.torch in "
                  "is_torch_hpu_available()")
@@ -74,6 +94,8 @@ def detect(env: Mapping[str, str]) -> BackendStatus:
         return _unavailable(f"accelerate {versions['accelerate']} < {ACCELERATE_FLOOR}: transformers' "
                             "is_torch_hpu_available() is False even with a Gaudi present; "
                             f"pip install 'accelerate>={ACCELERATE_FLOOR}'", versions)
+    lazy, why = execution_mode(env, versions[STACK_DISTRIBUTION])
+    versions[MODE_KEY], versions[MODE_SOURCE_KEY] = ("lazy" if lazy else "eager"), why
     notes = [f"execution mode: {mode_note(env, versions[STACK_DISTRIBUTION])}"]
     visibility = visibility_note(env)
     if visibility:
@@ -94,5 +116,9 @@ def detect(env: Mapping[str, str]) -> BackendStatus:
         versions[GENERATION_KEY] = answer.generation
     devices = tuple(DeviceInfo(i, name, answer.total_memory, True) for i, name in enumerate(answer.names))
     kind = GENERATION_NAMES.get(answer.generation or "", "Gaudi")
+    notes.append("devices counted without acquiring one (is_available, device_count, _get_device_type: a Gaudi "
+                 "belongs to one process, so detection takes none, SPEC H5); "
+                 + (f"memory is the nominal HBM of {kind} ({answer.total_memory // 1024**3} GiB)"
+                    if answer.total_memory else "memory unknown (the stack did not report the generation)"))
     return BackendStatus(BACKEND, BACKEND, True, f"{len(devices)} {kind} device(s) visible", PRIORITY,
                          devices=devices, versions=versions, notes=tuple(notes))

@@ -1,31 +1,58 @@
-"""Environment of a Gaudi run: int64 support (SPEC H3), device selection and tenants (SPEC H5)."""
+"""Environment of a Gaudi run: int64 support (SPEC H3), device selection and tenants (SPEC H5), the
+stack's own values (C2), lazy collectives for multi-card lazy runs (H10)."""
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Mapping
 
-from intelrt.plugin import Backend, EnvVar, Finding, Plan, PlanError, Request, parse_device_list
+from intelrt.plugin import (
+    Backend,
+    EnvVar,
+    Finding,
+    Plan,
+    PlanError,
+    Request,
+    environment_at_import,
+    parse_device_list,
+)
 
 from .facts import (
     DEVICES_VAR,
+    FIRST_GENERATION,
+    GENERATION_NAMES,
     HL_SMI_MAP,
     INT64_VAR,
+    LAZY_COLLECTIVES_VAR,
+    MODULE_ID_VAR,
     MODULES_VAR,
+    STACK_LOADED_MODULE,
+    STACK_WRITTEN,
+    execution_mode,
     format_ids,
+    generation,
     is_supported_set,
+    lazy_mode,
     parse_ids,
+    stack_version,
     supported_sets_text,
 )
 from .probe import stack_loaded
 
-INT64_REASON = ("token ids are int64: the Gaudi stack needs int64 support, read once when habana_frameworks is "
-                "imported")
+INT64_REASON = ("token ids are int64: the Gaudi stack needs int64 support, read once when habana_frameworks.torch "
+                "is imported")
+EAGER_INT64 = ("the bridge turns int64 on by default in eager mode except on first-generation Gaudi "
+               "(gaudi-pytorch-bridge 1.19 common/eager/utils.cpp l.29-42; scripts/env_flags.yaml l.624-635: "
+               "'For the PT_HPU_LAZY_MODE=0 the default value is true'); in lazy mode it is off unless the "
+               "variable is set (common/lazy/utils.cpp l.33-35)")
 
 
-def int64_items(env: Mapping[str, str]) -> list[EnvVar | Finding]:
-    """H3: ``PT_ENABLE_INT64_SUPPORT=1`` unless the user set it; a warning when it cannot take effect."""
+def int64_items(backend: Backend, env: Mapping[str, str]) -> list[EnvVar | Finding]:
+    """H3: ``PT_ENABLE_INT64_SUPPORT=1`` unless the user set it; a warning when it cannot take effect
+    and int64 is off without it (lazy mode, or first-generation Gaudi), a note when eager mode has it
+    on anyway."""
     items: list[EnvVar | Finding] = [EnvVar(INT64_VAR, "1", INT64_REASON, claim="H3")]
     user = env.get(INT64_VAR)
     if user is not None and user != "1":
@@ -34,13 +61,47 @@ def int64_items(env: Mapping[str, str]) -> list[EnvVar | Finding]:
                              "fail or are truncated on Gaudi", fix=f"export {INT64_VAR}=1 (or unset it and let intelrt "
                              "set it)", claim="H3"))
     if stack_loaded() and os.environ.get(INT64_VAR) is None:
-        items.append(Finding("warning", f"the Gaudi stack was loaded before {INT64_VAR}=1",
-                             f"habana_frameworks is already imported in this process (an earlier import, or "
-                             f"`import torch` autoloading it) without {INT64_VAR}=1, so setting it now only reaches "
-                             "processes intelrt starts", fix=f"export {INT64_VAR}=1 before starting Python, call "
-                             "intelrt.setup_env() before `import torch`, or start the run with `intelrt launch`",
-                             claim="H3"))
+        lazy, mode = execution_mode(backend, env)
+        first = generation(backend) == FIRST_GENERATION
+        if not lazy and not first:
+            kind = GENERATION_NAMES.get(generation(backend) or "", "this Gaudi")
+            items.append(Finding("info", "int64 is on by default in eager mode",
+                                 f"the Gaudi stack is already loaded in this process (in eager mode `import torch` "
+                                 f"loads it) without {INT64_VAR}; int64 is on by default in eager mode on {kind} "
+                                 f"({mode}): {EAGER_INT64}. Nothing to fix; {INT64_VAR}=1 is still set for the "
+                                 "processes intelrt starts, which may run lazy", claim="H3"))
+        else:
+            why = "first-generation Gaudi has int64 off by default" if first else f"lazy mode ({mode})"
+            items.append(Finding("warning", f"the Gaudi stack was loaded before {INT64_VAR}=1",
+                                 f"habana_frameworks.torch is already imported in this process (an earlier import, or "
+                                 f"`import torch` autoloading it) without {INT64_VAR}=1, and {why}: setting it now "
+                                 f"only reaches processes intelrt starts ({EAGER_INT64})",
+                                 fix=f"export {INT64_VAR}=1 before starting Python, call intelrt.setup_env() before "
+                                     "`import torch`, or start the run with `intelrt launch`", claim="H3"))
     return items
+
+
+def held_module(env: Mapping[str, str]) -> tuple[bool, str | None]:
+    """(whether this process holds a Gaudi, its module id when known): the stack acquires one at its
+    first device use (``_lazy_init``), for good; asked only of a stack already loaded (never imported here)."""
+    if not stack_loaded():
+        return False, None
+    hpu = sys.modules.get(f"{STACK_LOADED_MODULE}.hpu")
+    initialized = getattr(hpu, "is_initialized", None)
+    if not callable(initialized) or not initialized():
+        return False, None
+    return True, env.get(MODULE_ID_VAR)
+
+
+def written_by_stack(env: Mapping[str, str]) -> list[str]:
+    """C2: the variables of ``env`` the loaded Gaudi stack wrote into this process (its rendezvous
+    defaults, compile threads, profiling, a rank's module id): not in the environment at
+    ``import intelrt``, and — for those with a fixed default — holding that default."""
+    if not stack_loaded():
+        return []
+    at_import = environment_at_import()
+    return [name for name, default in STACK_WRITTEN.items()
+            if name in env and name not in at_import and (not default or env[name] == default)]
 
 
 def visibility_var(env: Mapping[str, str]) -> str | None:
@@ -84,11 +145,39 @@ def partial_server_item(ids: tuple[int, ...], request: Request, what: str) -> Fi
                                           fix=fix, claim="H5"))
 
 
+def _this_process_module(ids: tuple[int, ...], request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
+    """H5 in this process: the bridge acquires the module ``HLS_MODULE_ID`` names at the first device
+    use (``device.cpp`` l.393-443), so ``devices=`` lands there; a list of module ids would change
+    nothing once the stack counted. A process that already holds another Gaudi cannot move: refused
+    for one module (a load here), a warning for several (a launch, whose ranks are new processes)."""
+    module = str(ids[0])
+    items: list[EnvVar | Finding] = []
+    held, which = held_module(env)
+    if held and which != module:
+        holding = f"module {which}" if which is not None else "a Gaudi (its module id is not in HLS_MODULE_ID)"
+        message = (f"devices={list(ids)}: this process already holds {holding} — the Gaudi stack acquires one device "
+                   f"per process, for good, at its first device use — so a load here cannot move to module {module}")
+        fix = f"start a new process, or run it with `intelrt launch --devices {format_ids(ids)}`"
+        if len(ids) == 1:
+            raise PlanError(f"{message}. Fix: {fix}")
+        items.append(request.warn_or_refuse(Finding("warning", "this process already holds a Gaudi", message + (
+            "; the processes the run starts get the modules, and a rank that needs the held module fails to "
+            "acquire it"), fix=fix, claim="H5")))
+    reason = (f"devices={list(ids)}: this process drives Gaudi module {module}; the Gaudi stack acquires the module "
+              f"{MODULE_ID_VAR} names at the first device use (gaudi-pytorch-bridge device.cpp l.393-443)")
+    if len(ids) > 1:
+        reason += (f"; one process drives one Gaudi (H6): the other modules take the ranks of intelrt launch, each "
+                   f"rank its {MODULES_VAR} entry at LOCAL_RANK")
+    items.append(EnvVar(MODULE_ID_VAR, module, reason, claim="H5", overwrite_user=True, started=False))
+    return items
+
+
 def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
-    """H3 int64 support; H5 ``devices=`` are module ids → ``HABANA_VISIBLE_MODULES`` of the run."""
-    items = int64_items(env)
+    """H3 int64 support; H5 ``devices=`` are module ids: ``HLS_MODULE_ID`` for this process (the module
+    the stack acquires) and ``HABANA_VISIBLE_MODULES`` for the processes the run starts."""
+    items = int64_items(backend, env)
     if request.devices is not None:
-        ids = tuple(request.devices)
+        ids = tuple(int(d) for d in request.devices)  # whole module ids: card.tile ids were refused (tile_ids)
         known = known_module_ids(backend, env)
         if known is not None and not set(ids) <= set(known):
             outside = format_ids(sorted(set(ids) - set(known)))
@@ -98,8 +187,10 @@ def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) 
                             f"module ids: {format_ids(known)}). devices= takes module ids as `{HL_SMI_MAP}` shows "
                             f"them; pick from the visible ones" + (f", or unset {MODULES_VAR}" if env.get(MODULES_VAR)
                                                                    is not None else ""))
+        items += _this_process_module(ids, request, env)
         items.append(EnvVar(MODULES_VAR, format_ids(ids), "devices= selects these Gaudi modules (module ids are stable "
-                            "across reboots and driver reinstalls)", claim="H5", overwrite_user=True))
+                            "across reboots and driver reinstalls) for the processes the run starts, each rank taking "
+                            "its entry at LOCAL_RANK", claim="H5", overwrite_user=True, in_process=False))
         if env.get(DEVICES_VAR) is not None:
             items.append(Finding("info", f"{DEVICES_VAR} left in place",
                                  f"{DEVICES_VAR}={env[DEVICES_VAR]} (device indices) stays in the environment; inside "
@@ -158,4 +249,29 @@ def launch_environment(backend: Backend, plan: Plan, nproc: int, env: Mapping[st
         partial = partial_server_item(modules, plan.request, f"{MODULES_VAR}={chosen}")
         if partial is not None:
             items.append(partial)
+    items += lazy_collectives(backend, plan.request, nproc, env)
+    return items
+
+
+def lazy_collectives(backend: Backend, request: Request, nproc: int, env: Mapping[str, str]) -> list[EnvVar | Finding]:
+    """H10: ranks that run lazy mode on several Gaudis need the bridge's lazy collectives, which it loads
+    only with ``PT_HPU_ENABLE_LAZY_COLLECTIVES=true`` (``distributed/hccl/__init__.py`` l.11-21): HPU graphs
+    in a multi-card group hang or compute wrong without them (vllm-gaudi ``docs/configuration/env_variables.md``
+    l.81; vllm-gaudi sets it itself in lazy mode, ``platform.py`` l.432-436; Optimum Habana for any
+    multi-card run, ``examples/text-generation/utils.py`` l.127-128). Eager mode loads eager collectives."""
+    lazy, mode = lazy_mode(env, stack_version(backend))  # the ranks' mode: their environment, their stack
+    if nproc < 2 or not lazy:
+        return []
+    items: list[EnvVar | Finding] = [EnvVar(
+        LAZY_COLLECTIVES_VAR, "true", f"{nproc} ranks in lazy mode ({mode}): the Gaudi bridge loads lazy collectives "
+        "only with this set, and HPU graphs in a multi-card group need them (vllm-gaudi env_variables.md l.81, "
+        "platform.py l.432-436; optimum-habana examples/text-generation/utils.py l.127-128)", claim="H10")]
+    user = env.get(LAZY_COLLECTIVES_VAR)
+    if user is not None and user.lower() not in ("true", "1"):
+        items.append(request.warn_or_refuse(Finding(
+            "warning", f"{LAZY_COLLECTIVES_VAR}={user} in a multi-card lazy-mode launch",
+            f"your {LAZY_COLLECTIVES_VAR}={user!r} is kept: the {nproc} ranks load no lazy collectives, so HPU graphs "
+            "(decode, vLLM-Gaudi, Optimum Habana's --use_hpu_graphs) in their hccl group hang or compute wrong",
+            fix=f"unset {LAZY_COLLECTIVES_VAR} (intelrt sets it to true) or export {LAZY_COLLECTIVES_VAR}=true",
+            claim="H10")))
     return items

@@ -31,7 +31,8 @@ from intelrt.plugin import (
     stream_capturer,
 )
 
-from .facts import LAZY_VAR, lazy_mode, stack_version
+from .compiler import lazy_refusal
+from .facts import LAZY_VAR, execution_mode
 
 VLLM_GAUDI = ("as vLLM's Gaudi plugin does by default (vllm-gaudi hpu_model_runner.py: use_hpu_graph = not "
               "enforce_eager; HPU graphs in lazy mode, torch.compile with hpu_backend in eager mode); Optimum for "
@@ -39,26 +40,23 @@ VLLM_GAUDI = ("as vLLM's Gaudi plugin does by default (vllm-gaudi hpu_model_runn
 
 
 def select_decode(backend: Backend, s: Situation) -> Decision | None:
-    """Lazy mode → HPU graph of an uncompiled step; eager mode → step compiled with ``hpu_backend``."""
-    request, env = s.request, s.env
+    """Lazy mode → HPU graph of an uncompiled step (no ``torch.compile`` in lazy mode, H1); eager mode
+    → step compiled with ``hpu_backend``."""
+    request = s.request
     if decode_blockers(s.model, s.decided) is not None:
         return None  # the generic rule explains the fallback
     # The step is the model's own forward: intelrt's Triton decode attention is not for Gaudi.
     decode_attention_kernel(request, False, "Gaudi runs no Triton kernels", "model")
-    lazy, mode = lazy_mode(env, stack_version(backend))
+    lazy, mode = execution_mode(backend, s.env)
     graphs = decode_graphs(request, "hpu" if lazy else None,
                            f"HPU graphs record lazy-mode work and this run is eager ({mode}); set {LAZY_VAR}=1")
     if lazy:
         if request.compile not in ("auto", "none"):
-            compiled = decode_compile(request, None)
-            reason = (f"lazy mode ({mode}); step compiled with {compiled} as asked"
-                      + ("; captured in an HPU graph" if graphs else ""))
-        else:
-            compiled = None
-            reason = (f"lazy mode ({mode}): the step is captured in an HPU graph and replayed per token, skipping "
-                      f"lazy op accumulation on the host, {VLLM_GAUDI}" if graphs else
-                      f"lazy mode ({mode}), graphs='off': ops accumulate lazily every token")
-        return fast_decode(graphs, compiled, reason, claim="H1")
+            raise lazy_refusal(f"compile={request.compile!r} for the decode step", mode)
+        reason = (f"lazy mode ({mode}): the step is captured in an HPU graph and replayed per token, skipping "
+                  f"lazy op accumulation on the host, {VLLM_GAUDI}" if graphs else
+                  f"lazy mode ({mode}), graphs='off': ops accumulate lazily every token")
+        return fast_decode(graphs, None, reason, claim="H1")
     compiled = decode_compile(request, "hpu_backend")
     reason = (f"eager mode ({mode}): HPU graphs need lazy mode; "
               + (f"the step is compiled with {compiled}, which captures its graph, {VLLM_GAUDI}" if compiled

@@ -16,7 +16,7 @@ from intelrt.plugin import (
     rank_placement,
 )
 
-from .facts import BACKEND, OPTIMUM_HABANA
+from .facts import BACKEND, FIRST_GENERATION, OPTIMUM_HABANA, generation
 
 
 def _too_big(backend: Backend, model: ModelInfo, per_param: float | None) -> str:
@@ -38,8 +38,8 @@ def select_placement(backend: Backend, s: Situation) -> Decision:
         raise PlanError(
             f"{_too_big(backend, s.model, per_param)}, and a Gaudi process drives one Gaudi: the stack acquires one "
             "device per process and device_map='auto' across Gaudis is not supported (SPEC H6). Ways out: "
-            + ("" if quantized else "quantization='4bit' or '8bit' (bitsandbytes on Gaudi 2 and 3) to shrink the "
-                                    "weights; ")
+            + ("" if quantized or generation(backend) == FIRST_GENERATION else
+               "quantization='4bit' or '8bit' (bitsandbytes on Gaudi 2 and 3) to shrink the weights; ")
             + "one process per Gaudi with the weights split across them — intelrt launch --nproc N your_script.py "
               "with parallel='tensor' (transformers' tensor parallel over hccl); Optimum for Intel Gaudi has "
               f"Gaudi-tuned DeepSpeed inference ({OPTIMUM_HABANA})")

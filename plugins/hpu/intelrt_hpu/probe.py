@@ -1,11 +1,23 @@
-"""Ask the Gaudi stack how many devices there are, without loading it too early (SPEC H3).
+"""Ask the Gaudi stack how many devices there are, acquiring none, and without loading the stack
+too early (SPEC H3, H5).
 
-The stack reads ``PT_ENABLE_INT64_SUPPORT`` once, when ``habana_frameworks`` is imported, and
-intelrt may write ``os.environ`` only in ``setup_env()`` / ``load()``. Detection runs before
-both, so importing the stack here would freeze the variable before intelrt sets it. Hence:
+**Nothing here acquires a Gaudi.** A Gaudi belongs to one process (optimum-habana#367; tgi-gaudi#54:
+``synStatus=20 [Device already acquired]``), so detection in the user's process or in the launcher
+would take the module a rank needs, and fail on a busy server. Only the calls the bridge answers
+"prior to device acquire" are made: ``torch.hpu.is_available()``, ``device_count()`` and
+``utils.experimental._get_device_type()`` (gaudi-pytorch-bridge 1.19 ``backend/synapse_helpers/device.cpp``
+l.556-590). ``get_device_name``, ``get_device_properties`` and ``mem_get_info`` run ``_lazy_init()``
+first, which acquires (``torch/hpu/__init__.py`` l.67-91): the device's name comes from its
+generation (what ``get_device_name`` answers: ``GAUDI``, ``GAUDI2``, ``GAUDI3``) and its memory from
+the generation's nominal HBM (:data:`~intelrt_hpu.facts.GAUDI_HBM_BYTES`).
 
-* the stack is already loaded in this process (the user imported it, or ``import torch``
-  autoloaded it): ask it here — nothing left to protect;
+**Where to ask.** The stack reads ``PT_ENABLE_INT64_SUPPORT`` once, when ``habana_frameworks.torch``
+is imported, and intelrt may write ``os.environ`` only in ``setup_env()`` / ``load()``. Hence:
+
+* the stack is already loaded in this process (``habana_frameworks.torch`` imported: by the user,
+  or by ``import torch`` in eager mode, whose ``torch.backends`` autoload imports it): ask it here —
+  nothing left to protect. Importing the ``habana_frameworks`` *package* is not loading the stack:
+  torch imports ``habana_frameworks.autoload`` at every ``import torch``, lazy mode included;
 * ``PT_ENABLE_INT64_SUPPORT`` is already in this process's environment (the user exported it, as
   the Gaudi guide says; intelrt keeps the user's value anyway): importing now changes nothing, so
   ask here;
@@ -27,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .facts import GENERATION_NAMES, INT64_VAR, STACK_MODULE
+from .facts import DEVICE_NAMES, GAUDI_HBM_BYTES, GENERATION_NAMES, INT64_VAR, STACK_LOADED_MODULE
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +56,7 @@ class ProbeResult:
     available: bool
     names: tuple[str, ...] = ()
     total_memory: int | None = None
+    """Bytes per Gaudi: the generation's nominal HBM (the stack reports memory only after acquiring)."""
     generation: str | None = None
     how: str = ""
     """``in-process`` or ``child process``."""
@@ -52,45 +65,31 @@ class ProbeResult:
 
 
 def stack_loaded() -> bool:
-    """Whether ``habana_frameworks`` is already imported in this process."""
-    return sys.modules.get(STACK_MODULE) is not None
+    """Whether the Gaudi stack (``habana_frameworks.torch``) is already imported in this process."""
+    return sys.modules.get(STACK_LOADED_MODULE) is not None
 
 
 def _ask_stack() -> dict[str, Any]:
-    """Import the stack in *this* process and ask it (the probe's core; no intelrt imports)."""
+    """Import the stack in *this* process and ask it what it answers before any device is
+    acquired (the probe's core; no intelrt imports)."""
     import habana_frameworks.torch  # noqa: F401 - registers torch.hpu
     import habana_frameworks.torch.hpu as hthpu
 
     available = bool(hthpu.is_available())
     count = int(hthpu.device_count()) if available else 0
-    names = [str(hthpu.get_device_name(i)) for i in range(count)]
-    memory = None
-    if count:
-        try:  # get_device_properties answers a string on Gaudi; mem_get_info gives (free, total) bytes
-            memory = int(hthpu.mem_get_info(0)[1])
-        except (AttributeError, RuntimeError, TypeError, KeyError):
-            memory = None  # a stack without it: placement then skips the fit check
     generation = None
-    try:
-        from habana_frameworks.torch.utils import experimental as htexp
+    if count:
+        try:
+            from habana_frameworks.torch.utils import experimental as htexp
 
-        kind = htexp._get_device_type()
-        generation = next((g for attr, g in _DEVICE_TYPES.items()
-                           if getattr(htexp.synDeviceType, attr, object()) == kind), None)
-    except (ImportError, AttributeError, RuntimeError):
-        generation = None
-    if generation is None and names:
-        generation = _generation_from_name(names[0])
-    return {"available": available and count > 0, "names": names, "total_memory": memory,
-            "generation": generation}
-
-
-def _generation_from_name(name: str) -> str | None:
-    upper = name.upper()
-    for digit, gen in (("3", "gaudi3"), ("2", "gaudi2")):
-        if f"GAUDI{digit}" in upper or f"GAUDI {digit}" in upper:
-            return gen
-    return "gaudi1" if "GAUDI" in upper else None
+            kind = htexp._get_device_type()
+            generation = next((g for attr, g in _DEVICE_TYPES.items()
+                               if getattr(htexp.synDeviceType, attr, object()) == kind), None)
+        except (ImportError, AttributeError, RuntimeError):
+            generation = None
+    name = DEVICE_NAMES.get(generation or "", "GAUDI (generation unknown)")
+    return {"available": available and count > 0, "names": [name] * count,
+            "total_memory": GAUDI_HBM_BYTES.get(generation or ""), "generation": generation}
 
 
 def _result(answer: Mapping[str, Any], how: str) -> ProbeResult:

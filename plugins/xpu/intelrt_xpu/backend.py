@@ -49,6 +49,7 @@ class XpuBackend(Backend):
     device_type = "xpu"
     priority = PRIORITY
     compiler = "inductor"
+    tile_ids = True  # devices="0.1": tile 1 of card 0 in COMPOSITE mode (ZE_AFFINITY_MASK's card.tile)
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> BackendStatus:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from intelrt.plugin import (
     Backend,
+    DeviceId,
     EnvVar,
     Finding,
     Plan,
@@ -26,7 +27,9 @@ from intelrt.plugin import (
 from .affinity import MaskReading, describe_problems, hierarchy, read_mask
 from .collective import xccl_missing, xccl_usable
 from .facts import (
+    DRIVER_MASK_KEY,
     HIERARCHY_KEY,
+    HIERARCHY_VAR,
     MARK_VAR,
     MASK_VAR,
     PCI_ORDER_VAR,
@@ -63,10 +66,22 @@ def malformed_mask(env: Mapping[str, str], backend: Detected | None, visible: in
                        "to intelrt", claim="X2")
 
 
-def in_process_index(backend: Backend, env: Mapping[str, str], device: int) -> int:
-    """Where device id ``device`` is in *this* process, whose driver enumerated the devices at
-    detection (with the environment's mask, if any); ``PlanError`` when this process cannot reach it."""
-    reading = mask_reading(env, backend)
+def driver_reading(backend: Detected) -> MaskReading | None:
+    """The mask this process's driver read when it loaded (``None``: none), in its hierarchy — never
+    the one in ``os.environ`` now, which it does not read again (:mod:`intelrt_xpu.driver_view`)."""
+    mask = backend.versions.get(DRIVER_MASK_KEY)
+    return None if mask is None else read_mask(str(mask), str(backend.versions.get(HIERARCHY_KEY) or "FLAT"))
+
+
+def in_process_index(backend: Backend, device: DeviceId) -> int:
+    """Where device id ``device`` is in *this* process, whose driver enumerated the devices when it
+    loaded (with the mask it read then, if any); ``PlanError`` when this process cannot reach it.
+    A ``card.tile`` id is its card here, unless the driver read exactly that tile (then it is device 0)."""
+    if isinstance(device, str):
+        if tile_in_process(backend, [device]):
+            return 0
+        device = card_of(device)
+    reading = driver_reading(backend)
     if reading is None or reading.selects_all:
         if device >= backend.device_count:
             raise PlanError(f"devices: id {device} does not exist: this machine shows {backend.device_count} Intel "
@@ -118,28 +133,54 @@ def _inherited(backend: Backend, request: Request, env: Mapping[str, str]) -> li
     return items
 
 
+def card_of(device: DeviceId) -> int:
+    """The device (card, in COMPOSITE mode) a ``devices=`` entry names: ``2`` → 2, ``"0.1"`` → 0."""
+    return device if isinstance(device, int) else int(device.split(".")[0])
+
+
+def tile_in_process(backend: Detected, tiles: list[str]) -> bool:
+    """Whether this process's driver shows exactly these tiles (it read a mask of them): only then does
+    a ``card.tile`` id name a device here; otherwise this process sees whole cards."""
+    seen = driver_reading(backend)
+    return seen is not None and [e.strip() for e in seen.value.split(",") if e.strip()] == tiles
+
+
+def _tiles(backend: Backend, ids: list[DeviceId]) -> None:
+    """``card.tile`` ids are COMPOSITE mode's: in FLAT/COMBINED every tile is a device of its own id."""
+    mode = str(backend.versions.get(HIERARCHY_KEY) or "FLAT")
+    tiles = [d for d in ids if isinstance(d, str)]
+    if tiles and mode != "COMPOSITE":
+        per_card = 2 if any("Max 1550" in d.name for d in backend.devices) else None
+        flat = (", ".join(f"{t} is device {int(t.split('.')[0]) * per_card + int(t.split('.')[1])}" for t in tiles)
+                if per_card else "card c tile t is device c * tiles_per_card + t")
+        raise PlanError(f"devices={ids}: {', '.join(tiles)} names a tile as card.tile, which only COMPOSITE mode "
+                        f"knows; this run's Level Zero hierarchy is {mode}, where every tile is a device with its own "
+                        f"id ({flat}). Name the tile's device id, or set {HIERARCHY_VAR}=COMPOSITE for the run")
+
+
 def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     ids = list(request.devices or ())
-    inherited = mask_reading(env, backend)
+    _tiles(backend, ids)
+    seen = driver_reading(backend)
     items: list[EnvVar | Finding] = []
-    if inherited is None or inherited.selects_all:
-        # No mask in effect: the driver shows every device, so detection's count is the machine's.
+    if seen is None or seen.selects_all:
+        # This driver read no mask: it shows every device, so detection's count is the machine's.
         count = backend.device_count
-        bad = [i for i in ids if i >= count]
+        bad = [i for i in ids if card_of(i) >= count]
         if bad:
             raise PlanError(f"devices={ids}: this machine shows {count} Intel GPU device(s), ids 0..{count - 1} "
                             f"(in its {backend.versions.get('hierarchy', 'FLAT')} hierarchy); "
                             f"{', '.join(map(str, bad))} does not exist")
     else:
-        # This process sees only the inherited mask's devices: ids outside it cannot be checked here.
-        unchecked = [i for i in ids if i not in inherited.ids]
+        # This process sees only the devices of the mask its driver read: ids outside it cannot be checked here.
+        unchecked = [i for i in ids if card_of(i) not in seen.ids]
         if unchecked:
-            detail = (f"this process sees only the devices of the inherited {MASK_VAR}={inherited.value}, so intelrt "
-                      f"cannot tell whether device(s) {', '.join(map(str, unchecked))} exist; the driver drops "
-                      "ids that do not")
+            detail = (f"this process sees only the devices of the {MASK_VAR}={seen.value} its driver read, so "
+                      f"intelrt cannot tell whether device(s) {', '.join(map(str, unchecked))} exist; the driver "
+                      "drops ids that do not")
             items.append(request.warn_or_refuse(Finding(
                 "warning", f"devices={ids} not checked against the machine", detail,
-                fix=f"plan without {MASK_VAR} in the environment to check the ids (device ids of the run's "
+                fix=f"plan in a process started without {MASK_VAR} to check the ids (device ids of the run's "
                     "hierarchy: in FLAT mode each tile, while `xpu-smi discovery` lists cards)",
                 claim="X2")))
     mask = ",".join(map(str, ids))
@@ -154,12 +195,21 @@ def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> lis
         Finding("info", f"{MASK_VAR}={mask} takes effect in the run's processes",
                 f"the driver reads the mask once, when it loads; this process loaded it during detection "
                 f"({backend.device_count} device(s) visible here), so load() in this process names the device "
-                "instead (placement xpu:N) and leaves the mask out of it; processes started with the plan's "
-                "environment get the mask: intelrt launch, torchrun, or children started after "
-                "intelrt.setup_env(plan)", claim="X2"),
+                "instead (placement xpu:N) and leaves the mask out of it (setup_env() too); processes started with "
+                "the plan's environment get the mask: intelrt launch, torchrun, or a process started with "
+                "plan.child_environment()", claim="X2"),
     ]
-    if not ascending(ids):
-        items.append(_order_note(f"devices={ids}", ids))
+    tiles = [i for i in ids if isinstance(i, str)]
+    if tiles and not tile_in_process(backend, tiles):
+        items.append(request.warn_or_refuse(Finding(
+            "warning", f"devices={ids}: a tile is reached only by the run's processes",
+            f"{', '.join(tiles)} selects a tile of a COMPOSITE card through {MASK_VAR}, which a driver reads when it "
+            f"loads; this process's driver shows whole cards, so load() here runs on the whole card (every tile of it)",
+            fix=f"start the run with the plan's environment: intelrt launch --devices {mask} (or {MASK_VAR}={mask} "
+                "python ...)", claim="X2")))
+    cards = [card_of(i) for i in ids]
+    if not ascending(cards):
+        items.append(_order_note(f"devices={ids}", cards))
     return items
 
 

@@ -17,11 +17,13 @@ from .collective import xccl_missing
 from .detection import XPU_INDEX
 from .devices import SET_ON_COMMAND_LINE, malformed_mask
 from .facts import (
-    ACCELERATE_TORCH_FLOOR,
+    ACCELERATE_XPU_OFF_AT_OR_BELOW,
     MARK_VAR,
     MASK_VAR,
     TRANSFORMERS_TORCH_FLOOR,
+    XCCL_TORCH_FLOOR,
     XCCL_WHEELS_TORCH,
+    accelerate_uses_xpu,
     torch_version,
     xccl_built,
 )
@@ -45,12 +47,15 @@ def _floors(status: BackendStatus) -> list[Finding]:
     version = torch_version(status)
     if not at_least(version, TRANSFORMERS_TORCH_FLOOR):
         return [Finding("error", f"torch {version} is too old for Intel GPUs",
-                        f"transformers uses XPU from torch {TRANSFORMERS_TORCH_FLOOR}, accelerate from "
-                        f"{ACCELERATE_TORCH_FLOOR}", fix=_INSTALL, claim="X1")]
-    if not at_least(version, ACCELERATE_TORCH_FLOOR):
+                        f"transformers uses XPU from torch {TRANSFORMERS_TORCH_FLOOR}, accelerate above "
+                        f"{ACCELERATE_XPU_OFF_AT_OR_BELOW} (the XPU wheel 2.6.0+xpu passes)", fix=_INSTALL,
+                        claim="X1")]
+    if not accelerate_uses_xpu(version):
         return [Finding("warning", f"torch {version} is too old for accelerate on Intel GPUs",
-                        f"accelerate uses XPU only with torch > 2.6 (Trainer, device_map='auto'), and the xccl "
-                        f"collective backend needs torch >= {ACCELERATE_TORCH_FLOOR}", fix=_INSTALL, claim="X1")]
+                        f"accelerate uses XPU only with torch above {ACCELERATE_XPU_OFF_AT_OR_BELOW} as packaging "
+                        "orders versions (Trainer, device_map='auto'; the XPU wheel 2.6.0+xpu passes, a 2.6.0 "
+                        f"without its local label does not), and the xccl collective backend needs torch >= "
+                        f"{XCCL_TORCH_FLOOR}", fix=_INSTALL, claim="X1")]
     return []
 
 

@@ -3,6 +3,8 @@ detection recorded (so most hooks never import torch)."""
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 from intelrt.plugin import Backend, BackendStatus, at_least
 
 Detected = Backend | BackendStatus
@@ -13,8 +15,12 @@ PRIORITY = 60
 
 #: transformers' ``is_torch_xpu_available()`` is False below torch 2.6 (SPEC X1).
 TRANSFORMERS_TORCH_FLOOR = "2.6"
-#: accelerate's ``is_xpu_available()`` is False for torch <= 2.6, so it needs 2.7 or later (SPEC X1).
-ACCELERATE_TORCH_FLOOR = "2.7"
+#: accelerate's ``is_xpu_available()`` is False when ``is_torch_version("<=", "2.6")``
+#: (``accelerate/utils/imports.py`` l.451), which compares ``packaging.version.parse`` of the torch
+#: distribution's full version (``accelerate/utils/versions.py`` l.23, l.46-56): the local label is
+#: kept, and packaging orders ``2.6.0+xpu`` above ``2.6`` while ``2.6.0`` is not (SPEC X1). Read it
+#: with :func:`accelerate_uses_xpu`, never with ``at_least`` (whose ``parse`` drops the label).
+ACCELERATE_XPU_OFF_AT_OR_BELOW = "2.6"
 #: accelerate asks for ``xccl`` only from torch 2.7 (``accelerate.utils.is_xccl_available``) and
 #: then also needs the build to have it: ``torch.distributed.is_xccl_available()`` (SPEC X11).
 XCCL_TORCH_FLOOR = "2.7"
@@ -34,6 +40,14 @@ XCCL_KEY = "xccl"
 """Key of ``BackendStatus.versions``: ``"True"`` when this torch build has XCCL (``is_xccl_available()``)."""
 HIERARCHY_KEY = "hierarchy"
 """Key of ``BackendStatus.versions``: the Level Zero hierarchy detection ran in (FLAT, COMPOSITE, COMBINED)."""
+DRIVER_MASK_KEY = "driver_mask"
+"""Key of ``BackendStatus.versions``: the ``ZE_AFFINITY_MASK`` this process's Level Zero driver read when it
+loaded (absent: none). The mask in ``os.environ`` now may differ; this one decides this process's devices."""
+DRIVER_HIERARCHY_KEY = "driver_hierarchy"
+"""Key of ``BackendStatus.versions``: the ``ZE_FLAT_DEVICE_HIERARCHY`` value the driver read (absent: unset)."""
+DRIVER_VIEW_KEY = "driver_view"
+"""Key of ``BackendStatus.versions``: ``recorded`` (intelrt saw the driver initialise) or ``inferred``
+(it was initialised before intelrt looked: :mod:`intelrt_xpu.driver_view`)."""
 MARK_VAR = "INTELRT_ZE_AFFINITY_MASK"
 """Set next to a mask intelrt chose for a run, so the run's own processes (ranks, a re-plan in
 the launched script) recognise the mask as the run's and do not warn about an inherited export."""
@@ -42,6 +56,15 @@ the launched script) recognise the mask as the run's and do not warn about an in
 def torch_version(backend: Detected) -> str:
     """The torch version detection saw (``"unknown"`` when detection could not tell)."""
     return str(backend.versions.get("torch") or "unknown")
+
+
+def accelerate_uses_xpu(version: str) -> bool:
+    """Whether accelerate's ``is_xpu_available()`` lets torch ``version`` use XPU, compared as accelerate
+    compares it (:data:`ACCELERATE_XPU_OFF_AT_OR_BELOW`); an unreadable version: not known to pass."""
+    try:
+        return Version(version) > Version(ACCELERATE_XPU_OFF_AT_OR_BELOW)
+    except InvalidVersion:
+        return False
 
 
 def torch_at_least(backend: Detected, floor: str) -> bool:

@@ -8,8 +8,6 @@ named devices by ``max_memory``. Processes the run starts get the mask instead (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from intelrt.plugin import (
     FIT_HEADROOM,
     Backend,
@@ -30,13 +28,13 @@ from .facts import MASK_VAR
 _PIPELINE = "pipeline() without device= also picks the Intel GPU (transformers' default device order)"
 
 
-def _named(backend: Backend, request: Request, env: Mapping[str, str], fits: bool | None,
+def _named(backend: Backend, request: Request, fits: bool | None,
            room: str) -> Decision:
     """X2/X6 in this process: the named devices by index (a mask here would change nothing)."""
     ids = list(request.devices or ())
-    indices = [in_process_index(backend, env, device) for device in ids]
+    indices = [in_process_index(backend, device) for device in ids]
     where = ", ".join(f"xpu:{i} is device {d}" for i, d in zip(indices, ids, strict=True))
-    why = (f"devices={ids}: this process's Level Zero driver enumerated its devices at detection and never reads "
+    why = (f"devices={ids}: this process's Level Zero driver enumerated its devices when it loaded and never reads "
            f"{MASK_VAR} again, so the placement names the device ({where})")
     if fits is False and len(indices) > 1:
         budgets = {}
@@ -78,7 +76,7 @@ def select_placement(backend: Backend, s: Situation) -> Decision:
             if memories else "")
     fits = fits_one_device(backend, model, per_param)
     if request.devices:
-        return _named(backend, request, env, fits, room)
+        return _named(backend, request, fits, room)
     count = backend.device_count
     if fits is False and count > 1:
         return Decision(Placement("auto"), f"the weights do not fit one Intel GPU ({room}); accelerate splits them across the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from intelrt.plugin import Backend, hookimpl
 
 from .backend import XpuBackend
-from .facts import ACCELERATE_TORCH_FLOOR, PRIORITY, TRANSFORMERS_TORCH_FLOOR
+from .facts import ACCELERATE_XPU_OFF_AT_OR_BELOW, PRIORITY, TRANSFORMERS_TORCH_FLOOR
 
 
 @hookimpl
@@ -13,4 +13,4 @@ def intelrt_backends() -> list[type[Backend]]:
     return [XpuBackend]
 
 
-__all__ = ["ACCELERATE_TORCH_FLOOR", "PRIORITY", "TRANSFORMERS_TORCH_FLOOR", "XpuBackend", "intelrt_backends"]
+__all__ = ["ACCELERATE_XPU_OFF_AT_OR_BELOW", "PRIORITY", "TRANSFORMERS_TORCH_FLOOR", "XpuBackend", "intelrt_backends"]

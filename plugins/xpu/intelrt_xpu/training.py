@@ -59,8 +59,7 @@ def _check_device(backend: Backend, plan: Plan, launched: bool) -> None:
     devices = list(plan.request.devices or ())
     if launched or not devices:
         return
-    env = dict(os.environ)
-    index = in_process_index(backend, env, devices[0])
+    index = in_process_index(backend, devices[0])
     if index != 0:
         raise PlanError(f"devices={devices}: transformers' TrainingArguments trains a single process on xpu:0, and "
                         f"device {devices[0]} is xpu:{index} in this process (its Level Zero driver enumerated every "
