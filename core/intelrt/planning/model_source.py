@@ -3,6 +3,7 @@ that its weight files are what they claim to be before anything loads them."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -134,6 +135,27 @@ def _looks_like_hub_id(source: str) -> bool:
     return _HUB_ID.fullmatch(source) is not None and ".." not in source
 
 
+SHOWN_PATH = 120
+"""Characters of a path an error quotes (a 5,000-character path is named by its start and length)."""
+
+
+def shown(path: str) -> str:
+    return path if len(path) <= SHOWN_PATH else f"{path[:SHOWN_PATH]}… ({len(path):,} characters)"
+
+
+def path_problem(source: str) -> str | None:
+    """Why ``source`` cannot even be looked up as a path (``os.stat`` would raise), or ``None``."""
+    if "\x00" in source:
+        return "a path cannot hold a NUL character; pass the model's directory or a hub id (org/name)"
+    try:
+        os.stat(os.path.expanduser(source))
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return (f"the path is too long for this system ({exc.strerror}: at most {os.pathconf('/', 'PC_NAME_MAX')} "
+                    "bytes per name); pass the model's directory or a hub id (org/name)")
+    return None
+
+
 def resolve_model(source: str, *, fetch: Fetch | None = None, _chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
     """Read a model's config from a local directory or the hub cache.
 
@@ -141,6 +163,8 @@ def resolve_model(source: str, *, fetch: Fetch | None = None, _chain: tuple[tupl
     it a hub id must be in the cache: planning never downloads (SPEC C4).
     """
     path = Path(source).expanduser()
+    if path_problem(source) is not None:
+        raise ModelSourceError(f"{shown(source)}: {path_problem(source)}")
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{source} is a file; pass the directory that holds config.json")

@@ -15,6 +15,8 @@ from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
 from ..planning import tasks
 from . import plain_generate
+from .checked_pipeline import checked, generates
+from .model_limits import check_length, check_prompts, check_token_ids
 from .processors import Processors, explain_missing, pipeline_components, require_vision
 
 if TYPE_CHECKING:
@@ -212,9 +214,11 @@ class Loaded:
             own = getattr(getattr(self.model, "generation_config", None), "max_new_tokens", None)
             settings["max_new_tokens"] = own or DEFAULT_MAX_NEW_TOKENS
             settings.pop("max_length", None)
-        max_new = settings.get("max_new_tokens")
-        if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
-            raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        for name in ("max_new_tokens", "max_length"):
+            value = settings.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        check_token_ids(self.model, settings)
         return settings
 
     def _text_prompts(self, prompt: Any, tokenizer: Any) -> tuple[list[list[int]], bool]:
@@ -256,6 +260,7 @@ class Loaded:
         from ..decoding.generation import GenerationReport
 
         settings = dict(settings)
+        check_length(self.model, prepared.prompt_width, settings)
         if not self._encoder_decoder or "pad_token_id" in settings:
             settings.setdefault("pad_token_id", self._pad_id(settings))
         parallelism = self.plan.decided.parallelism
@@ -291,6 +296,7 @@ class Loaded:
                 return self._masked(ids, mask, kwargs)
             ids = stripped
         check_prompts(self.model, ids)
+        check_length(self.model, max(len(p) for p in ids), kwargs)
         if self._wants_output(kwargs):
             from ..decoding.generation import left_pad
 
@@ -313,6 +319,7 @@ class Loaded:
             raise ConfigurationError("attention_mask= masks tokens inside the prompts: give prompts of one length "
                                      "(padded as you mean them) with a mask of that shape")
         check_prompts(self.model, ids)
+        check_length(self.model, widths.copy().pop(), settings)
         prepared = plain_generate.Prepared(
             plain_generate.on_device({"input_ids": torch.tensor(ids), "attention_mask": torch.as_tensor(mask)},
                                      self.model), len(ids), len(ids) == 1, widths.pop())
@@ -434,6 +441,8 @@ class Loaded:
         # A model placed by accelerate (device_map) is where the plan put it; the pipeline reads its
         # device from the model, and refuses a second device= for it.
         device = None if getattr(self.model, "hf_device_map", None) else self.model.device
+        if generates(pipeline_class) and "pipeline_class" not in pipeline_kwargs:
+            pipeline_kwargs["pipeline_class"] = checked(pipeline_class)  # lengths and ids checked per call
         try:
             components = pipeline_components(pipeline_class, processors, self.tokenizer)
             return build(name, model=self.model, device=device, **components, **pipeline_kwargs)
@@ -575,21 +584,3 @@ def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:
     grouped = [rows[i * each:(i + 1) * each] for i in range(prompts)] if each > 1 else rows
     return grouped[0] if single else grouped
 
-
-def check_prompts(model: Any, ids: Sequence[Sequence[int]]) -> None:
-    """Refuse token ids outside the model's vocabulary and prompts longer than its positions, before
-    any device work (inside the model they end in an ``IndexError`` far from the cause)."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = getattr(embeddings, "num_embeddings", None) or getattr(model.config.get_text_config(), "vocab_size", None)
-    if vocab:
-        for row, prompt in enumerate(ids):
-            bad = next((t for t in prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise ConfigurationError(
-                    f"token id {bad} (prompt {row}) is outside the model's vocabulary of {vocab} ids (0..{vocab - 1}); "
-                    "tokenize with this model's own tokenizer")
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    longest = max(len(p) for p in ids)
-    if isinstance(limit, int) and 0 < limit < longest:  # XLNet says -1: relative positions, no limit
-        raise ConfigurationError(f"the prompt has {longest} tokens and the model reads at most {limit} positions "
-                                 "(max_position_embeddings); shorten the prompt")

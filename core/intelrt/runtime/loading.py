@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigurationError, IntelrtError, ModelSourceError
@@ -115,8 +117,41 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
+    except TypeError as exc:
+        refused = unknown_keyword(exc, plan.request.from_pretrained_kwargs)
+        if refused is None:
+            raise
+        raise refused from None
     processors = Processors(source, trust_remote_code=plan.request.trust_remote_code, credentials=credentials)
     return adopt(model, _load_tokenizer(plan, source, credentials), plan, host, processors)
+
+
+_UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def unknown_keyword(exc: TypeError, given: Mapping[str, Any]) -> ConfigurationError | None:
+    """A keyword of ``load()`` that nobody takes, as the error saying so: intelrt hands keywords that
+    are not options to ``from_pretrained``, which sets those its config has and passes the rest to
+    the model class, whose ``__init__`` refuses them (transformers' ``PreTrainedModel.from_pretrained``)."""
+    match = _UNEXPECTED.search(str(exc))
+    if match is None or match.group(1) not in given:
+        return None
+    import difflib
+    import inspect
+
+    from transformers import PreTrainedModel
+
+    from ..hooks.request import OPTION_NAMES
+
+    name = match.group(1)
+    known = [*OPTION_NAMES, *(p for p in inspect.signature(PreTrainedModel.from_pretrained).parameters
+                              if p not in ("cls", "args", "kwargs"))]
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f" Did you mean {' or '.join(f'{c}=' for c in close)}?" if close else ""
+    return ConfigurationError(
+        f"load() got {name}={given[name]!r:.80}, which is not an intelrt option (see intelrt.plan's options), a "
+        f"keyword of from_pretrained, or a field of the model's config: transformers refused it ({exc}).{hint} "
+        "Remove it, or spell it as from_pretrained takes it.")
 
 
 def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None,
