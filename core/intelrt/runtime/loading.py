@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError, IntelrtError, ModelSourceError
+from ..errors import ConfigurationError, IntelrtError, ModelSourceError, PluginError
 from ..hooks.model import ModelInfo
 from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
@@ -93,6 +93,37 @@ def check_ranks(plan: Plan) -> None:
                                  f"WORLD_SIZE={world_size()}: plan in the rank itself (intelrt.load does)")
 
 
+ACCELERATE_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+"""``device_map`` strings accelerate spreads a model with (``infer_auto_device_map``); any other
+string names one device, which torch must know."""
+
+
+def check_devices(plan: Plan, host: PluginHost | None = None) -> None:
+    """The plan's device type and ``device_map`` are devices torch knows; else the plugin that put
+    them in the plan is named (transformers' own refusal blames the model's files)."""
+    import torch
+
+    describe = (host or get_host()).describe
+    placement = plan.decided.placement
+    decision = plan.decisions.get("placement")
+    for value, plugin, what in (
+            (plan.backend.device_type, plan.backend.plugin, f"contributes backend {plan.backend.name!r} with the "
+                                                            "device type"),
+            (placement.device_map if placement is not None else None, decision.plugin if decision else "defaults",
+             "chose the device_map")):
+        if value is None or value in ACCELERATE_DEVICE_MAPS:
+            continue
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError) as exc:
+            other = "" if plan.device == "cpu" else ", pass backend='cpu' (CLI: --backend cpu)"
+            raise PluginError(
+                f"{describe(plugin)} {what} {value!r}, which is not a device this torch knows "
+                f"({' '.join(str(exc).split())}). Install that device's torch build or runtime{other}, or block the "
+                f"plugin with INTELRT_DISABLE_PLUGINS={plugin}",
+                plugin=plugin, distribution=(host or get_host()).distribution_of(plugin)) from None
+
+
 def prepare(plan: Plan, host: PluginHost | None = None) -> None:
     """What a plan needs before a model is built: its environment and the backend's compile wrapper."""
     apply_in_process(plan)
@@ -103,6 +134,7 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     """Load the model exactly as ``plan`` says. ``credentials`` (``token=`` …) go to
     ``from_pretrained`` here and nowhere else: a plan never holds them."""
     check_ranks(plan)
+    check_devices(plan, host)
     prepare(plan, host)
     credentials = dict(credentials or {})
     cls = model_class(plan)
