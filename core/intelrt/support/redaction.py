@@ -130,3 +130,19 @@ def redact_log_output(handler: logging.Handler) -> None:
 
     make_redacted_record.redacts = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(make_redacted_record)
+
+
+class SecretText(str):
+    """A ``str`` (a hub token for ``TrainingArguments``) that pickles as :data:`MASK`: ``Trainer``
+    pickles its arguments into every checkpoint's ``training_args.bin`` (``torch.save(self.args, …)``),
+    and the token must not be stored in clear there. In memory, and in copies of the arguments, it
+    is the real value (``Trainer`` hands it to the hub)."""
+
+    def __reduce_ex__(self, protocol: object) -> tuple[type[str], tuple[str]]:
+        return str, (MASK,)
+
+    def __copy__(self) -> SecretText:
+        return self
+
+    def __deepcopy__(self, memo: object) -> SecretText:
+        return self
