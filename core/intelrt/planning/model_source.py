@@ -23,6 +23,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 #: ``feature_extraction_utils``, ``video_processing_utils``: ``PROCESSOR_NAME`` …, ``CHAT_TEMPLATE_FILE``).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
                    "chat_template.jinja", "chat_template.json")
+INTERRUPTED_SAVE = ".intelrt-previous-"
+"""The directory a training's final save keeps the previous model's files in while it swaps the new
+ones in (``intelrt.training.saving``); one left behind means that save was killed mid-way."""
 #: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 #: Bytes per element of the safetensors dtypes (a dtype not listed is checked by its offsets only).
@@ -113,6 +116,12 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
     if not config_file.is_file() and (directory / "adapter_config.json").is_file():
         return _adapter_directory(source, directory, fetch, chain)
     if not config_file.is_file():
+        kept = sorted(p.name for p in directory.glob(f"{INTERRUPTED_SAVE}*") if p.is_dir())
+        if kept:
+            raise ModelSourceError(
+                f"{source}: a save into {directory} was killed while it replaced the model, so it holds no config.json "
+                f"now; the previous model is kept in {kept[0]}. intelrt.load({source!r}) (or `intelrt run`, or the "
+                "next `intelrt train` into it) puts it back.")
         raise ModelSourceError(
             f"{source}: no config.json in {directory}. Point intelrt at a directory saved with "
             "save_pretrained() (it holds config.json and the weights).")

@@ -201,6 +201,10 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
     that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
     _, credentials = split_credentials(options)
     request = Request.build(model, **options)
+    if os.path.isdir(os.path.expanduser(request.model)):  # a final save killed mid-swap: the previous model back
+        from ..training.saving import recover_interrupted_save
+
+        recover_interrupted_save(os.path.expanduser(request.model))
     info = resolve_model(request.model, fetch=config_fetcher(credentials.get("token")))
     require_weights(info)
     return make_plan(request, host=get_host(), model=info)
