@@ -74,6 +74,20 @@ def positive_number() -> Callable[[str], float]:
     return parse
 
 
+def non_negative_seconds() -> Callable[[str], float]:
+    """A finite number of seconds >= 0 (argparse type; 0 turns the watch it sets off)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (0: off), got {text!r}")
+        return value
+
+    return parse
+
+
 def common_options() -> argparse.ArgumentParser:
     """``-v`` and ``--json``, accepted after the subcommand too (``intelrt plan -v``)."""
     parent = argparse.ArgumentParser(add_help=False)
