@@ -128,6 +128,20 @@ def json_requested(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool
     return False
 
 
+def verbose_requested(argv: Sequence[str]) -> int:
+    """How many ``-v`` a command line that could not be parsed asked for (before ``--``), so that its
+    error comes with the traceback too."""
+    count = 0
+    for token in argv:
+        if token == "--":
+            break
+        if token == "--verbose":
+            count += 1
+        elif len(token) > 1 and token.startswith("-") and set(token[1:]) == {"v"}:
+            count += len(token) - 1
+    return count
+
+
 def refuse(parser: argparse.ArgumentParser, flag: str, reason: str) -> None:
     """``flag`` belongs to other commands: given here, it is refused with ``reason`` (hidden from help)."""
     class Refused(argparse.Action):

@@ -315,7 +315,7 @@ def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankRepor
 def run_launch(args: argparse.Namespace) -> int:
     from ..training.launching import launch_command
 
-    if args.simulate and not args.dry_run:
+    if args.simulate is not None and not args.dry_run:
         raise UsageError("--simulate describes a machine you do not have, so it only works with --dry-run",
                          command="launch")
     if args.rdzv_id is not None and (args.rdzv_endpoint is None or args.via != "torchrun"):
