@@ -22,9 +22,9 @@ from .arguments import (
     common_options,
     count,
     json_requested,
-    verbose_requested,
     non_empty,
     refuse,
+    verbose_requested,
 )
 from .failures import EXIT_FAILED, describe, print_traceback
 from .models import (

@@ -131,8 +131,22 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
         raise ModelSourceError(f"{config_file}: cannot read it as JSON ({exc}); re-save the model") from None
     if not isinstance(config, dict):
         raise ModelSourceError(f"{config_file}: expected a JSON object, got {type(config).__name__}")
+    _check_identity(config_file, config)
     return ModelInfo(source=source, local_dir=str(directory), config=config, weight_files=_weights_in(directory),
                      has_tokenizer=_has_tokenizer(directory), processor_files=_processor_files(directory))
+
+
+def _check_identity(config_file: Path, config: dict[str, object]) -> None:
+    """``architectures`` and ``model_type`` say which class loads the model: a string where the list
+    belongs was read letter by letter (a bare base model, loaded silently for the wrong task)."""
+    names = config.get("architectures")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) and n for n in names)):
+        raise ModelSourceError(f"{config_file}: architectures must be a list of class names, e.g. "
+                               f"[\"Qwen3ForCausalLM\"], got {names!r:.80}; correct it (or save the model again)")
+    kind = config.get("model_type")
+    if kind is not None and not (isinstance(kind, str) and kind):
+        raise ModelSourceError(f"{config_file}: model_type must be a name such as \"qwen3\", got {kind!r:.80}; "
+                               "correct it (or save the model again)")
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
