@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json",
                     "spiece.model", "sentencepiece.bpe.model")
+TOKENIZER_TEXT_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja", "chat_template.json")
+"""The tokenizer's files that are text (what ``AutoTokenizer.from_pretrained`` reads as JSON or UTF-8)."""
 #: What transformers' processors are saved as (``processing_utils``, ``image_processing_base``,
 #: ``feature_extraction_utils``, ``video_processing_utils``: ``PROCESSOR_NAME`` …, ``CHAT_TEMPLATE_FILE``).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
@@ -132,8 +135,46 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
     if not isinstance(config, dict):
         raise ModelSourceError(f"{config_file}: expected a JSON object, got {type(config).__name__}")
     _check_identity(config_file, config)
+    _check_generation_config(directory)
     return ModelInfo(source=source, local_dir=str(directory), config=config, weight_files=_weights_in(directory),
                      has_tokenizer=_has_tokenizer(directory), processor_files=_processor_files(directory))
+
+
+def _check_generation_config(directory: Path) -> None:
+    """A ``generation_config.json`` that cannot be read is dropped by transformers without a word
+    (``from_pretrained`` falls back to defaults made from config.json): the model's own sampling
+    settings would be lost silently."""
+    path = directory / "generation_config.json"
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelSourceError(f"{path}: cannot read it as JSON ({exc}); transformers would drop the model's generation "
+                               "settings without a word. Save it again (generation_config.save_pretrained), or remove "
+                               "it to use the defaults") from None
+    if not isinstance(data, dict):
+        raise ModelSourceError(f"{path}: expected a JSON object, got {type(data).__name__}")
+
+
+def damaged_text_file(directory: str | os.PathLike[str], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` in ``directory`` that is not UTF-8 text (or, for ``.json``, not JSON),
+    with why; ``None`` when all that exist read well."""
+    for name in names:
+        path = Path(directory) / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            if name.endswith(".json"):
+                json.loads(text)
+        except UnicodeDecodeError as exc:
+            return f"{name} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        except ValueError as exc:
+            return f"{name} is not valid JSON ({exc})"
+        except OSError as exc:
+            return f"{name} cannot be read ({exc.strerror or exc})"
+    return None
 
 
 def _check_identity(config_file: Path, config: dict[str, object]) -> None:

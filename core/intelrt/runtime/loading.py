@@ -15,7 +15,12 @@ from ..hooks.payloads import ParallelismChoice
 from ..hooks.plan import Plan
 from ..hooks.request import Request, split_credentials
 from ..host.manager import PluginHost, get_host
-from ..planning.model_source import require_weights, resolve_model
+from ..planning.model_source import (
+    TOKENIZER_TEXT_FILES,
+    damaged_text_file,
+    require_weights,
+    resolve_model,
+)
 from ..planning.planner import make_plan
 from ..support.distributed import is_distributed_launch, world_size
 from ..support.redaction import redact, redact_text
@@ -35,7 +40,17 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
+    except (ValueError, UnicodeDecodeError, OSError) as exc:  # a JSONDecodeError is a ValueError
+        if isinstance(exc, IntelrtError) or not os.path.isdir(source):
+            raise
+        damaged = damaged_text_file(source, TOKENIZER_TEXT_FILES)
+        why = damaged or (f"transformers could not build it ({' '.join(str(exc).split())[:300]})"
+                          + ("; tokenizer.json is missing" if not os.path.isfile(os.path.join(source, "tokenizer.json"))
+                             else ""))
+        raise ModelSourceError(f"{plan.model.source}: its tokenizer cannot be loaded: {why}. Copy the tokenizer's files "
+                               "again, or save the tokenizer again (tokenizer.save_pretrained)") from exc
 
 
 def model_class(plan: Plan) -> Any:
