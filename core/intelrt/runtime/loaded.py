@@ -16,7 +16,14 @@ from ..host.manager import PluginHost, get_host
 from ..planning import tasks
 from . import plain_generate
 from .checked_pipeline import checked, generates
-from .model_limits import check_length, check_prompts, check_token_ids
+from .model_limits import (
+    check_counts,
+    check_length,
+    check_prompts,
+    check_text,
+    check_token_ids,
+    generate_refused,
+)
 from .processors import Processors, explain_missing, pipeline_components, require_vision
 
 if TYPE_CHECKING:
@@ -120,6 +127,13 @@ class Loaded:
         ``return_dict_in_generate=True`` returns transformers' own output (``GenerateDecoderOnlyOutput``
         …, its ``sequences`` holding the prompt too).
         """
+        with generate_refused():
+            return self._generate(prompt, images=images, audio=audio, sampling_rate=sampling_rate, videos=videos,
+                                  **generation_kwargs)
+
+    def _generate(self, prompt: Any = None, *, images: Any = None, audio: Any = None, sampling_rate: int | None = None,
+                  videos: Any = None, **generation_kwargs: Any) -> Any:
+        """See :meth:`generate`."""
         settings = self._settings(generation_kwargs)
         tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
         mask = tensors.pop("attention_mask", None)  # a mask alone is not an input of another kind
@@ -158,6 +172,10 @@ class Loaded:
         """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them (a tensor
         of ids too); returns the new ids of each, up to and including the first end-of-sequence token
         (for an encoder-decoder model: the decoder's ids after its start token)."""
+        with generate_refused():
+            return self._generate_ids_of(prompts, **generation_kwargs)
+
+    def _generate_ids_of(self, prompts: Any, **generation_kwargs: Any) -> Any:
         if hasattr(prompts, "tolist") and not isinstance(prompts, list):
             prompts = prompts.tolist()
         settings = self._settings(generation_kwargs)
@@ -214,16 +232,14 @@ class Loaded:
             own = getattr(getattr(self.model, "generation_config", None), "max_new_tokens", None)
             settings["max_new_tokens"] = own or DEFAULT_MAX_NEW_TOKENS
             settings.pop("max_length", None)
-        for name in ("max_new_tokens", "max_length"):
-            value = settings.get(name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        check_counts(settings)
         check_token_ids(self.model, settings)
         return settings
 
     def _text_prompts(self, prompt: Any, tokenizer: Any) -> tuple[list[list[int]], bool]:
         """Token ids of each prompt: text tokenized, chat messages through the tokenizer's chat template."""
         chats = plain_generate.conversations(prompt)
+        check_text(prompt)
         if chats is not None:
             items, single = chats
             return [list(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True,

@@ -6,7 +6,9 @@ command line checks its flags against the config before loading (``cli/models.py
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -93,3 +95,64 @@ def check_length(model: Any, prompt_tokens: int, settings: dict[str, Any]) -> No
     if new is None and isinstance(total, int) and total > positions:
         raise ConfigurationError(f"max_length={total} is past the {positions} positions the model reads ({key}); "
                                  f"pass max_length={positions} or less (or max_new_tokens=)")
+
+
+COUNTS = {"max_new_tokens": 1, "max_length": 1, "num_return_sequences": 1, "num_beams": 1, "min_new_tokens": 0,
+          "min_length": 0, "top_k": 0, "no_repeat_ngram_size": 0}
+"""Generation settings that count (tokens, sequences, beams) and their least value."""
+
+
+def check_counts(settings: Mapping[str, Any]) -> None:
+    """Each count is a whole number from its least value (``num_return_sequences=0`` gave one
+    sequence, ``"2"`` a ``TypeError`` inside transformers), and ``min_new_tokens`` fits ``max_new_tokens``."""
+    for name, least in COUNTS.items():
+        value = settings.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}")
+    low, high = settings.get("min_new_tokens"), settings.get("max_new_tokens")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        raise ConfigurationError(f"min_new_tokens={low} is more than max_new_tokens={high}: at most {high} tokens "
+                                 "come; lower min_new_tokens or raise max_new_tokens")
+    stops = settings.get("stop_strings")
+    if stops is not None and not (isinstance(stops, str) or (isinstance(stops, (list, tuple)) and stops
+                                                             and all(isinstance(x, str) and x for x in stops))):
+        raise ConfigurationError(f"stop_strings= takes a string or a list of strings, got {stops!r:.80}")
+
+
+def check_text(prompt: object) -> None:
+    """Every string of ``prompt`` (a str, a list of them, chat messages) is text UTF-8 can encode: a
+    lone surrogate (``"\\ud800"``, what a broken JSON decoder or a cut UTF-16 string leaves) makes the
+    tokenizer raise a ``TypeError`` about its input types."""
+    def strings(value: object) -> Iterator[str]:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from strings(item)
+
+    for text in strings(prompt):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"the prompt holds {text[exc.start]!r} at character {exc.start}, a lone surrogate: not text any "
+                "encoding can write (a string cut out of UTF-16, or JSON with a bad \\u escape). Decode the text "
+                "properly, or replace it (text.encode('utf-8', 'replace').decode())") from None
+
+
+@contextlib.contextmanager
+def generate_refused() -> Iterator[None]:
+    """transformers' ``generate`` refusing a setting (a ``ValueError`` or ``TypeError`` raised by its
+    generation code: a keyword it does not use, ``repetition_penalty=-1`` …) as a
+    :class:`ConfigurationError` quoting it; an error of the model's own code passes unchanged."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if isinstance(exc, ConfigurationError) or not frames or "/transformers/generation/" not in frames[-1].filename:
+            raise
+        raise ConfigurationError(f"generate() refused the call's settings: {' '.join(str(exc).split())[:400]}. "
+                                 "Correct or remove the keyword it names") from exc
