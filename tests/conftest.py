@@ -102,8 +102,34 @@ def train_until_killed() -> ModuleType:
     return module
 
 
+def _fault_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault catalogue's counts (tests/faults.py), when catalogue cases ran: per outcome, area and risk,
+    and what the output scan found (every checked case passed it: tracebacks without -v, 0)."""
+    faults = __import__("sys").modules.get("faults")
+    checked = getattr(faults, "CHECKED", None)
+    if not checked:
+        return
+    from collections import Counter
+
+    cases = {case.id: case for case, _ in checked}
+    terminalreporter.section("fault catalogue (docs/reliability.md)")
+    outcomes = Counter(c.outcome for c in cases.values())
+    terminalreporter.write_line(f"{len(cases)} cases passed: " + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items()))
+                                + "; tracebacks without -v 0")
+    areas = Counter((c.area, c.outcome) for c in cases.values())
+    for area in faults.AREAS:
+        if any(a == area for a, _ in areas):
+            terminalreporter.write_line(f"  {area:<9} " + ", ".join(f"{o} {areas[(area, o)]}" for o in faults.OUTCOMES
+                                                                  if areas[(area, o)]))
+    risks = Counter(c.risk for c in cases.values())
+    terminalreporter.write_line("guarding against: " + ", ".join(f"{r} {risks[r]}" for r in faults.RISKS if risks[r])
+                                + " (each 0 left: every case passed)")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The model zoos' counts (tests/integration/test_model_zoo.py, tests/integration/test_task_zoo.py), when they ran."""
+    """The model zoos' counts (tests/integration/test_model_zoo.py, tests/integration/test_task_zoo.py), when they
+    ran; the fault catalogue's."""
+    _fault_summary(terminalreporter)
     modules = __import__("sys").modules
     summary = {kind: outcomes for name in ("test_model_zoo", "test_task_zoo")
                for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items()}

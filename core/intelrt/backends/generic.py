@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import PlanError
 from ..hooks.backend import Backend, Endorsement, Situation
 from ..hooks.model import ModelInfo
+from ..hooks.options import AUTO, DTYPES
 from ..hooks.payloads import (
     BatchingChoice,
     CompileChoice,
@@ -246,6 +247,8 @@ class GenericRules:
 
     # -- forced values ------------------------------------------------------------------------
     def check_dtype(self, backend: Backend, value: str, s: Situation) -> Endorsement | None:
+        if value not in DTYPES or value == AUTO:  # a plugin's answer; the user's was normalised already
+            raise PlanError(f"dtype={value!r} is not one of {', '.join(d for d in DTYPES if d != AUTO)}")
         lacking = [d for d in backend.devices if d.bf16 is False] if value == "bfloat16" else []
         if lacking:
             raise PlanError(f"dtype='bfloat16', but {lacking[0].name} ({backend.name} device {lacking[0].index}) "

@@ -24,6 +24,7 @@ from .arguments import (
     json_requested,
     non_empty,
     refuse,
+    verbose_requested,
 )
 from .failures import EXIT_FAILED, describe, print_traceback
 from .models import (
@@ -81,7 +82,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     with step("checking this machine: versions, backends, environment"), simulated(args.simulate):
         report = diagnose(probe=args.probe)
-    if args.simulate:  # how the simulation reaches child processes is not part of the machine
+    if args.simulate is not None:  # how the simulation reaches child processes is not part of the machine
         from ..testing.simulation import CHILD_VAR
 
         report["environment"].pop(CHILD_VAR, None)
@@ -416,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_closed()
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the error contract: every failure reported
+        if not command:  # the command line itself was wrong: -v was not parsed, but was it given?
+            verbosity = verbose_requested(argv)
         try:
             return _report(exc, command, as_json, verbosity)
         except BrokenPipeError:

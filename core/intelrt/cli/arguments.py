@@ -74,6 +74,20 @@ def positive_number() -> Callable[[str], float]:
     return parse
 
 
+def non_negative_seconds() -> Callable[[str], float]:
+    """A finite number of seconds >= 0 (argparse type; 0 turns the watch it sets off)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (0: off), got {text!r}")
+        return value
+
+    return parse
+
+
 def common_options() -> argparse.ArgumentParser:
     """``-v`` and ``--json``, accepted after the subcommand too (``intelrt plan -v``)."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -112,6 +126,20 @@ def json_requested(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool
             return False  # launch: the script and its own arguments start here
         i += 1
     return False
+
+
+def verbose_requested(argv: Sequence[str]) -> int:
+    """How many ``-v`` a command line that could not be parsed asked for (before ``--``), so that its
+    error comes with the traceback too."""
+    count = 0
+    for token in argv:
+        if token == "--":
+            break
+        if token == "--verbose":
+            count += 1
+        elif len(token) > 1 and token.startswith("-") and set(token[1:]) == {"v"}:
+            count += len(token) - 1
+    return count
 
 
 def refuse(parser: argparse.ArgumentParser, flag: str, reason: str) -> None:

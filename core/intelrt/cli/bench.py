@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -36,6 +37,8 @@ TARGETS = {"batch1_tok_s": 1000.0, "batch1_vs_static": 3.0, "many_tok_s": 5000.0
            "load_ratio": 1.03}
 TARGET_DEVICE = "cuda"
 """Issue 6 set :data:`TARGETS` for the Qwen3-0.6B shape on a CUDA GPU (an H200): judged there only."""
+WORKDIR_MARKER = ".intelrt-bench"
+"""The file that makes a ``--workdir`` bench's own: only such a directory (or an empty one) is written into."""
 
 
 @dataclass
@@ -451,7 +454,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULT_REPEATS}); the slow eager and padded generate runs are timed once")
     parser.add_argument("--skip-continuous", action="store_true", help="leave out generate_batch (slow on CPU)")
     parser.add_argument("--workdir", default=None, metavar="DIR",
-                        help="where the random model is saved (default: a temp dir)")
+                        help="where the random model is saved: a new or empty directory, or one an earlier bench "
+                             "made (default: a temp dir)")
     parser.add_argument("--output", default=None, metavar="FILE",
                         help="also write the results as JSON to FILE (--json prints them on stdout instead "
                              "of the table)")
@@ -463,6 +467,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only-verify", action="store_true", help="run only the float32 comparison")
     parser.add_argument("--variants", action="store_true",
                         help="also time intelrt at batch 1 with graphs off, and with an eager step in the graph")
+
+
+def claim_workdir(path: str | None) -> None:
+    """``--workdir DIR`` receives a random model, replacing the model files there: refuse a file and
+    a directory holding anything bench did not write (a real model above all), before any work."""
+    if path is None:
+        return
+    work = Path(path)
+    if work.exists() and not work.is_dir():
+        raise ConfigurationError(f"--workdir {path} is a file; pass a directory for the random model (it is created "
+                                 "when missing), or leave --workdir out for a temporary one")
+    held = sorted(n for n in os.listdir(work) if n != WORKDIR_MARKER) if work.is_dir() else []
+    if held and not (work / WORKDIR_MARKER).is_file():
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        raise ConfigurationError(f"--workdir {path} holds files bench did not write ({shown}): bench saves a random "
+                                 "model there, replacing config.json, the weights and the tokenizer. Pass a new or "
+                                 "empty directory, or leave --workdir out for a temporary one")
+    work.mkdir(parents=True, exist_ok=True)  # an OSError here (disk full, read-only) names the path
+    (work / WORKDIR_MARKER).write_text("made by `intelrt bench`: a random model, safe to delete\n", encoding="utf-8")
 
 
 def _writable(flag: str, path: str | None) -> None:
@@ -493,6 +516,7 @@ def main(args: argparse.Namespace) -> int:
         args.requests = 8 if args.tiny else 64
     if args.new_tokens is None:
         args.new_tokens = 32 if args.tiny else 256
+    claim_workdir(args.workdir)
     results = run(args)
     data = asdict(results)
     emit(args, data, format_table(results))

@@ -12,6 +12,7 @@ reads one paragraph instead of a traceback, and a program reading ``--json`` get
 from __future__ import annotations
 
 import errno
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -112,9 +113,11 @@ def _chain(exc: BaseException, *, suppressed: bool = False) -> Iterator[BaseExce
 
 
 def _foreign_cause(exc: BaseException) -> Failure | None:
-    """The first library failure ``exc`` was raised from, as :data:`_SPECIFIC` reads it."""
+    """The first library failure ``exc`` was raised from, as :data:`_KINDS` reads it: the kind of
+    failure (the network, memory, a full disk), not transformers' catch-all, whose fix ("check the
+    model's files") would name the wrong culprit under intelrt's own message."""
     for cause in list(_chain(exc, suppressed=True))[1:]:
-        for rule in _SPECIFIC:
+        for rule in _KINDS:
             failure = rule(cause)
             if failure is not None:
                 return failure
@@ -180,12 +183,29 @@ def _network(exc: BaseException) -> Failure | None:
                    "check the network (and HF_ENDPOINT, proxies), or pass a local directory", EXIT_FAILED)
 
 
+#: How a full disk (ENOSPC, EDQUOT) or a file-size limit (EFBIG) reads in the messages of libraries
+#: that write through their own I/O (safetensors' Rust writer: ``IoError(Os { code: 28, kind: StorageFull …``).
+_DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|File too large|StorageFull|FileTooLarge|"
+                        r"os error (28|27|122)\b|code: (28|27|122)\b")
+
+
 def _safetensors(exc: BaseException) -> Failure | None:
     if not _is(exc, "safetensors", "SafetensorError") and not _is(exc, "huggingface_hub", "SafetensorsParsingError"):
         return None
+    if _DISK_FULL.search(str(exc)):  # writing weights onto a full disk is not a damaged file
+        return Failure("DiskFull", f"writing a weights file failed: {_said(exc)}",
+                       "free disk space (or raise the quota / file-size limit), or write somewhere else", EXIT_FAILED)
     return Failure("CorruptWeights", f"a weights file of the model cannot be read: {_said(exc)}",
                    "the file is damaged or incomplete: download it again (`hf download ID --force-download`) "
                    "or save the model again", EXIT_USAGE)
+
+
+def _compiling(exc: BaseException) -> bool:
+    """A frame of ``exc``'s traceback runs the compiler — not only dynamo's ``disable`` wrapper
+    (``torch/_dynamo/eval_frame.py``), which eager code such as ``Optimizer.load_state_dict`` runs through."""
+    return any(("/torch/_inductor/" in f.filename or "torchinductor_" in f.filename
+                or ("/torch/_dynamo/" in f.filename and not f.filename.endswith("/torch/_dynamo/eval_frame.py")))
+               for f in traceback.extract_tb(exc.__traceback__))
 
 
 def _compile(exc: BaseException) -> Failure | None:
@@ -193,7 +213,7 @@ def _compile(exc: BaseException) -> Failure | None:
         return Failure("InvalidCompileBackend", f"torch.compile has no such backend: {_said(exc)}",
                        "pass --compile on (inductor), none, or a name torch._dynamo.list_backends() lists", EXIT_USAGE)
     if _is(exc, "torch._dynamo", "TorchDynamoException") or _is(exc, "torch._inductor", "InductorError") or \
-            _raised_in(exc, "/torch/_inductor/", "/torch/_dynamo/", "torchinductor_"):
+            _compiling(exc):
         return Failure("CompileFailed", f"torch.compile failed on this model: {_said(exc)}",
                        "run with --compile none; the plan should have refused this combination, so please "
                        f"report it with `intelrt doctor --json` ({VERBOSE_HINT})", EXIT_FAILED)
@@ -222,8 +242,8 @@ def _transformers(exc: BaseException) -> Failure | None:
                    "save_pretrained()", EXIT_USAGE)
 
 
-_SPECIFIC: tuple[Callable[[BaseException], Failure | None], ...] = (
-    _hub, _network, _safetensors, _compile, _memory, _transformers)
+_KINDS: tuple[Callable[[BaseException], Failure | None], ...] = (_hub, _network, _safetensors, _compile, _memory)
+_SPECIFIC: tuple[Callable[[BaseException], Failure | None], ...] = (*_KINDS, _transformers)
 
 
 def _operating_system(exc: BaseException) -> Failure | None:
@@ -277,4 +297,8 @@ def describe(exc: BaseException, command: str) -> Failure:
 
 
 def print_traceback(exc: BaseException) -> None:
-    traceback.print_exception(exc, file=sys.stderr)
+    """``-v``: the traceback, secrets masked as everywhere (a library's message may quote a URL with
+    its password, or a token)."""
+    from ..support.redaction import redact_text
+
+    sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))

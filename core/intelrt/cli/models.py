@@ -19,8 +19,9 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length",
 
 @contextlib.contextmanager
 def simulated(spec: str | None) -> Iterator[None]:
-    """A simulated machine for the block (``--simulate KIND:COUNT[:GENERATION]``), or none."""
-    if not spec:
+    """A simulated machine for the block (``--simulate KIND:COUNT[:GENERATION]``), or none (an empty
+    spec is refused, not read as none: the plan would be this machine's)."""
+    if spec is None:
         yield
         return
     from ..testing.simulation import parse_spec, simulate

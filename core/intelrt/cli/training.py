@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..support.tables import plural
-from .arguments import SIMULATE_HELP, count, non_empty, positive_number
+from ..training.rank_watch import DEFAULT_HANG_TIMEOUT_S
+from .arguments import SIMULATE_HELP, count, non_empty, non_negative_seconds, positive_number
 from .failures import RunFailed, UsageError
 from .models import (
     announce_download,
@@ -282,21 +284,29 @@ def _exit_code(code: int) -> str:
         return f"signal {-code}"
 
 
-def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankReport]:
+def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankReport, str | None]:
     """Run the launcher, its output passed through (all of it to stderr with ``--json``, where
-    stdout is the result), reading its failure report on the way."""
+    stdout is the result), reading its failure report on the way, while a thread watches the ranks
+    for a hang (:mod:`intelrt.training.rank_watch`). Its exit status, the ranks' report, the hang."""
     ranks = RankReport()
-    process = subprocess.Popen(list(command.argv), env=command.environment(),  # noqa: S603
-                               stdout=subprocess.PIPE if as_json else None,
-                               stderr=subprocess.STDOUT if as_json else subprocess.PIPE,
-                               text=True, errors="replace", bufsize=1)
+    process, beats = command.start(stdout=subprocess.PIPE if as_json else None,
+                                   stderr=subprocess.STDOUT if as_json else subprocess.PIPE, bufsize=1)
+    hang: list[str | None] = [None]
+    stopping = threading.Event()  # from then on the launcher's output is its report of being stopped: not shown
+    watcher = threading.Thread(target=lambda: hang.__setitem__(0, command.watch(process, beats,
+                                                                                lambda _: stopping.set())),
+                               name="intelrt-rank-watch", daemon=True)
+    watcher.start()
     output = process.stdout if as_json else process.stderr
     assert output is not None
     try:
         for line in output:
-            sys.stderr.write(line)
+            if not stopping.is_set():
+                sys.stderr.write(line)
             ranks.read(line)
-        return process.wait(), ranks
+        code = process.wait()
+        watcher.join()
+        return code, ranks, hang[0]
     except KeyboardInterrupt:  # the launcher got the same Ctrl-C: let it stop its ranks first
         process.wait(timeout=60)
         raise
@@ -305,7 +315,7 @@ def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankRepor
 def run_launch(args: argparse.Namespace) -> int:
     from ..training.launching import launch_command
 
-    if args.simulate and not args.dry_run:
+    if args.simulate is not None and not args.dry_run:
         raise UsageError("--simulate describes a machine you do not have, so it only works with --dry-run",
                          command="launch")
     if args.rdzv_id is not None and (args.rdzv_endpoint is None or args.via != "torchrun"):
@@ -313,7 +323,8 @@ def run_launch(args: argparse.Namespace) -> int:
                          "(and --via torchrun, the default), or leave it out", command="launch")
     options = {"nproc": args.nproc, "devices": args.devices, "nnodes": args.nnodes, "node_rank": args.node_rank,
                "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
-               "module": args.module, "backend": args.backend, "strict": args.strict}
+               "module": args.module, "backend": args.backend, "strict": args.strict,
+               "hang_timeout": args.hang_timeout}
     with step("planning the launch (detecting backends, the ranks' environment)"), simulated(args.simulate):
         command = launch_command(args.script, args.script_args, **options)
     if args.dry_run:
@@ -326,8 +337,13 @@ def run_launch(args: argparse.Namespace) -> int:
     ranks_here = plural(command.nproc, "rank") + (f" on this node of {command.nnodes}" if command.nnodes > 1 else "")
     say(f"launching {ranks_here} via {command.via} on {where}: {command.shell()}")
     start = time.perf_counter()
-    returncode, ranks = _run_launcher(command, args.json)
+    returncode, ranks, hang = _run_launcher(command, args.json)
     seconds = time.perf_counter() - start
+    if hang is not None:
+        raise RunFailed(f"the launched job was stopped after {seconds:.1f} s: {hang}",
+                        fix="the hung rank's script is where the message says (its output above); raise "
+                            "--hang-timeout if that rank is only slow (a long save, a slow first compile)",
+                        kind="RankHung")
     codes = {r: 0 for r in range(command.nproc)} if returncode == 0 else ranks.exit_codes
     listed = ", ".join(f"rank {r}: {_exit_code(c)}" for r, c in sorted(codes.items())) or "not reported"
     summary = {"via": command.via, "ranks": command.nproc, "nnodes": command.nnodes, "returncode": returncode,
@@ -361,6 +377,9 @@ def add_launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", metavar="NAME",
                    help="auto (the best available accelerator, else the CPU) or a backend name")
     p.add_argument("--strict", action="store_true", help="turn risky-configuration warnings into errors")
+    p.add_argument("--hang-timeout", type=non_negative_seconds(), default=DEFAULT_HANG_TIMEOUT_S, metavar="S",
+                   help="stop the job, naming the rank, when one keeps the others waiting in a collective for S "
+                        "seconds (default: %(default)g; 0: do not watch)")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and environment; run nothing")
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=f"with --dry-run: {SIMULATE_HELP}")
     p.add_argument("script", help="the Python script each rank runs (a module name with -m)")

@@ -33,6 +33,7 @@ from ..hooks.concerns import PROPOSE, Concern
 from ..hooks.payloads import CompileChoice, KernelChoice, Payload
 from ..hooks.plan import Plan, PlannedDecision
 from ..hooks.types import BackendStatus, Decision, EnvVar, Finding, Setting
+from ..support.redaction import is_secret_name, register_secret
 from .settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, ENTRY_POINT_GROUP, TIMEOUT_VAR
 from .timeout import call_with_timeout, parse_timeout
 
@@ -132,9 +133,13 @@ class PluginHost:
                 self.records.append(PluginRecord(ep.name, dist, version, (), "blocked"))
                 continue
             try:
-                try:
-                    plugin = ep.load()
-                except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+                try:  # under the time limit: an import that waits on a device or a lock cannot hang intelrt
+                    plugin = call_with_timeout(ep.load, [], self.timeout,
+                                               f"plugin {ep.name!r} (distribution {dist} {version}): its import")
+                except PluginError:
+                    raise
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported with the plugin's name
+                    # SystemExit too: a plugin that exits while importing must not end the command silently
                     raise PluginError(
                         f"plugin {ep.name!r} (distribution {dist} {version}) failed to import: "
                         f"{type(exc).__name__}: {exc}. Fix or uninstall {dist}, or skip it with "
@@ -146,11 +151,17 @@ class PluginHost:
                 self.records.append(PluginRecord(ep.name, dist, version, (), "failed", error=str(exc)))
         if self._allow:
             known = {r.name for r in self.records} | {r.distribution for r in self.records}
-            missing = sorted(self._allow - known)
-            if missing and on_error == "raise":
-                raise ConfigurationError(
-                    f"{ALLOW_VAR} names {', '.join(missing)}, which no installed plugin provides; "
-                    f"installed: {', '.join(sorted(r.name for r in self.records if not r.builtin)) or 'none'}.")
+            self.unknown_allowed = tuple(sorted(self._allow - known))
+            if self.unknown_allowed and on_error == "raise":
+                raise ConfigurationError(self.unknown_allowed_message())
+
+    unknown_allowed: tuple[str, ...] = ()
+    """Names in the allow-list that no installed plugin has (every plan refuses them; doctor reports them)."""
+
+    def unknown_allowed_message(self) -> str:
+        installed = ", ".join(sorted(r.name for r in self.records if not r.builtin)) or "none"
+        return (f"{ALLOW_VAR} names {', '.join(self.unknown_allowed)}, which no installed plugin provides; "
+                f"installed: {installed}. Correct the names, or unset {ALLOW_VAR} to load every installed plugin.")
 
     def register(self, plugin: object, name: str, *, distribution: str = "local",
                  version: str = "0") -> None:
@@ -228,7 +239,7 @@ class PluginHost:
             if self.tracing:
                 trace_log.debug("%s <- %s raised %s", what, plugin, exc)
             raise
-        except Exception as exc:  # noqa: BLE001 - re-raised naming the plugin
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - re-raised naming the plugin (an exit too)
             raise self._fault(plugin, f"raised {type(exc).__name__} in {what}: {exc}. Report it to the plugin's "
                                       f"authors, or skip the plugin with {BLOCK_VAR}={plugin}.") from exc
         if self.tracing:
@@ -307,7 +318,9 @@ class PluginHost:
         forced = concern.forced(s.request)
         kwargs = {"backend": backend, "request": s.request, "model": s.model, "env": s.env, "decided": s.decided}
         for plugin, answer in self._hook(concern.hook, kwargs):
-            return self._planned(concern, plugin, self._decision(concern, plugin, concern.hook, answer), s, forced)
+            decision = self._decision(concern, plugin, concern.hook, answer)
+            self._check_answer(concern, backend, plugin, decision, s)
+            return self._planned(concern, plugin, decision, s, forced)
         if forced:
             value = concern.forced_value(s.request, s.decided, backend)
             if value is not PROPOSE:
@@ -325,6 +338,22 @@ class PluginHost:
             raise PlanError(f"no plugin decided {concern.name} for backend {backend.name!r}; its plugin may be "
                             "incomplete (see `intelrt plugins`)")
         return self._planned(concern, plugin, self._decision(concern, plugin, what, answer), s, forced)
+
+    def _check_answer(self, concern: Concern, backend: Backend, plugin: str, decision: Decision, s: Situation) -> None:
+        """A third-party plugin's value passes the checks a value the user forced passes (the backend's
+        ``check_<concern>``, then the generic rule's): a value the backend refuses is the plugin's fault,
+        named now rather than as a failure of the model's files when it loads."""
+        check = f"check_{concern.name}"
+        if decision.value is None or not hasattr(GENERIC, check):
+            return
+        try:
+            if self._run(backend.plugin, f"{type(backend).__name__}.{check}", getattr(backend, check), decision.value,
+                         s) is None:
+                getattr(GENERIC, check)(backend, decision.value, s)
+        except PlanError as exc:
+            raise self._fault(plugin, f"chose {concern.name} {decision.value!r:.80} in {concern.hook}, which backend "
+                                      f"{backend.name!r} refuses: {exc}. Report it to the plugin's authors, or skip "
+                                      f"the plugin with {BLOCK_VAR}={plugin}.") from None
 
     def _endorsed(self, concern: Concern, backend: Backend, value: Any, s: Situation) -> PlannedDecision:
         """The user's forced value, checked by the backend, then (when it says nothing) the generic rule."""
@@ -379,15 +408,16 @@ class PluginHost:
     # -- environment, launch, training, doctor ----------------------------------------------------
     def setup_env(self, backend: Backend, s: Situation) -> list[tuple[str, EnvVar | Finding]]:
         """The backend's ``run_environment``, then every plugin's ``intelrt_setup_env``."""
-        return (self._own(backend, "run_environment", (EnvVar, Finding), s)
-                + self._collect("intelrt_setup_env", (EnvVar, Finding), backend=backend, request=s.request, env=s.env))
+        return _secrets_kept(self._own(backend, "run_environment", (EnvVar, Finding), s)
+                             + self._collect("intelrt_setup_env", (EnvVar, Finding), backend=backend,
+                                             request=s.request, env=s.env))
 
     def launch_env(self, backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]
                    ) -> list[tuple[str, EnvVar | Finding]]:
         """The backend's ``launch_environment``, then every plugin's ``intelrt_launch_env``."""
-        return (self._own(backend, "launch_environment", (EnvVar, Finding), plan, nproc, env)
-                + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan, nproc=nproc,
-                                env=env))
+        return _secrets_kept(self._own(backend, "launch_environment", (EnvVar, Finding), plan, nproc, env)
+                             + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan,
+                                             nproc=nproc, env=env))
 
     def written_by_stack(self, backend: Backend, env: Mapping[str, str]) -> frozenset[str]:
         """The names of ``env``'s variables the backend's vendor stack wrote (``Backend.written_by_stack``)."""
@@ -441,6 +471,15 @@ class PluginHost:
 
     def enabled(self) -> list[PluginRecord]:
         return [r for r in self.records if r.status == "enabled"]
+
+
+def _secrets_kept(items: list[tuple[str, EnvVar | Finding]]) -> list[tuple[str, EnvVar | Finding]]:
+    """A variable a plugin sets under a secret's name (``VENDOR_API_KEY``) holds a secret: its value is
+    masked in every output from now on (:mod:`intelrt.support.redaction`), as the user's own are."""
+    for _, item in items:
+        if isinstance(item, EnvVar) and is_secret_name(item.name):
+            register_secret(item.value)
+    return items
 
 
 _cache_lock = threading.Lock()

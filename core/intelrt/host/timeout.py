@@ -15,7 +15,7 @@ DEFAULT_HOOK_TIMEOUT = 120.0
 
 
 def parse_timeout(value: str | None) -> float:
-    """``INTELRT_HOOK_TIMEOUT`` as seconds (unset or blank: the default)."""
+    """``INTELRT_HOOK_TIMEOUT`` as seconds (unset or blank: the default; ``inf``: no limit)."""
     if value is None or not value.strip():
         return DEFAULT_HOOK_TIMEOUT
     try:
@@ -23,8 +23,14 @@ def parse_timeout(value: str | None) -> float:
     except ValueError:
         raise ConfigurationError(f"{TIMEOUT_VAR}={value!r} is not a number of seconds") from None
     if not seconds > 0:
-        raise ConfigurationError(f"{TIMEOUT_VAR}={value!r} must be a positive number of seconds")
+        raise ConfigurationError(f"{TIMEOUT_VAR}={value!r} must be a positive number of seconds (inf: no limit)")
     return seconds
+
+
+def _wait_for(seconds: float) -> float | None:
+    """``seconds`` as ``Event.wait`` takes it: ``None`` (no limit) past what it can wait (``inf``,
+    ``1e300``: ``threading.TIMEOUT_MAX``, beyond which it raises ``OverflowError``)."""
+    return None if seconds >= threading.TIMEOUT_MAX else seconds
 
 
 class HookTimeoutError(PluginError):
@@ -72,7 +78,7 @@ def call_with_timeout(function: Callable[..., Any], args: list[Any], timeout: fl
         worker = _idle.pop() if _idle else None
     worker = worker or _HookThread()
     worker.jobs.put(job)
-    if not done.wait(timeout):  # the worker is stuck in the hook: it is left behind, never reused
+    if not done.wait(_wait_for(timeout)):  # the worker is stuck in the hook: it is left behind, never reused
         raise HookTimeoutError(
             f"{what} did not return within {timeout:g} s; the plugin may be waiting on a device or lock. "
             f"Raise {TIMEOUT_VAR} if it is only slow, or skip the plugin with {BLOCK_VAR}.",

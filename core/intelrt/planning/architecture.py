@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from typing import Any
 
+from ..errors import ModelSourceError
 from ..hooks.model import Architecture, ModelInfo, implementations
 
 log = logging.getLogger(__name__)
@@ -128,11 +130,16 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
     info = model.base or model
     if info.config.get("auto_map") or not info.local_dir:
         return None
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     try:
         config = AutoConfig.from_pretrained(info.local_dir)
         cls, auto = choose_class(config, task)
+    except StrictDataclassError as exc:  # transformers' configs are strict dataclasses (huggingface_hub.dataclasses)
+        raise ModelSourceError(f"{os.path.join(info.local_dir, 'config.json')} holds a value transformers refuses: "
+                               f"{' '.join(str(exc).split())}. Correct it in config.json, or save the model again "
+                               "with save_pretrained()") from None
     except (KeyError, ValueError, OSError, ImportError, ConfigurationError) as exc:
         log.debug("no transformers class for %s (%s): %s", model.source, task, exc)
         return None

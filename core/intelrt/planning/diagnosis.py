@@ -49,6 +49,10 @@ def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = Non
     env = dict(os.environ) if env is None else dict(env)
     findings: list[Finding] = floor_findings("error")
     host = host or PluginHost(env, on_error="record")
+    if host.unknown_allowed:  # every plan refuses such an allow-list: doctor must not say "none"
+        findings.append(Finding("error", f"{ALLOW_VAR} names no installed plugin", host.unknown_allowed_message(),
+                                fix=f"correct the names in {ALLOW_VAR} (`intelrt plugins` lists them), or unset it",
+                                claim="C6"))
     for record in host.records:
         if record.status == "failed":
             findings.append(Finding("error", f"plugin {record.name} failed to load", record.error or "",

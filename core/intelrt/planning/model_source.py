@@ -3,6 +3,7 @@ that its weight files are what they claim to be before anything loads them."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -18,10 +19,16 @@ log = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.txt", "vocab.json",
                     "spiece.model", "sentencepiece.bpe.model")
+TOKENIZER_TEXT_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja", "chat_template.json")
+"""The tokenizer's files that are text (what ``AutoTokenizer.from_pretrained`` reads as JSON or UTF-8)."""
 #: What transformers' processors are saved as (``processing_utils``, ``image_processing_base``,
 #: ``feature_extraction_utils``, ``video_processing_utils``: ``PROCESSOR_NAME`` …, ``CHAT_TEMPLATE_FILE``).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
                    "chat_template.jinja", "chat_template.json")
+INTERRUPTED_SAVE = ".intelrt-previous-"
+"""The directory a training's final save keeps the previous model's files in while it swaps the new
+ones in (``intelrt.training.saving``); one left behind means that save was killed mid-way."""
 #: safetensors' own limit on the JSON header (the Rust loader refuses anything larger).
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 #: Bytes per element of the safetensors dtypes (a dtype not listed is checked by its offsets only).
@@ -112,6 +119,12 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
     if not config_file.is_file() and (directory / "adapter_config.json").is_file():
         return _adapter_directory(source, directory, fetch, chain)
     if not config_file.is_file():
+        kept = sorted(p.name for p in directory.glob(f"{INTERRUPTED_SAVE}*") if p.is_dir())
+        if kept:
+            raise ModelSourceError(
+                f"{source}: a save into {directory} was killed while it replaced the model, so it holds no config.json "
+                f"now; the previous model is kept in {kept[0]}. intelrt.load({source!r}) (or `intelrt run`, or the "
+                "next `intelrt train` into it) puts it back.")
         raise ModelSourceError(
             f"{source}: no config.json in {directory}. Point intelrt at a directory saved with "
             "save_pretrained() (it holds config.json and the weights).")
@@ -121,8 +134,60 @@ def _from_directory(source: str, directory: Path, fetch: Fetch | None = None,
         raise ModelSourceError(f"{config_file}: cannot read it as JSON ({exc}); re-save the model") from None
     if not isinstance(config, dict):
         raise ModelSourceError(f"{config_file}: expected a JSON object, got {type(config).__name__}")
+    _check_identity(config_file, config)
+    _check_generation_config(directory)
     return ModelInfo(source=source, local_dir=str(directory), config=config, weight_files=_weights_in(directory),
                      has_tokenizer=_has_tokenizer(directory), processor_files=_processor_files(directory))
+
+
+def _check_generation_config(directory: Path) -> None:
+    """A ``generation_config.json`` that cannot be read is dropped by transformers without a word
+    (``from_pretrained`` falls back to defaults made from config.json): the model's own sampling
+    settings would be lost silently."""
+    path = directory / "generation_config.json"
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ModelSourceError(f"{path}: cannot read it as JSON ({exc}); transformers would drop the model's generation "
+                               "settings without a word. Save it again (generation_config.save_pretrained), or remove "
+                               "it to use the defaults") from None
+    if not isinstance(data, dict):
+        raise ModelSourceError(f"{path}: expected a JSON object, got {type(data).__name__}")
+
+
+def damaged_text_file(directory: str | os.PathLike[str], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` in ``directory`` that is not UTF-8 text (or, for ``.json``, not JSON),
+    with why; ``None`` when all that exist read well."""
+    for name in names:
+        path = Path(directory) / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            if name.endswith(".json"):
+                json.loads(text)
+        except UnicodeDecodeError as exc:
+            return f"{name} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        except ValueError as exc:
+            return f"{name} is not valid JSON ({exc})"
+        except OSError as exc:
+            return f"{name} cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def _check_identity(config_file: Path, config: dict[str, object]) -> None:
+    """``architectures`` and ``model_type`` say which class loads the model: a string where the list
+    belongs was read letter by letter (a bare base model, loaded silently for the wrong task)."""
+    names = config.get("architectures")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) and n for n in names)):
+        raise ModelSourceError(f"{config_file}: architectures must be a list of class names, e.g. "
+                               f"[\"Qwen3ForCausalLM\"], got {names!r:.80}; correct it (or save the model again)")
+    kind = config.get("model_type")
+    if kind is not None and not (isinstance(kind, str) and kind):
+        raise ModelSourceError(f"{config_file}: model_type must be a name such as \"qwen3\", got {kind!r:.80}; "
+                               "correct it (or save the model again)")
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
@@ -134,6 +199,27 @@ def _looks_like_hub_id(source: str) -> bool:
     return _HUB_ID.fullmatch(source) is not None and ".." not in source
 
 
+SHOWN_PATH = 120
+"""Characters of a path an error quotes (a 5,000-character path is named by its start and length)."""
+
+
+def shown(path: str) -> str:
+    return path if len(path) <= SHOWN_PATH else f"{path[:SHOWN_PATH]}… ({len(path):,} characters)"
+
+
+def path_problem(source: str) -> str | None:
+    """Why ``source`` cannot even be looked up as a path (``os.stat`` would raise), or ``None``."""
+    if "\x00" in source:
+        return "a path cannot hold a NUL character; pass the model's directory or a hub id (org/name)"
+    try:
+        os.stat(os.path.expanduser(source))
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return (f"the path is too long for this system ({exc.strerror}: at most {os.pathconf('/', 'PC_NAME_MAX')} "
+                    "bytes per name); pass the model's directory or a hub id (org/name)")
+    return None
+
+
 def resolve_model(source: str, *, fetch: Fetch | None = None, _chain: tuple[tuple[str, str], ...] = ()) -> ModelInfo:
     """Read a model's config from a local directory or the hub cache.
 
@@ -141,6 +227,8 @@ def resolve_model(source: str, *, fetch: Fetch | None = None, _chain: tuple[tupl
     it a hub id must be in the cache: planning never downloads (SPEC C4).
     """
     path = Path(source).expanduser()
+    if path_problem(source) is not None:
+        raise ModelSourceError(f"{shown(source)}: {path_problem(source)}")
     if path.exists():
         if not path.is_dir():
             raise ModelSourceError(f"{source} is a file; pass the directory that holds config.json")

@@ -17,6 +17,15 @@ from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
 from ..planning import tasks
 from . import plain_generate
+from .checked_pipeline import checked, generates
+from .model_limits import (
+    check_counts,
+    check_length,
+    check_prompts,
+    check_text,
+    check_token_ids,
+    generate_refused,
+)
 from .processors import Processors, explain_missing, pipeline_components, require_vision
 
 if TYPE_CHECKING:
@@ -120,6 +129,13 @@ class Loaded:
         ``return_dict_in_generate=True`` returns transformers' own output (``GenerateDecoderOnlyOutput``
         …, its ``sequences`` holding the prompt too).
         """
+        with generate_refused():
+            return self._generate(prompt, images=images, audio=audio, sampling_rate=sampling_rate, videos=videos,
+                                  **generation_kwargs)
+
+    def _generate(self, prompt: Any = None, *, images: Any = None, audio: Any = None, sampling_rate: int | None = None,
+                  videos: Any = None, **generation_kwargs: Any) -> Any:
+        """See :meth:`generate`."""
         settings = self._settings(generation_kwargs)
         tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
         mask = tensors.pop("attention_mask", None)  # a mask alone is not an input of another kind
@@ -158,6 +174,10 @@ class Loaded:
         """Like :meth:`generate` on token ids: one prompt (a list of ids) or a list of them (a tensor
         of ids too); returns the new ids of each, up to and including the first end-of-sequence token
         (for an encoder-decoder model: the decoder's ids after its start token)."""
+        with generate_refused():
+            return self._generate_ids_of(prompts, **generation_kwargs)
+
+    def _generate_ids_of(self, prompts: Any, **generation_kwargs: Any) -> Any:
         if hasattr(prompts, "tolist") and not isinstance(prompts, list):
             prompts = prompts.tolist()
         settings = self._settings(generation_kwargs)
@@ -214,14 +234,14 @@ class Loaded:
             own = getattr(getattr(self.model, "generation_config", None), "max_new_tokens", None)
             settings["max_new_tokens"] = own or DEFAULT_MAX_NEW_TOKENS
             settings.pop("max_length", None)
-        max_new = settings.get("max_new_tokens")
-        if max_new is not None and (not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1):
-            raise ConfigurationError(f"max_new_tokens must be a positive int, got {max_new!r}")
+        check_counts(settings)
+        check_token_ids(self.model, settings)
         return settings
 
     def _text_prompts(self, prompt: Any, tokenizer: Any) -> tuple[list[list[int]], bool]:
         """Token ids of each prompt: text tokenized, chat messages through the tokenizer's chat template."""
         chats = plain_generate.conversations(prompt)
+        check_text(prompt)
         if chats is not None:
             items, single = chats
             return [list(tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True,
@@ -258,6 +278,7 @@ class Loaded:
         from ..decoding.generation import GenerationReport
 
         settings = dict(settings)
+        check_length(self.model, prepared.prompt_width, settings)
         if not self._encoder_decoder or "pad_token_id" in settings:
             settings.setdefault("pad_token_id", self._pad_id(settings))
         parallelism = self.plan.decided.parallelism
@@ -293,6 +314,7 @@ class Loaded:
                 return self._masked(ids, mask, kwargs)
             ids = stripped
         check_prompts(self.model, ids)
+        check_length(self.model, max(len(p) for p in ids), kwargs)
         if self._wants_output(kwargs):
             from ..decoding.generation import left_pad
 
@@ -315,6 +337,7 @@ class Loaded:
             raise ConfigurationError("attention_mask= masks tokens inside the prompts: give prompts of one length "
                                      "(padded as you mean them) with a mask of that shape")
         check_prompts(self.model, ids)
+        check_length(self.model, widths.copy().pop(), settings)
         prepared = plain_generate.Prepared(
             plain_generate.on_device({"input_ids": torch.tensor(ids), "attention_mask": torch.as_tensor(mask)},
                                      self.model), len(ids), len(ids) == 1, widths.pop())
@@ -436,6 +459,8 @@ class Loaded:
         # A model placed by accelerate (device_map) is where the plan put it; the pipeline reads its
         # device from the model, and refuses a second device= for it.
         device = None if getattr(self.model, "hf_device_map", None) else self.model.device
+        if generates(pipeline_class) and "pipeline_class" not in pipeline_kwargs:
+            pipeline_kwargs["pipeline_class"] = checked(pipeline_class)  # lengths and ids checked per call
         try:
             components = pipeline_components(pipeline_class, processors, self.tokenizer)
             return build(name, model=self.model, device=device, **components, **pipeline_kwargs)
@@ -601,21 +626,3 @@ def _per_prompt(rows: list[Any], prompts: int, single: bool) -> Any:
     grouped = [rows[i * each:(i + 1) * each] for i in range(prompts)] if each > 1 else rows
     return grouped[0] if single else grouped
 
-
-def check_prompts(model: Any, ids: Sequence[Sequence[int]]) -> None:
-    """Refuse token ids outside the model's vocabulary and prompts longer than its positions, before
-    any device work (inside the model they end in an ``IndexError`` far from the cause)."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = getattr(embeddings, "num_embeddings", None) or getattr(model.config.get_text_config(), "vocab_size", None)
-    if vocab:
-        for row, prompt in enumerate(ids):
-            bad = next((t for t in prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise ConfigurationError(
-                    f"token id {bad} (prompt {row}) is outside the model's vocabulary of {vocab} ids (0..{vocab - 1}); "
-                    "tokenize with this model's own tokenizer")
-    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    longest = max(len(p) for p in ids)
-    if isinstance(limit, int) and 0 < limit < longest:  # XLNet says -1: relative positions, no limit
-        raise ConfigurationError(f"the prompt has {longest} tokens and the model reads at most {limit} positions "
-                                 "(max_position_embeddings); shorten the prompt")

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigurationError, IntelrtError, ModelSourceError
+from ..errors import ConfigurationError, IntelrtError, ModelSourceError, PluginError
 from ..hooks.model import ModelInfo
 from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
 from ..hooks.plan import Plan
 from ..hooks.request import Request, split_credentials
 from ..host.manager import PluginHost, get_host
-from ..planning.model_source import require_weights, resolve_model
+from ..planning.model_source import (
+    TOKENIZER_TEXT_FILES,
+    damaged_text_file,
+    require_weights,
+    resolve_model,
+)
 from ..planning.planner import make_plan
 from ..support.distributed import is_distributed_launch, world_size
 from ..support.redaction import redact, redact_text
@@ -36,7 +43,17 @@ def _load_tokenizer(plan: Plan, source: str, credentials: dict[str, Any]) -> Any
         return None
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=plan.request.trust_remote_code, **credentials)
+    except (ValueError, UnicodeDecodeError, OSError) as exc:  # a JSONDecodeError is a ValueError
+        if isinstance(exc, IntelrtError) or not os.path.isdir(source):
+            raise
+        damaged = damaged_text_file(source, TOKENIZER_TEXT_FILES)
+        why = damaged or (f"transformers could not build it ({' '.join(str(exc).split())[:300]})"
+                          + ("; tokenizer.json is missing" if not os.path.isfile(os.path.join(source, "tokenizer.json"))
+                             else ""))
+        raise ModelSourceError(f"{plan.model.source}: its tokenizer cannot be loaded: {why}. Copy the tokenizer's files "
+                               "again, or save the tokenizer again (tokenizer.save_pretrained)") from exc
 
 
 def model_class(plan: Plan) -> Any:
@@ -94,6 +111,37 @@ def check_ranks(plan: Plan) -> None:
                                  f"WORLD_SIZE={world_size()}: plan in the rank itself (intelrt.load does)")
 
 
+ACCELERATE_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+"""``device_map`` strings accelerate spreads a model with (``infer_auto_device_map``); any other
+string names one device, which torch must know."""
+
+
+def check_devices(plan: Plan, host: PluginHost | None = None) -> None:
+    """The plan's device type and ``device_map`` are devices torch knows; else the plugin that put
+    them in the plan is named (transformers' own refusal blames the model's files)."""
+    import torch
+
+    describe = (host or get_host()).describe
+    placement = plan.decided.placement
+    decision = plan.decisions.get("placement")
+    for value, plugin, what in (
+            (plan.backend.device_type, plan.backend.plugin, f"contributes backend {plan.backend.name!r} with the "
+                                                            "device type"),
+            (placement.device_map if placement is not None else None, decision.plugin if decision else "defaults",
+             "chose the device_map")):
+        if value is None or value in ACCELERATE_DEVICE_MAPS:
+            continue
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError) as exc:
+            other = "" if plan.device == "cpu" else ", pass backend='cpu' (CLI: --backend cpu)"
+            raise PluginError(
+                f"{describe(plugin)} {what} {value!r}, which is not a device this torch knows "
+                f"({' '.join(str(exc).split())}). Install that device's torch build or runtime{other}, or block the "
+                f"plugin with INTELRT_DISABLE_PLUGINS={plugin}",
+                plugin=plugin, distribution=(host or get_host()).distribution_of(plugin)) from None
+
+
 def prepare(plan: Plan, host: PluginHost | None = None) -> None:
     """What a plan needs before a model is built: its environment, the backend's compile wrapper and
     attention implementation (registered in transformers)."""
@@ -108,6 +156,7 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
     ``from_pretrained`` here and nowhere else: a plan never holds them. ``quantize=False`` loads
     the weights as they are on disk, for a quantizer that runs on them (``intelrt.quantize``)."""
     check_ranks(plan)
+    check_devices(plan, host)
     prepare(plan, host)
     credentials = dict(credentials or {})
     cls = model_class(plan)
@@ -124,11 +173,44 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
         if isinstance(exc, IntelrtError):
             raise
         raise ModelSourceError(f"loading {plan.model.source} failed: {redact_text(str(exc))}") from None
+    except TypeError as exc:
+        refused = unknown_keyword(exc, plan.request.from_pretrained_kwargs)
+        if refused is None:
+            raise
+        raise refused from None
     tokenizer = _load_tokenizer(plan, source, credentials)
     if quantize:
         model = after_load(model, tokenizer, plan, cls, {**kwargs, **credentials})
     processors = Processors(source, trust_remote_code=plan.request.trust_remote_code, credentials=credentials)
     return adopt(model, tokenizer, plan, host, processors)
+
+
+_UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def unknown_keyword(exc: TypeError, given: Mapping[str, Any]) -> ConfigurationError | None:
+    """A keyword of ``load()`` that nobody takes, as the error saying so: intelrt hands keywords that
+    are not options to ``from_pretrained``, which sets those its config has and passes the rest to
+    the model class, whose ``__init__`` refuses them (transformers' ``PreTrainedModel.from_pretrained``)."""
+    match = _UNEXPECTED.search(str(exc))
+    if match is None or match.group(1) not in given:
+        return None
+    import difflib
+    import inspect
+
+    from transformers import PreTrainedModel
+
+    from ..hooks.request import OPTION_NAMES
+
+    name = match.group(1)
+    known = [*OPTION_NAMES, *(p for p in inspect.signature(PreTrainedModel.from_pretrained).parameters
+                              if p not in ("cls", "args", "kwargs"))]
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f" Did you mean {' or '.join(f'{c}=' for c in close)}?" if close else ""
+    return ConfigurationError(
+        f"load() got {name}={given[name]!r:.80}, which is not an intelrt option (see intelrt.plan's options), a "
+        f"keyword of from_pretrained, or a field of the model's config: transformers refused it ({exc}).{hint} "
+        "Remove it, or spell it as from_pretrained takes it.")
 
 
 def adopt(model: Any, tokenizer: Any, plan: Plan, host: PluginHost | None = None,
@@ -150,6 +232,10 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
     that is not cached yet has its ``config.json`` downloaded (unless ``HF_HUB_OFFLINE``)."""
     _, credentials = split_credentials(options)
     request = Request.build(model, **options)
+    if os.path.isdir(os.path.expanduser(request.model)):  # a final save killed mid-swap: the previous model back
+        from ..training.saving import recover_interrupted_save
+
+        recover_interrupted_save(os.path.expanduser(request.model))
     info = resolve_model(request.model, fetch=config_fetcher(credentials.get("token")))
     require_weights(info)
     return make_plan(request, host=get_host(), model=info)

@@ -46,13 +46,35 @@ def is_chat(prompt: object) -> bool:
 
 
 def conversations(prompt: object) -> tuple[list[Any], bool] | None:
-    """``(conversations, single)`` when ``prompt`` is one conversation or a list of them."""
+    """``(conversations, single)`` when ``prompt`` is one conversation or a list of them, each
+    message checked (:func:`check_message`)."""
+    found: tuple[list[Any], bool] | None = None
     if is_chat(prompt):
-        return [list(prompt)], True  # type: ignore[call-overload]
-    if isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes)) and prompt and all(
+        found = [list(prompt)], True  # type: ignore[call-overload]
+    elif isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes)) and prompt and all(
             is_chat(p) for p in prompt):
-        return [list(p) for p in prompt], False
-    return None
+        found = [list(p) for p in prompt], False
+    for conversation in found[0] if found else ():
+        for index, message in enumerate(conversation):
+            check_message(index, message)
+    return found
+
+
+def check_message(index: int, message: Mapping[str, Any]) -> None:
+    """A chat message has a ``role`` that is a name and a ``content`` (text, or a list of parts);
+    an assistant's may hold ``tool_calls`` instead. Chat templates render anything else without a
+    word — a message of ``role: 5`` or with no content becomes an empty turn."""
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise ConfigurationError(f"chat message {index} has role {role!r}: a role is a name such as 'user', "
+                                 "'assistant' or 'system'")
+    content = message.get("content")
+    if content is None and not message.get("tool_calls"):
+        raise ConfigurationError(f"chat message {index} ({role}) has no content; give it text, or a list of parts "
+                                 "such as {'type': 'text', 'text': …}")
+    if content is not None and not isinstance(content, (str, list)):
+        raise ConfigurationError(f"chat message {index} ({role}) has content of type {type(content).__name__}; "
+                                 "give it text, or a list of parts")
 
 
 def model_input_names(kwargs: Mapping[str, Any]) -> list[str]:

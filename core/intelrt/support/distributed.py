@@ -22,11 +22,37 @@ def world_size(env: Mapping[str, str] | None = None) -> int:
     return int(value)
 
 
+def local_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """``LOCAL_RANK`` as a launcher sets it (``None`` when unset). A value that is not a rank, one past
+    the job's size, or one without the ``WORLD_SIZE`` every launcher sets beside it (a variable left
+    over in the shell: the process would wait for a job that does not exist) is a
+    :class:`ConfigurationError` naming it."""
+    env = os.environ if env is None else env
+    value = env.get("LOCAL_RANK")
+    if value is None:
+        return None
+    text = value.strip()
+    leftover = "launchers (torchrun, intelrt launch) set it for each rank: unset it to run one process"
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigurationError(f"LOCAL_RANK={value!r} is not a rank (a whole number >= 0); {leftover}")
+    rank = int(text)
+    if not (env.get("WORLD_SIZE") or "").strip():
+        raise ConfigurationError(f"LOCAL_RANK={value!r} is set but WORLD_SIZE is not, and a launcher sets both; "
+                                 f"{leftover}, or start the job with intelrt launch")
+    for name in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        size = (env.get(name) or "").strip()
+        if size.isascii() and size.isdigit() and rank >= int(size):
+            raise ConfigurationError(f"LOCAL_RANK={rank} is not below {name}={size}: ranks count from 0; {leftover}")
+    return rank
+
+
 def is_distributed_launch(env: Mapping[str, str] | None = None) -> bool:
     """Whether this process is one rank of a launched job (torchrun / ``intelrt launch`` set
-    ``LOCAL_RANK``; MPI-style launchers set ``WORLD_SIZE``) — accelerate's own test."""
+    ``LOCAL_RANK``; MPI-style launchers set ``WORLD_SIZE``) — accelerate's own test; the launcher's
+    variables checked (:func:`local_rank`, :func:`world_size`)."""
     env = os.environ if env is None else env
-    return "LOCAL_RANK" in env or world_size(env) > 1
+    size = world_size(env)
+    return local_rank(env) is not None or size > 1
 
 
 def any_rank(flag: bool) -> bool:

@@ -4,7 +4,8 @@ messages and saved files all go through this one redaction.
 A secret is
 * the value of an environment variable whose name says it holds one (``TOKEN``, ``KEY``,
   ``SECRET``, ``PASSWORD``, ``AUTH``, ``CREDENTIAL`` …, in any case);
-* the ``user:password`` part of any URL (``HF_ENDPOINT=https://alice:S3cret@host``, a proxy);
+* the ``user:password`` part of any URL (``HF_ENDPOINT=https://alice:S3cret@host``, a proxy), or of
+  an address written without a scheme (``MASTER_ADDR=user:pw@host``);
 * a value handed to :func:`register_secret` — a ``token=`` passed to ``intelrt.load``.
 
 Each is replaced by :data:`MASK` wherever it appears.
@@ -25,6 +26,9 @@ SECRET_NAME = re.compile(r"TOKEN(?!IZER|S)|KEY|SECRET|PASSWORD|PASSWD|AUTH|CREDE
 MASK = "***"
 #: ``scheme://userinfo@`` — the userinfo (``user:password``, or a token used as the user name).
 URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@?#]+)@")
+#: ``user:password@host`` without a scheme (``MASTER_ADDR=user:pw@host``, a proxy written bare): the
+#: userinfo. Not an address like ``git@host`` (no password) and not inside a URL (matched above).
+BARE_USERINFO = re.compile(r"(?<![\w.%+~:/@-])(?P<userinfo>[\w.%+~-]+:[^\s/@:]+)@(?=[\w\[])")
 #: Values too common to be a secret: masking them would garble every "true" or "1" in a report.
 _NOT_SECRET = re.compile(r"(?i)(true|false|yes|no|on|off|none|null|[0-9.]*)")
 _MIN_SECRET_LENGTH = 4
@@ -46,7 +50,7 @@ def register_secret(value: object) -> None:
 
 
 def _url_passwords(value: str) -> Iterable[str]:
-    for match in URL_USERINFO.finditer(value):
+    for match in (*URL_USERINFO.finditer(value), *BARE_USERINFO.finditer(value)):
         userinfo = match.group("userinfo")
         secret = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo
         yield from {secret, unquote(secret)}
@@ -66,6 +70,7 @@ def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
 def redact_text(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` with URL credentials and every known secret value replaced by :data:`MASK`."""
     text = URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = BARE_USERINFO.sub(f"{MASK}@", text)
     for value in secret_values(env):
         text = text.replace(value, MASK)
     return text
@@ -125,3 +130,19 @@ def redact_log_output(handler: logging.Handler) -> None:
 
     make_redacted_record.redacts = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(make_redacted_record)
+
+
+class SecretText(str):
+    """A ``str`` (a hub token for ``TrainingArguments``) that pickles as :data:`MASK`: ``Trainer``
+    pickles its arguments into every checkpoint's ``training_args.bin`` (``torch.save(self.args, …)``),
+    and the token must not be stored in clear there. In memory, and in copies of the arguments, it
+    is the real value (``Trainer`` hands it to the hub)."""
+
+    def __reduce_ex__(self, protocol: object) -> tuple[type[str], tuple[str]]:
+        return str, (MASK,)
+
+    def __copy__(self) -> SecretText:
+        return self
+
+    def __deepcopy__(self, memo: object) -> SecretText:
+        return self

@@ -27,7 +27,7 @@ from ..host.manager import PluginHost, get_host
 from ..planning.planner import make_plan, plan_backend
 from ..support.distributed import is_distributed_launch
 from ..support.environ import write as write_environment
-from ..support.redaction import MASK, is_secret_name
+from ..support.redaction import MASK, SecretText, is_secret_name, register_secret
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,10 @@ def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
     from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
     kwargs = {s.name: s.value for s in settings}
+    for name in ("hub_token",):  # pickled into training_args.bin by Trainer: stored masked (SecretText)
+        if isinstance(kwargs.get(name), str):
+            register_secret(kwargs[name])
+            kwargs[name] = SecretText(kwargs[name])
     for s in settings:
         if s.source != USER:
             log.info("TrainingArguments %s", s)

@@ -215,6 +215,12 @@ def causal_lm_blocks(data: object, tokenizer: Any, block_size: int = DEFAULT_BLO
         kept = [(where, ids) for where, ids in rows.ids if ids]
         if not kept:
             raise ConfigurationError(f"{rows.source}: every input_ids row is empty; nothing to train on")
+        single = [where for where, ids in kept if len(ids) == 1]
+        if single:  # no token to predict: its loss is nan, which reads as a diverged run
+            raise ConfigurationError(
+                f"{single[0]}: a row of 1 token ({len(single)} such row(s) in {rows.source}); a language model learns "
+                "each token from the ones before it, so a row needs at least 2. Join such rows to others, or remove "
+                "them")
         fitted, truncated = _fit_rows(kept, limits, rows.source)
         return TextBlocks(tuple(tuple(r) for r in fitted), len(kept), sum(map(len, fitted)), rows.source, truncated)
     if not rows.texts:

@@ -302,6 +302,8 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
         raise ConfigurationError("overwrite=True removes the earlier checkpoints that resume= would continue from; "
                                  "pass one of them")
     out = os.fspath(output_dir)
+    _check_callbacks(callbacks)
+    _check_reporting(training_overrides)
     plan = _sharding_plan(loaded, sharding, resume)
     quantized = loaded.plan.decided.quantization is not None and not loaded.plan.decided.quantization.dequantized
     if quantized and lora and not _is_peft(loaded.model):
@@ -323,6 +325,58 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
         return _train_holding(loaded, dataset, out, lora=lora, quantized=quantized, resume=resume,
                               overwrite=overwrite, args=args, settings=settings, callbacks=callbacks,
                               sharding=parallelism_of(plan), kind=kind)
+
+
+def _check_callbacks(callbacks: object) -> None:
+    """``callbacks=``: ``TrainerCallback`` objects or classes (``Trainer``'s ``CallbackHandler`` takes
+    both), or objects with every event method; anything else fails deep inside ``Trainer`` with an
+    ``AttributeError`` on its first event."""
+    from transformers import TrainerCallback
+
+    if not isinstance(callbacks, (list, tuple)):
+        raise ConfigurationError(f"callbacks= takes a list of transformers TrainerCallback objects, not "
+                                 f"{type(callbacks).__name__}")
+    events = [name for name in vars(TrainerCallback) if name.startswith("on_")]
+    for callback in callbacks:
+        if isinstance(callback, TrainerCallback) or (isinstance(callback, type) and issubclass(callback, TrainerCallback)):
+            continue
+        missing = [e for e in events if not callable(getattr(callback, e, None))]
+        if missing:
+            raise ConfigurationError(
+                f"callbacks= holds {type(callback).__name__} {callback!r:.60}, which is not a transformers "
+                f"TrainerCallback (it has no {missing[0]}); subclass transformers.TrainerCallback and override the "
+                "events you need")
+
+
+def _check_reporting(overrides: dict[str, Any]) -> None:
+    """``report_to=`` names integrations transformers has and that are installed; ``push_to_hub=True``
+    needs the hub (``Trainer`` creates the repository when it starts)."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    from ..support.hubcache import hub_offline
+
+    wanted = overrides.get("report_to")
+    names = [wanted] if isinstance(wanted, str) else list(wanted) if isinstance(wanted, (list, tuple)) else []
+    if wanted is not None and (not names or not all(isinstance(n, str) for n in names)):
+        raise ConfigurationError(f"report_to= takes an integration name or a list of them, got {wanted!r}")
+    installed = get_available_reporting_integrations()
+    for name in names:
+        if name in ("none", "all"):
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ConfigurationError(f"report_to={name!r} is not an integration transformers has; use 'none' or "
+                                     f"one of {', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+        if name not in installed:
+            package = {"comet_ml": "comet-ml", "azure_ml": "azureml-core"}.get(name, name)
+            raise ConfigurationError(f"report_to={name!r} needs the {package} package, which is not installed: pip "
+                                     f"install {package}, or pass report_to='none'")
+    if overrides.get("push_to_hub") and hub_offline():
+        raise ConfigurationError("push_to_hub=True, but HF_HUB_OFFLINE is set: Trainer creates the repository on "
+                                 "the Hugging Face Hub when it starts. Unset HF_HUB_OFFLINE, or leave push_to_hub out "
+                                 "and upload the saved model later (hf upload REPO OUTPUT_DIR)")
 
 
 def _dataset(kind: str, loaded: Any, tokenizer: Any, data: object, block_size: int) -> Any:
@@ -380,14 +434,22 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
         clean_debris(out, resuming=resume not in (False, None))
         if overwrite:
             remove_earlier_checkpoints(out)
-    checkpoint = resume_checkpoint(resume, out)
+    checkpoint = resume_checkpoint(resume, out, adapter=bool(lora) or quantized or _is_peft(loaded.model))
     with _progress("setting up the Trainer" + (" and the LoRA adapters" if lora or quantized else "")):
         model, adapter = _prepare_model(loaded, lora, quantized, args.seed, bool(args.gradient_checkpointing), kind)
 
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         guard = divergence_guard()
-        trainer = _trainer(kind, loaded, model, args, dataset, [*callbacks, guard])
+        try:
+            trainer = _trainer(kind, loaded, model, args, dataset, [*callbacks, guard])
+        except Exception as exc:
+            if not type(exc).__module__.startswith(("huggingface_hub", "httpx", "requests")):
+                raise
+            # push_to_hub: Trainer creates the repository first; the hub's refusal keeps its kind (CLI exit status)
+            raise ConfigurationError(f"push_to_hub=True, but the repository {args.hub_model_id or out!r} could not be "
+                                     f"created on the Hugging Face Hub: {redact_text(str(exc))[:400]}. Check the "
+                                     "network and your token (hf auth whoami), or leave push_to_hub out") from exc
     trainer.pop_callback(PrinterCallback)  # one summary at the end instead of a dict per log step
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(_quiet_progress())
@@ -400,6 +462,12 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
     except BaseException as exc:  # re-raised; a checkpoint cut short (Ctrl-C too) must not look resumable
         if trainer.is_world_process_zero():
             _cut_short(out, since, exc)
+        if checkpoint is not None and isinstance(exc, (ValueError, RuntimeError, KeyError)) and \
+                _raised_loading_state(exc):
+            raise ConfigurationError(
+                f"cannot resume from {checkpoint}: its saved state does not fit the parameters this run trains "
+                f"({' '.join(str(exc).split())[:300]}). It was saved by a run with another model, lora= or "
+                "LoraConfig: resume with that run's settings, or start over (overwrite=True; CLI: --overwrite)") from exc
         raise
     finally:
         model.eval()  # …and back to inference
@@ -429,6 +497,16 @@ def _train_holding(loaded: Any, dataset: Any, out: str, *, lora: object, quantiz
         _write_summary(out, result)
     log.info("%s", result)
     return result
+
+
+def _raised_loading_state(exc: BaseException) -> bool:
+    """``exc`` came from loading a checkpoint's saved state into this run (``Optimizer.load_state_dict``:
+    parameter groups that do not match; ``Module.load_state_dict``: adapter weights of another shape)."""
+    import traceback
+
+    return any(frame.name == "load_state_dict" and ("/torch/optim/" in frame.filename
+                                                    or frame.filename.endswith("/torch/nn/modules/module.py"))
+               for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def _write_summary(output_dir: str, result: TrainResult) -> None:

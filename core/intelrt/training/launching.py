@@ -13,9 +13,11 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from ..planning.environment import resolve_env
 from ..planning.planner import plan_backend
 from ..support.environ import child as child_environment
 from ..support.tables import plural
+from .rank_watch import DEFAULT_HANG_TIMEOUT_S, HEARTBEATS_VAR, watch
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,10 @@ class LaunchCommand:
     left_out: tuple[str, ...] = ()
     """Variables of this process the backend's vendor stack wrote (``Backend.written_by_stack``): the
     ranks do not inherit them."""
+    hang_timeout: float = DEFAULT_HANG_TIMEOUT_S
+    """Seconds a rank may keep the others waiting in a collective before the job is stopped (0: never)."""
+    hang: str | None = None
+    """Once it ran: why the job was stopped as hung, naming the ranks (``None``: it was not)."""
 
     def env_to_set(self) -> dict[str, str]:
         return {s.name: s.value for s in self.env if s.to_set and s.started}
@@ -65,6 +72,28 @@ class LaunchCommand:
         wrote into it: :attr:`left_out`) plus what intelrt sets."""
         source = os.environ if base is None else base
         return child_env(self.env, {k: v for k, v in source.items() if k not in self.left_out})
+
+    def start(self, **popen: Any) -> tuple[subprocess.Popen[str], Path | None]:
+        """Start the launcher (the port checked first), with a new heartbeat directory for the ranks
+        when hangs are watched; the process and that directory."""
+        env = self.environment()
+        check_master_port(env, self.nnodes)
+        beats = Path(tempfile.mkdtemp(prefix="intelrt-heartbeats-")) if self.hang_timeout > 0 else None
+        if beats is not None:
+            env[HEARTBEATS_VAR] = str(beats)
+        return subprocess.Popen(list(self.argv), env=env, text=True, errors="replace", **popen), beats  # noqa: S603
+
+    def watch(self, process: subprocess.Popen[str], beats: Path | None,
+              on_hang: Callable[[Any], None] | None = None) -> str | None:
+        """Wait for ``process`` (see :meth:`start`); stop it when a rank hangs (``on_hang`` told first).
+        Why it was stopped, or ``None``."""
+        try:
+            hang = watch(process, beats, self.hang_timeout, self.nproc, on_hang) if beats is not None else None
+            process.wait()
+        finally:
+            if beats is not None:
+                shutil.rmtree(beats, ignore_errors=True)
+        return None if hang is None else str(hang)
 
     def shell(self) -> str:
         """The command as one shell line, with the variables intelrt sets in front of it."""
@@ -91,6 +120,8 @@ class LaunchCommand:
             "per_rank": PER_RANK.split(", "),
             "findings": [f.to_dict() for f in self.findings],
             "returncode": self.returncode,
+            "hang_timeout": self.hang_timeout,
+            "hang": self.hang,
         }
 
     def __str__(self) -> str:
@@ -116,6 +147,8 @@ class LaunchCommand:
             lines.append(f"{f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))
         lines.append("command:")
         lines.append(f"  {self.shell()}")
+        lines.append(f"a rank that keeps the others waiting in a collective for {self.hang_timeout:g} s stops the job, "
+                     "named (--hang-timeout)" if self.hang_timeout > 0 else "hung ranks are not watched (--hang-timeout 0)")
         return "\n".join(lines)
 
 
@@ -183,12 +216,45 @@ def _accelerate_argv(nproc: int, nnodes: int, node_rank: int | None, endpoint: s
     return argv
 
 
+def check_master_port(env: Mapping[str, str], nnodes: int = 1) -> None:
+    """A ``MASTER_PORT`` another process listens on (another job, another tenant of the machine) makes
+    torchrun fail with a ``DistNetworkError`` traceback: refuse it first, on a one-node job, where this
+    machine is the one torchrun binds the port on."""
+    port = (env.get("MASTER_PORT") or "").strip()
+    if not port or nnodes > 1:
+        return
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ConfigurationError(f"MASTER_PORT={port!r} is not a port number (1-65535); pick a free port, or unset "
+                                 "MASTER_PORT and torchrun picks one")
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to torchrun too
+        try:
+            probe.bind(("", int(port)))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ConfigurationError(
+                f"MASTER_PORT={port} is in use on this machine (another job, or another tenant of this server: each "
+                "needs its own port); pick a free one (e.g. MASTER_PORT=29600), or unset MASTER_PORT and torchrun "
+                "picks one") from None
+
+
 def launch_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int | None = None,
                    devices: object = None, nnodes: int = 1, node_rank: int | None = None,
                    rdzv_endpoint: str | None = None, rdzv_id: str = "intelrt", via: str = "torchrun",
                    module: bool = False, backend: str = AUTO, strict: bool = False,
-                   env: Mapping[str, str] | None = None, host: PluginHost | None = None) -> LaunchCommand:
-    """Decide the launcher command and environment for ``script`` without running anything."""
+                   env: Mapping[str, str] | None = None, host: PluginHost | None = None,
+                   hang_timeout: float = DEFAULT_HANG_TIMEOUT_S) -> LaunchCommand:
+    """Decide the launcher command and environment for ``script`` without running anything.
+    ``hang_timeout``: seconds a rank may keep the others waiting in a collective before the job is
+    stopped, naming it (:mod:`intelrt.training.rank_watch`); 0 runs the script unwatched."""
+    if isinstance(hang_timeout, bool) or not isinstance(hang_timeout, (int, float)) or not hang_timeout >= 0 \
+            or hang_timeout == float("inf"):
+        raise ConfigurationError(f"hang_timeout must be a finite number of seconds >= 0 (0: not watched), got "
+                                 f"{hang_timeout!r}")
     if via not in VIA:
         raise ConfigurationError(f"via={via!r}: use one of {', '.join(VIA)}")
     nnodes = _check_int("nnodes", nnodes, 1)
@@ -247,11 +313,13 @@ def launch_command(script: str | os.PathLike[str], args: Sequence[str] = (), *, 
         argv = _torchrun_argv(nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, master)
     else:
         argv = _accelerate_argv(nproc, nnodes, node_rank, rdzv_endpoint, master)
-    if module:
+    if hang_timeout > 0:  # every rank runs its script under the heartbeat (rank_watch), as a module of the launcher
+        argv += ["--module", "intelrt.training.rank_watch"] + (["--module"] if module else [])
+    elif module:
         argv.append("--module")
     argv += [script, *args]
     return LaunchCommand(argv=tuple(argv), nproc=nproc, nnodes=nnodes, via=via, plan=plan, env=tuple(settings),
-                         findings=tuple(findings), left_out=tuple(stacks))
+                         findings=tuple(findings), left_out=tuple(stacks), hang_timeout=float(hang_timeout))
 
 
 def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, dry_run: bool = False,
@@ -268,5 +336,8 @@ def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, dry_run:
         if finding.severity == "warning":
             log.warning("%s — %s Fix: %s", finding.title, finding.detail, finding.fix)
     log.info("launching: %s", command.shell())
-    completed = subprocess.run(list(command.argv), env=command.environment(), check=False)  # noqa: S603
-    return replace(command, returncode=completed.returncode)
+    process, beats = command.start()
+    hang = command.watch(process, beats)
+    if hang is not None:
+        log.error("intelrt launch: %s", hang)
+    return replace(command, returncode=process.returncode, hang=hang)

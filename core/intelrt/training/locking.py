@@ -71,6 +71,21 @@ def _acquire(directory: str) -> Any:
     return lock
 
 
+def held_by_another(directory: str) -> bool:
+    """Whether another process's training holds ``directory`` now (a lock a killed run left is not held)."""
+    if not os.path.isfile(os.path.join(directory, LOCK_NAME)):
+        return False
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(os.path.join(directory, LOCK_NAME), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 def refuse_if_held(directory: str) -> None:
     """Raise the refusal naming the holder when a training holds ``directory`` now; a lock left by
     a killed run is removed. Creates nothing."""

@@ -19,12 +19,17 @@ from dataclasses import dataclass
 
 from ..errors import ConfigurationError, SaveError
 from ..hooks.model import ModelInfo
-from .saving import MARKERS, STAGING_PREFIX, checkpoints, remove_directories
+from .saving import (
+    MARKERS,
+    OWN_PREFIX,
+    STAGING_PREFIX,
+    checkpoints,
+    recover_interrupted_save,
+    remove_directories,
+)
 
 log = logging.getLogger(__name__)
 
-#: intelrt's own hidden files in an output directory (lock, staging, probe, demo marker).
-OWN_PREFIX = ".intelrt-"
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,7 @@ def clean_debris(directory: str, *, resuming: bool) -> None:
     directories of a final save and empty ``checkpoint-N`` directories; when resuming, also the
     ``checkpoint-N`` without ``trainer_state.json`` — a save cut short, which ``Trainer`` would
     write into when it reaches step N. One of those that cannot be removed is refused."""
+    recover_interrupted_save(directory, locked=True)  # a final save killed mid-swap: the previous model back first
     found = checkpoints(directory)
     debris = sorted(n for n in os.listdir(directory) if n.startswith(STAGING_PREFIX)
                     or (n in found and (_is_empty_dir(os.path.join(directory, n)) or (resuming and not found[n]))))

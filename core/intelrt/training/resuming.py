@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 TORCH_FILES = (".pt", ".pth", ".bin")
 
 
-def resume_checkpoint(resume: object, output_dir: str) -> str | None:
+def resume_checkpoint(resume: object, output_dir: str, *, adapter: bool | None = None) -> str | None:
     """The checkpoint ``resume`` asks for (``True``: the last complete one in ``output_dir``; a
-    path: that one), checked; ``None`` to start from the beginning."""
+    path: that one), checked — its files readable and, when ``adapter`` says what this run trains
+    (LoRA adapters or the whole model), holding the weights of that; ``None`` to start from the beginning."""
     if resume is False or resume is None:
         return None
     if resume is True:
@@ -41,13 +42,13 @@ def resume_checkpoint(resume: object, output_dir: str) -> str | None:
             raise ConfigurationError(f"resume=True, but {output_dir} holds no checkpoint-N directory with "
                                      f"{CHECKPOINT_COMPLETE} (it has: {', '.join(found) or 'nothing'}); save checkpoints "
                                      "with save_steps=N, or leave resume unset to start over")
-        check_checkpoint(last)
+        check_checkpoint(last, adapter=adapter)
         return str(last)
     if isinstance(resume, (str, os.PathLike)):
         path = Path(resume)
         if not (path / CHECKPOINT_COMPLETE).is_file():
             raise ConfigurationError(f"resume={os.fspath(resume)!r} is not a Trainer checkpoint (no {CHECKPOINT_COMPLETE})")
-        check_checkpoint(str(path))
+        check_checkpoint(str(path), adapter=adapter)
         return str(path)
     raise ConfigurationError(f"resume= takes True, False or a checkpoint directory, not {resume!r}")
 
@@ -68,6 +69,12 @@ def _problem(path: Path) -> str | None:
         except IntelrtError as exc:
             return str(exc).removeprefix(str(path)).lstrip(" :")
         return None
+    if path.suffix == ".json":
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return f"is not readable JSON ({exc})"
+        return None
     if path.name.endswith(TORCH_FILES):
         try:
             with zipfile.ZipFile(path) as archive:
@@ -77,17 +84,57 @@ def _problem(path: Path) -> str | None:
     return None
 
 
-def check_checkpoint(checkpoint: str) -> None:
-    """:class:`ModelSourceError` naming the first unreadable file of ``checkpoint`` and the way out."""
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+"""What ``Trainer._load_from_checkpoint`` loads a checkpoint's weights from (transformers' trainer.py):
+the whole model's files first — into a PEFT model too, with ``strict=False``, so that an adapter
+next to them is never restored."""
+
+
+SHARDED_STATES = ("pytorch_model_fsdp", "global_step", "latest")
+"""Names in a checkpoint of a sharded run (accelerate's FSDP ``FSDP_MODEL_NAME``, DeepSpeed's tag dirs)."""
+
+
+def _earlier(checkpoint: str) -> str:
+    directory = os.path.dirname(os.path.abspath(checkpoint))
+    last, _ = last_complete_checkpoint(directory, below=checkpoint_step(os.path.basename(checkpoint)))
+    return (f"resume from the checkpoint before it (resume={last!r}; CLI: --resume {last})" if last
+            else "no earlier checkpoint is left")
+
+
+def _weights_problem(checkpoint: str, adapter: bool) -> str | None:
+    """Why ``Trainer`` would not restore this run's weights from ``checkpoint`` (and the way out), or ``None``."""
+    names = set(os.listdir(checkpoint))
+    if any(n.startswith(SHARDED_STATES) for n in names):
+        return None  # FSDP / DeepSpeed write each rank's shard, and restore through their own loaders
+    whole, lora = sorted(names & set(MODEL_WEIGHTS)), sorted(names & set(ADAPTER_WEIGHTS))
+    if adapter and whole and lora:
+        return (f"it holds a whole model ({', '.join(whole)}) next to the LoRA adapter ({', '.join(lora)}); Trainer "
+                "would restore the whole model's weights (none fit the LoRA model) and never the adapter, so the run "
+                f"would go on from fresh adapters while reporting a resume. Remove {', '.join(whole)} from it (a LoRA "
+                f"run writes none), or {_earlier(checkpoint)}")
+    if adapter and whole:
+        return ("it holds a whole model's weights and no adapter: a run that trained the whole model wrote it. Resume "
+                "it without lora= (CLI: without --lora), or start over (overwrite=True; CLI: --overwrite)")
+    if adapter and not lora:
+        return "it holds no adapter (adapter_model.safetensors) for this LoRA run to resume; " + _earlier(checkpoint)
+    if not adapter and not whole:
+        return ((f"it holds only LoRA adapters ({', '.join(lora)}): a LoRA run wrote it. Resume it with lora=True "
+                 "(CLI: --lora), or start over (overwrite=True; CLI: --overwrite)") if lora else
+                f"it holds no model weights (model.safetensors); {_earlier(checkpoint)}")
+    return None
+
+
+def check_checkpoint(checkpoint: str, *, adapter: bool | None = None) -> None:
+    """:class:`ModelSourceError` naming the first unreadable file of ``checkpoint`` and the way out;
+    :class:`ConfigurationError` when it does not hold the weights of what this run trains."""
     for path in sorted(Path(checkpoint).iterdir()):
         problem = _problem(path) if path.is_file() else None
         if problem is None:
             continue
-        directory = os.path.dirname(os.path.abspath(checkpoint))
-        step = checkpoint_step(os.path.basename(checkpoint))
-        last, _ = last_complete_checkpoint(directory, below=step)
-        earlier = (f"resume from the checkpoint before it (resume={last!r}; CLI: --resume {last})" if last
-                   else "no earlier checkpoint is left")
         raise ModelSourceError(
             f"cannot resume from {checkpoint}: {path.name} {problem}. Its save was damaged (disk full, a copy cut "
-            f"short?). Ways out: {earlier}, or start over (overwrite=True; CLI: --overwrite).")
+            f"short?). Ways out: {_earlier(checkpoint)}, or start over (overwrite=True; CLI: --overwrite).")
+    problem = _weights_problem(checkpoint, adapter) if adapter is not None else None
+    if problem is not None:
+        raise ConfigurationError(f"cannot resume from {checkpoint}: {problem}.")

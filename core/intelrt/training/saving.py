@@ -7,11 +7,17 @@ can stop a write half way — after ``config.json``, before the weights. So:
 
 * the output directory is checked for writing *before* training starts (a run is not lost at
   its last step);
-* the final model is saved into a staging directory next to its target and moved into place
-  only when every file is written, the marker files last; on failure the staging directory is
-  removed and what the output directory held before is untouched. A sharded run saves the same
-  way: every rank joins the save into one staging directory, rank 0 writes the gathered model
-  there and moves it into place once all are done;
+* the final model is saved into a staging directory next to its target (``.intelrt-saving-*``),
+  every file fsynced, then swapped in by renames: the previous model's files move into a
+  ``.intelrt-previous-*`` directory (markers first, so the output directory stops looking
+  complete), then the new ones move in (markers last), then the previous ones go. A journal in
+  the previous-files directory, written before the first rename, says what moves where; a run
+  killed at any point — SIGKILL included — leaves either the previous model or the new one
+  complete, never a mix: :func:`recover_interrupted_save` (run by the next training, and by
+  ``intelrt.load``) puts the previous model back unless every new file had landed. A failed save
+  removes the staging directory and leaves the output directory as it was. A sharded run saves
+  the same way: every rank joins the save into one staging directory, rank 0 writes the gathered
+  model there and swaps it in once all are done;
 * a ``checkpoint-N`` this run left without ``trainer_state.json`` (``Trainer`` writes it last)
   is removed — also when Ctrl-C stops the save — and ``resume=True`` never picks such a
   checkpoint. A message says what was removed and what could not be (a read-only directory).
@@ -19,6 +25,7 @@ can stop a write half way — after ``config.json``, before the weights. So:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +35,7 @@ import tempfile
 from typing import Any
 
 from ..errors import SaveError
+from ..planning.model_source import INTERRUPTED_SAVE
 from ..support.distributed import any_rank
 from ..support.redaction import redact, redact_text
 
@@ -39,6 +47,12 @@ MARKERS = ("config.json", "adapter_config.json")
 CHECKPOINT_COMPLETE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 STAGING_PREFIX = ".intelrt-saving-"
+PREVIOUS_PREFIX = INTERRUPTED_SAVE
+"""Where a save moves the previous model's files until the new ones are in place."""
+JOURNAL = "journal.json"
+"""In a ``.intelrt-previous-*`` directory: the staging directory, the previous files, the new ones."""
+OWN_PREFIX = ".intelrt-"
+"""intelrt's own files in an output directory (lock, staging, journal, probe, demo marker): never moved."""
 #: File times come from a coarse kernel clock that can lag ``time.time()`` by a tick.
 _CLOCK_SLACK_S = 0.05
 
@@ -129,17 +143,91 @@ def discard_incomplete(directory: str, since: float) -> tuple[list[str], list[st
     return remove_directories(directory, cut_short)
 
 
-def _move_into_place(staging: str, directory: str) -> None:
-    """Move every file of ``staging`` into ``directory``, the marker files last, after removing the
-    markers of what ``directory`` held before (they must not vouch for half-moved new files)."""
-    names = sorted(os.listdir(staging), key=lambda n: (n in MARKERS, n))  # markers move last
-    if not names:
+def _fsync(path: str) -> None:
+    """Flush ``path`` (a file or a directory) to the disk: a rename must not land before the data does."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _files(directory: str) -> list[str]:
+    """The regular files of ``directory`` that belong to a model (not intelrt's own), markers last."""
+    names = [n for n in os.listdir(directory) if not n.startswith(OWN_PREFIX)
+             and os.path.isfile(os.path.join(directory, n)) and not os.path.islink(os.path.join(directory, n))]
+    return sorted(names, key=lambda n: (n in MARKERS, n))
+
+
+def _swap_into_place(staging: str, directory: str) -> None:
+    """Replace the model files of ``directory`` with those of ``staging`` so that a kill at any
+    moment leaves one complete model (see the module's docstring)."""
+    new = _files(staging)
+    if not new:
         return
-    for marker in MARKERS:
-        if os.path.lexists(os.path.join(directory, marker)):
-            os.remove(os.path.join(directory, marker))
-    for name in names:
+    for name in new:
+        _fsync(os.path.join(staging, name))
+    _fsync(staging)
+    old = list(reversed(_files(directory)))  # markers first: the directory stops looking complete
+    previous = tempfile.mkdtemp(prefix=PREVIOUS_PREFIX, dir=directory)
+    journal = os.path.join(previous, JOURNAL)
+    with open(journal, "w", encoding="utf-8") as fh:
+        json.dump({"staging": os.path.basename(staging), "old": old, "new": new}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    _fsync(directory)
+    for name in old:
+        os.replace(os.path.join(directory, name), os.path.join(previous, name))
+    for name in new:  # markers last
         os.replace(os.path.join(staging, name), os.path.join(directory, name))
+    _fsync(directory)
+    shutil.rmtree(previous)
+
+
+def recover_interrupted_save(directory: str, *, locked: bool = False) -> list[str]:
+    """Finish what a save killed while swapping files left in ``directory``: the previous model
+    back in place (its files from the ``.intelrt-previous-*`` directory), unless every new file had
+    landed (then the leftovers go). Nothing is touched while another training holds the directory
+    (``locked``: this process holds it). Returns what was done, one line each (also logged)."""
+    if not os.path.isdir(directory):
+        return []
+    pending = sorted(n for n in os.listdir(directory) if n.startswith(PREVIOUS_PREFIX)
+                     and os.path.isdir(os.path.join(directory, n)))
+    if not pending:
+        return []
+    from .locking import held_by_another
+
+    if not locked and held_by_another(directory):
+        return []
+    done: list[str] = []
+    for name in pending:
+        previous = os.path.join(directory, name)
+        try:
+            with open(os.path.join(previous, JOURNAL), encoding="utf-8") as fh:
+                journal = json.load(fh)
+            staging = os.path.join(directory, str(journal["staging"]))
+            old, new = [str(n) for n in journal["old"]], [str(n) for n in journal["new"]]
+        except (OSError, ValueError, KeyError, TypeError):  # killed before the journal was written: nothing moved
+            shutil.rmtree(previous, ignore_errors=True)
+            continue
+        landed = [n for n in new if not os.path.lexists(os.path.join(staging, n))]
+        if len(landed) == len(new) and all(os.path.isfile(os.path.join(directory, n)) for n in new):
+            done.append(f"{directory}: a save killed after its new model was in place finished (removed {name})")
+        else:
+            for n in landed:  # the new files that moved in: out, before the previous ones come back
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(directory, n))
+            back = sorted((n for n in old if os.path.lexists(os.path.join(previous, n))), key=lambda n: (n in MARKERS, n))
+            for n in back:
+                os.replace(os.path.join(previous, n), os.path.join(directory, n))
+            _fsync(directory)
+            done.append(f"{directory}: a save was killed while it replaced the model; the previous model is back in "
+                        f"place ({len(back)} files) and the unfinished new one removed")
+        shutil.rmtree(previous, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+    for line in done:
+        log.warning("%s", line)
+    return done
 
 
 def _staging(trainer: Any, directory: str, ranks: int) -> str:
@@ -175,9 +263,10 @@ def save_model_atomically(trainer: Any, directory: str) -> None:
         save_failed = any_rank(saved is not None)  # also waits: every shard written before rank 0 moves
         if not save_failed and trainer.is_world_process_zero():
             try:
-                _move_into_place(staging, directory)
+                _swap_into_place(staging, directory)
             except OSError as exc:
                 moved = exc
+                recover_interrupted_save(directory, locked=True)  # the previous model back, as after a kill
         move_failed = any_rank(moved is not None)  # also waits: moved before any rank removes the staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -190,8 +279,8 @@ def save_model_atomically(trainer: Any, directory: str) -> None:
             "one).") from saved
     if move_failed:
         raise SaveError(f"moving the saved model into {directory} failed ({_why(moved) if moved else 'on rank 0'}); "
-                        "the directory may hold only part of it and no marker file, so intelrt.load() will not take "
-                        "it for complete") from moved
+                        "the previous model there was put back and the new one removed: free space or fix the "
+                        "permissions, then train again (resume=True continues from the last checkpoint)") from moved
 
 
 def write_json_atomically(path: str, data: Any) -> None:

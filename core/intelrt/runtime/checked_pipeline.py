@@ -1,0 +1,62 @@
+"""The pipelines ``intelrt`` builds for generating tasks check each call as ``Loaded.generate``
+does, before ``model.generate`` runs: a length past the model's positions (``max_new_tokens=10**12``
+would run for ever), a token id outside its vocabulary, and an empty prompt for a model with no
+``bos_token_id`` to start from (transformers' own message then asks for ``input_ids``).
+
+A subclass of the task's own pipeline class, passed to ``transformers.pipeline(pipeline_class=…)``
+(transformers/pipelines/__init__.py, ``pipeline``): everything else is transformers' pipeline,
+unchanged. It hooks ``Pipeline.forward`` (which knows the prompt's tokens) and
+``_prepare_generate_kwargs`` (transformers/pipelines/base.py, the ``generate()`` keywords of one
+call: the call's, the pipeline's and the task's defaults merged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from ..errors import ConfigurationError
+from .model_limits import check_length, check_token_ids
+
+
+class _Checked:
+    """The checks, mixed in before the task's pipeline class."""
+
+    model: Any
+    _intelrt_prompt_width = 1
+
+    def forward(self, model_inputs: Any, **forward_params: Any) -> Any:
+        ids = model_inputs.get("input_ids") if isinstance(model_inputs, Mapping) else None
+        decoder_only = not getattr(self.model.config, "is_encoder_decoder", False)
+        width = int(ids.shape[-1]) if decoder_only and ids is not None and hasattr(ids, "shape") else 1
+        if decoder_only and ids is not None and width == 0 and \
+                getattr(getattr(self.model, "generation_config", None), "bos_token_id", None) is None:
+            raise ConfigurationError("the prompt is empty, and this model has no bos_token_id to start generating "
+                                     "from; pass some text")
+        self._intelrt_prompt_width = width
+        return super().forward(model_inputs, **forward_params)  # type: ignore[misc]
+
+    def _prepare_generate_kwargs(self, generate_kwargs: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super()._prepare_generate_kwargs(generate_kwargs, **overrides)  # type: ignore[misc]
+        settings: dict[str, Any] = self._get_set_generation_params(kwargs)  # type: ignore[attr-defined]
+        for name in ("max_new_tokens", "max_length"):
+            value = settings.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        check_token_ids(self.model, settings)
+        check_length(self.model, self._intelrt_prompt_width, settings)
+        return kwargs
+
+
+@cache
+def checked(pipeline_class: type) -> type:
+    """``pipeline_class`` with the checks (the same class for every call: transformers compares classes)."""
+    return type(pipeline_class.__name__, (_Checked, pipeline_class),
+                {"__module__": pipeline_class.__module__, "__qualname__": pipeline_class.__qualname__,
+                 "__doc__": pipeline_class.__doc__})
+
+
+def generates(pipeline_class: type) -> bool:
+    """Whether the task's pipeline calls ``model.generate`` (transformers' ``_pipeline_calls_generate``)."""
+    return bool(getattr(pipeline_class, "_pipeline_calls_generate", False))
