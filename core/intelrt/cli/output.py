@@ -80,8 +80,9 @@ class _Spinners:
                 from rich.text import Text
 
                 self.progress.console.print(Text(text), soft_wrap=True)
-            else:
-                print(text, file=sys.stderr, flush=True)
+            else:  # one write: print's text and newline are two, and a log line from another thread lands between
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
 
     def start(self, event: StepEvent) -> None:
         with self.lock:
