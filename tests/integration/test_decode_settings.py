@@ -144,8 +144,10 @@ def test_a_prompt_longer_than_the_positions_is_refused(loaded: intelrt.Loaded) -
         loaded.generate_ids([5] * (limit + 1), max_new_tokens=2)
 
 
-def test_running_past_the_positions_goes_to_generate(loaded: intelrt.Loaded) -> None:
+def test_running_past_the_positions_is_refused_with_the_length_that_fits(loaded: intelrt.Loaded) -> None:
+    # as vLLM refuses prompt + max_tokens past max_model_len: past its positions a model reads
+    # garbage, and max_new_tokens=10**12 would run for ever (issue 34)
     limit = loaded.model.config.max_position_embeddings
-    got = loaded.generate_ids([5] * (limit - 2), max_new_tokens=4, eos_token_id=None)
-    assert loaded.last_generation is not None and loaded.last_generation.path == "generate"
-    assert "max_position_embeddings" in loaded.last_generation.reason and len(got) == 4
+    with pytest.raises(ConfigurationError, match=rf"needs {limit + 2} positions.*pass max_new_tokens=2 or less"):
+        loaded.generate_ids([5] * (limit - 2), max_new_tokens=4, eos_token_id=None)
+    assert len(loaded.generate_ids([5] * (limit - 2), max_new_tokens=2, eos_token_id=None)) == 2

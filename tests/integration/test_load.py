@@ -50,8 +50,8 @@ def test_generate_a_list_returns_one_text_per_prompt(loaded: intelrt.Loaded) -> 
     ([], {}, "empty list of prompts"),
     ([1, 2], {}, "every prompt must be a str"),
     (b"bytes", {}, "prompt must be a str or a list of str"),
-    ("hi", {"max_new_tokens": "5"}, "max_new_tokens must be a positive int"),
-    ("hi", {"max_new_tokens": 0}, "max_new_tokens must be a positive int"),
+    ("hi", {"max_new_tokens": "5"}, "max_new_tokens must be an int >= 1"),
+    ("hi", {"max_new_tokens": 0}, "max_new_tokens must be an int >= 1"),
 ])
 def test_generate_rejects_bad_input_clearly(loaded: intelrt.Loaded, prompt: object, kwargs: dict,  # type: ignore[type-arg]
                                             message: str) -> None:

@@ -271,16 +271,19 @@ class GenericRules:
         return None
 
     def check_compile(self, backend: Backend, value: CompileChoice, s: Situation) -> Endorsement | None:
-        choice = s.request.compile
-        if choice == "on":
+        # the value, not the request's string: a plugin's choice is checked here too, under compile='auto'
+        if not value.enabled:
+            return None
+        if value.compiler == backend.compiler:
+            if s.request.compile != "on":
+                return None
             return Endorsement(f"{value.compiler} is torch's default compiler" if value.compiler == "inductor"
                                else f"{value.compiler} is the compiler of {backend.name}")
-        if choice != "none":
-            known = compile_backends()
-            if known is not None and choice not in known:
-                shown = [name for name in known if not any(t in name for t in ("TESTING", "minifier", "debug"))]
-                raise PlanError(f"compile={choice!r} is not a torch.compile backend; use 'on' ({backend.compiler}), "
-                                f"'none', or one of {', '.join(shown)}")
+        known = compile_backends()
+        if known is not None and value.compiler not in known:
+            shown = [name for name in known if not any(t in name for t in ("TESTING", "minifier", "debug"))]
+            raise PlanError(f"compile={value.compiler!r} is not a torch.compile backend; use 'on' ({backend.compiler}), "
+                            f"'none', or one of {', '.join(shown)}")
         return None
 
     # -- training -----------------------------------------------------------------------------

@@ -59,7 +59,7 @@ class DecodeOptions:
 def _check_types(kwargs: Mapping[str, Any]) -> None:
     """Refuse wrong types for the settings the loop reads (ConfigurationError, never a guess)."""
     checks: dict[str, tuple[tuple[type, ...], str]] = {
-        "max_new_tokens": ((int,), "a positive int"),
+        "max_new_tokens": ((int,), "an int >= 1"),
         "do_sample": ((bool,), "True or False"),
         "temperature": ((int, float), "a number > 0"),
         "top_k": ((int,), "an int >= 0"),

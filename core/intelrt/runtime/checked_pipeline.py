@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
-from .model_limits import check_length, check_token_ids
+from .model_limits import check_counts, check_length, check_token_ids
 
 
 class _Checked:
@@ -40,10 +40,7 @@ class _Checked:
     def _prepare_generate_kwargs(self, generate_kwargs: dict[str, Any], **overrides: Any) -> dict[str, Any]:
         kwargs: dict[str, Any] = super()._prepare_generate_kwargs(generate_kwargs, **overrides)  # type: ignore[misc]
         settings: dict[str, Any] = self._get_set_generation_params(kwargs)  # type: ignore[attr-defined]
-        for name in ("max_new_tokens", "max_length"):
-            value = settings.get(name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+        check_counts(settings)
         check_token_ids(self.model, settings)
         check_length(self.model, self._intelrt_prompt_width, settings)
         return kwargs

@@ -145,10 +145,10 @@ class LaunchCommand:
             lines.append("environment: nothing to add (the launcher's own environment is used as is)")
         for f in self.findings:
             lines.append(f"{f.severity}: {f.title} — {f.detail}" + (f" Fix: {f.fix}" if f.fix else ""))
-        lines.append("command:")
-        lines.append(f"  {self.shell()}")
         lines.append(f"a rank that keeps the others waiting in a collective for {self.hang_timeout:g} s stops the job, "
                      "named (--hang-timeout)" if self.hang_timeout > 0 else "hung ranks are not watched (--hang-timeout 0)")
+        lines.append("command:")  # last: the line to copy and paste
+        lines.append(f"  {self.shell()}")
         return "\n".join(lines)
 
 
