@@ -67,6 +67,38 @@ def test_bench_shape_tiny_prints_the_table(tmp_path: Path, capsys: pytest.Captur
             assert row["tok_s"] > 0 and row["roofline"] > 0 and row["peak_gib"] is None  # no GPU memory on the CPU
 
 
+def test_a_prompt_length_sweep_benches_every_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--prompt-tokens 8,40``: both runs at each length, labelled with it (a latent-attention
+    shape, issue 31), and the float32 check at the first length."""
+    out = tmp_path / "sweep.json"
+    code = main(["bench", "--tiny", "--shape", "DeepSeek-V3", "--prompt-tokens", "8,40", "--repeats", "1",
+                 "--new-tokens", "5", "--output", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0 and "8, 40-token prompt" in text and "prefill GiB" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["shape"], r["run"], r["prompt_tokens"]) for r in rows] == [
+        ("DeepSeek-V3 (tiny) @8", "static cache + compile", 8), ("DeepSeek-V3 (tiny) @8", "intelrt", 8),
+        ("DeepSeek-V3 (tiny) @40", "static cache + compile", 40), ("DeepSeek-V3 (tiny) @40", "intelrt", 40),
+        ("DeepSeek-V3 (tiny)", "verify fp32", None)]
+    assert all(r["tok_s"] > 0 and r["first_call_s"] > 0 for r in rows[:4])
+    assert rows[1]["outputs"].startswith("identical vs static; path fast, step=compact")
+    assert rows[4]["outputs"].startswith("identical vs plain generate")
+
+
+def test_a_prompt_past_the_shapes_positions_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before anything loads, naming the shape, the lengths and the limit (not a row of 0 tok/s)."""
+    assert main(["bench", "--tiny", "--shape", "Qwen3-0.6B,Granite-3.1-2B", "--prompt-tokens", "32,500",
+                 "--new-tokens", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "max_position_embeddings" in err and "Qwen3-0.6B (tiny): 500 + 16 new tokens > 512" in err
+    assert "Granite-3.1-2B (tiny): 500 + 16 new tokens > 512" in err and "32 +" not in err
+
+
+def test_the_plain_bench_takes_one_prompt_length(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--tiny", "--prompt-tokens", "8,16"]) == 2
+    assert "a sweep of prompt lengths is a --shape option" in capsys.readouterr().err
+
+
 def test_bench_shape_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--tiny", "--shape", "Llama-9B"]) == 2
     err = capsys.readouterr().err

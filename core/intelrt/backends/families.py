@@ -177,7 +177,7 @@ def kernel_misfit(family: Family) -> str | None:
     if family.attention_sinks:
         return "attention sinks join the softmax, which the kernel does not add"
     if family.rotary not in ("half", "half_table"):
-        return f"the rotary embedding pairs features {family.rotary} (the kernel rotates halves)"
+        return f"the rotary embedding pairs features 2i and 2i+1 ({family.rotary}; the kernel rotates halves)"
     if family.rope_layers != "all":
         return "some layers have no rotary embedding (the kernel rotates every layer)"
     if family.qk_norm != "head":
