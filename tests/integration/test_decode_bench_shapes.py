@@ -85,6 +85,19 @@ def test_a_prompt_length_sweep_benches_every_length(tmp_path: Path, capsys: pyte
     assert rows[4]["outputs"].startswith("identical vs plain generate")
 
 
+def test_the_default_path_rows_come_from_a_fresh_process(tmp_path: Path) -> None:
+    """``--default-path``: a fresh process on intelrt's default plan (on the CPU: eager, so no
+    background compile to swap in) gives its first call's and its steady state's rows."""
+    out = tmp_path / "default.json"
+    assert main(["bench", "--tiny", "--shape", "Granite-3.1-2B", "--skip-verify", "--repeats", "1", "--new-tokens",
+                 "4", "--default-path", "--default-path-tokens", "8", "--output", str(out)]) == 0
+    rows = {r["run"]: r for r in json.loads(out.read_text())["rows"]}
+    first, steady = rows["default: first 8 tokens (fresh)"], rows["default: steady (8 tokens)"]
+    assert first["tok_s"] > 0 and first["first_call_s"] > 0 and steady["tok_s"] > 0
+    assert first["ratio"] is not None and "warmup=eager" in first["outputs"] and "step=compact" in first["outputs"]
+    assert "no swap" in steady["outputs"] and "tokens the same before and after" in steady["outputs"]
+
+
 def test_a_prompt_past_the_shapes_positions_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     """Before anything loads, naming the shape, the lengths and the limit (not a row of 0 tok/s)."""
     assert main(["bench", "--tiny", "--shape", "Qwen3-0.6B,Granite-3.1-2B", "--prompt-tokens", "32,500",

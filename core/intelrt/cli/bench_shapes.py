@@ -40,9 +40,12 @@ from .shapes import SHAPES, save_shape, shape, tiny_config
 
 H200_BANDWIDTH_TB_S = 4.24
 """An H200's peak memory bandwidth (HBM3e), TB/s."""
-TARGETS = {"roofline": 0.5, "vs_static": 2.0, "new_family_vs_static": 1.0, "warm_first_answer_s": 10.0}
+TARGETS = {"roofline": 0.5, "vs_static": 2.0, "new_family_vs_static": 1.0, "warm_first_answer_s": 10.0,
+           "default_first": 1.0, "default_steady": 1.5}
 """Issue 18: Llama-family shapes at >= 50 % of the roofline and >= 2x static cache + compile; the
-new families faster than static cache + compile; a warm first answer in <= 10 s."""
+new families faster than static cache + compile; a warm first answer in <= 10 s. Issue 31: the
+default path's first tokens of a fresh process >= 1x plain static cache + compile's steady state,
+its steady state >= 1.5x."""
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral")
 
 
@@ -202,7 +205,49 @@ def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[S
     if args.quantized:
         rows += quantized_rows(work, measure)
         _release()
+    if args.default_path:
+        plain = next((r.tok_s for r in rows if r.run == "static cache + compile" and r.tok_s), None)
+        rows += default_path_rows(work, args, measure, plain)
     return rows
+
+
+def default_path_rows(work: Workload, args: argparse.Namespace, measure: Measure,
+                      plain: float | None) -> list[ShapeRow]:
+    """A fresh process with empty compile caches on intelrt's default path (``default_path.py``):
+    its first ``--default-path-tokens`` tokens, and its steady state after the background compile's
+    swap; ratios to plain static cache + compile's steady state at the first prompt length."""
+    import sys
+
+    from .first_answer import run_fresh
+
+    config_file = work.workdir / "shape.json"
+    config_file.write_text(json.dumps(work.config), encoding="utf-8")
+    tokens = args.default_path_tokens
+    command = [sys.executable, "-m", "intelrt.cli.default_path", str(config_file), str(work.workdir), "--device",
+               measure.device, "--prompt-tokens", str(args.prompt_tokens[0]), "--new-tokens", str(tokens),
+               "--repeats", str(measure.repeats)]
+    try:
+        _, found = run_fresh(command, Path(tempfile.mkdtemp(prefix="intelrt-default-")), timeout=3600)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return [ShapeRow(work.label, "default path (fresh process)", outputs=f"FAILED: {str(exc)[:300]}")]
+    read = int(found["read_bytes"])
+    first, steady = found["first_report"], found["steady_report"]
+    swaps = found["swaps"]
+    swapped = (f"compiled in the background for {swaps[0]['compile_s']:.0f} s, took over at token {swaps[0]['token']}"
+               if swaps else "no swap" + ("" if found["compile_finished"] else " (the compile had not ended)"))
+    return [
+        ShapeRow(work.label, f"default: first {tokens} tokens (fresh)", found["first_tok_s"], found["first_s"],
+                 found["first_tok_s"] / plain if plain else None, measure.share(found["first_tok_s"], read),
+                 found["peak_gib"], f"warmup={first.get('warmup')}, compiled={first.get('compiled')}, step="
+                 f"{first.get('step')}; {found['decode'][:160]}", prompt_tokens=args.prompt_tokens[0],
+                 first_call_s=found["first_s"]),
+        ShapeRow(work.label, f"default: steady ({tokens} tokens)", found["steady_tok_s"], found["steady_s"],
+                 found["steady_tok_s"] / plain if plain else None, measure.share(found["steady_tok_s"], read),
+                 found["peak_gib"], f"warmup={steady.get('warmup')}, compiled={steady.get('compiled')}, attention "
+                 f"kernel={steady.get('attention_kernel')}; {swapped}; tokens "
+                 f"{'the same' if found['same_tokens'] else 'DIFFERENT'} before and after",
+                 tuple(found["steady_calls"]), prompt_tokens=args.prompt_tokens[0]),
+    ]
 
 
 def at_length(work: Workload, tokens: int, sweep: bool) -> Workload:
@@ -390,6 +435,10 @@ def check_targets(rows: Sequence[ShapeRow]) -> list[str]:
             else:
                 lines.append(_verdict(row.ratio > TARGETS["new_family_vs_static"], f"{row.shape}: {row.ratio:.2f}x "
                                       "static cache + compile (target: faster)"))
+        if row.run.startswith("default: ") and row.ratio is not None:
+            target = TARGETS["default_steady" if "steady" in row.run else "default_first"]
+            lines.append(_verdict(row.ratio >= target, f"{row.shape} {row.run.removeprefix('default: ')}: default path "
+                                  f"{row.ratio:.2f}x static cache + compile's steady state (target >= {target}x)"))
         if row.run == "verify fp32":
             lines.append(_verdict(row.outputs.startswith("identical"), f"{row.shape}: float32 tokens "
                                   f"{row.outputs.split(' vs ')[0]}"))
@@ -449,6 +498,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --shape: only the time-to-first-answer rows (no speed rows, no float32 check)")
     parser.add_argument("--first-answer-tokens", type=count(), default=64, metavar="N",
                         help="with --first-answer: tokens each fresh process generates (default %(default)s)")
+    parser.add_argument("--default-path", action="store_true",
+                        help="with --shape: add intelrt's default path (workload auto: the compiled step built in "
+                             "the background) in a fresh process with empty compile caches: its first tokens and "
+                             "its steady state after the swap")
+    parser.add_argument("--default-path-tokens", type=count(), default=512, metavar="N",
+                        help="with --default-path: new tokens per call of the fresh process (default %(default)s)")
 
 
 def refuse_without_shape(args: argparse.Namespace) -> None:
@@ -458,7 +513,8 @@ def refuse_without_shape(args: argparse.Namespace) -> None:
         ("--verify-layers", args.verify_layers, 4), ("--skip-verify", args.skip_verify, False),
         ("--quantized", args.quantized, False), ("--first-answer", args.first_answer, False),
         ("--first-answer-only", args.first_answer_only, False),
-        ("--first-answer-tokens", args.first_answer_tokens, 64)) if value != default]
+        ("--first-answer-tokens", args.first_answer_tokens, 64), ("--default-path", args.default_path, False),
+        ("--default-path-tokens", args.default_path_tokens, 512)) if value != default]
     if given:
         raise ConfigurationError(f"{', '.join(given)} only apply to --shape runs: add --shape NAME "
                                  f"(one of {', '.join(SHAPES)}), or leave them out")

@@ -232,11 +232,12 @@ class FastDecoder:
             self._compiled_record = torch.compile(record_step, backend=self.compile_backend)
         return self._compiled_record
 
-    def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
+    def compiler_settings(self, backend: str | None = None) -> contextlib.AbstractContextManager[Any]:
         """Inductor settings from the plan and ``DecodeTuning.programmatic_launch``, active whenever
-        the step may compile. ``freezing`` is left out: it bakes the weights into the compiled step
-        as constants — a second copy, and one that training or ``load_state_dict`` would leave stale."""
-        if self.compile_backend != "inductor":
+        the step may compile (``backend``: for a compile with that backend, default the step's own).
+        ``freezing`` is left out: it bakes the weights into the compiled step as constants — a
+        second copy, and one that training or ``load_state_dict`` would leave stale."""
+        if (backend or self.compile_backend) != "inductor":
             return contextlib.nullcontext()
         import torch._inductor.config as inductor_config
 
@@ -400,9 +401,9 @@ class FastDecoder:
                         if done.failed:
                             raise GenerationError(f"the decode engine could not finish a prompt: "
                                                   f"{next(iter(done.failed.values()))}")
+                        self._after_look(batch, key, sum(len(o) for o in outputs.values()))
                         if stream is not None:
                             stream.send(outputs[handles[0]])
-                        self._after_look(batch, key, sum(len(o) for o in outputs.values()))
             finally:
                 for handle in list(batch._sequences):
                     batch.retire(handle)
