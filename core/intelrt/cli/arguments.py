@@ -67,7 +67,8 @@ def counts(minimum: int = 1) -> Callable[[str], tuple[int, ...]]:
     def parse(text: str) -> tuple[int, ...]:
         parts = [part.strip() for part in text.split(",")]
         if not all(parts):
-            raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be a whole number, or whole numbers separated by commas, got "
+                                             f"{text!r}")
         return tuple(one(part) for part in parts)
 
     return parse

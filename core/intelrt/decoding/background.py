@@ -251,6 +251,8 @@ class BackgroundCompilingDecoder(FastDecoder):
             log.debug("intelrt background compile failure", exc_info=job.error)
             self.notes.append(message)
             batch.report.notes.append(message)
+            if self._running_compiled:  # an earlier shape's compiled step: off too, so nothing compiles here
+                self._run_compiled(False)
             batch._reset_compiled()  # the steps put off while it ran are captured now
             return
         if self._job_compact is self._compact:
