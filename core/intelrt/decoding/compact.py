@@ -2,8 +2,9 @@
 
 transformers' modeling code is written for every use (training, any cache, any attention
 backend); a decode step needs less. For the families of ``families.py`` — Llama, Mistral, Qwen2,
-Qwen3, Phi-3, Gemma-2, Gemma-3 (text), Qwen3-MoE and Mixtral — this module runs the same
-computation with:
+Qwen3, Phi-3, Gemma-2, Gemma-3 (text), Qwen3-MoE, Mixtral, Granite, OLMo-2/3, SmolLM3, Cohere-2,
+GPT-OSS and DeepSeek-V2/V3 — this module runs the same computation (what each family does
+differently is declared once, in ``families.Family``) with:
 
 * the q/k/v and the gate/up projections as one weight each — not a copy: the model's own
   parameters become views into that one tensor (``FusedProjections``), so whatever changes them
@@ -18,7 +19,9 @@ computation with:
   chunks of several requests into one pass and attends each with ``scaled_dot_product_attention``
   over its own context, so no full score matrix is ever materialised;
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
-  query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped;
+  query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped; GPT-OSS's
+  attention sinks joining each softmax (``paged.attend``); DeepSeek's multi-head latent attention
+  in the latent space over a cache of one latent per token (``latent.py``);
 * mixture-of-experts layers routed as the model routes them, reading only the chosen experts'
   weights in a decode step (``experts.py``);
 * for a compiled step with few rows, projections written as multiply-and-sum, which the compiler

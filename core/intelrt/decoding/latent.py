@@ -36,6 +36,9 @@ class LatentAttention:
             module = getattr(attn, name, None)
             if module is not None and name.endswith("proj") and type(module) is not torch.nn.Linear:
                 raise Unsupported(f"{where} self_attn.{name} is a {type(module).__name__}, not a plain torch.nn.Linear")
+            if module is not None and name.endswith("proj") and type(module.weight) is not torch.nn.Parameter:
+                raise Unsupported(f"{where} self_attn.{name}'s weight is a {type(module.weight).__name__} "
+                                  "(quantized), not a plain tensor")  # as compact._plain_linear refuses it
         self.heads = int(config.num_attention_heads)
         self.rank = int(config.kv_lora_rank)
         self.nope, self.rope, self.value = (int(config.qk_nope_head_dim), int(config.qk_rope_head_dim),
