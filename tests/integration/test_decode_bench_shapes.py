@@ -67,6 +67,51 @@ def test_bench_shape_tiny_prints_the_table(tmp_path: Path, capsys: pytest.Captur
             assert row["tok_s"] > 0 and row["roofline"] > 0 and row["peak_gib"] is None  # no GPU memory on the CPU
 
 
+def test_a_prompt_length_sweep_benches_every_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--prompt-tokens 8,40``: both runs at each length, labelled with it (a latent-attention
+    shape, issue 31), and the float32 check at the first length."""
+    out = tmp_path / "sweep.json"
+    code = main(["bench", "--tiny", "--shape", "DeepSeek-V3", "--prompt-tokens", "8,40", "--repeats", "1",
+                 "--new-tokens", "5", "--output", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0 and "8, 40-token prompt" in text and "prefill GiB" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["shape"], r["run"], r["prompt_tokens"]) for r in rows] == [
+        ("DeepSeek-V3 (tiny) @8", "static cache + compile", 8), ("DeepSeek-V3 (tiny) @8", "intelrt", 8),
+        ("DeepSeek-V3 (tiny) @40", "static cache + compile", 40), ("DeepSeek-V3 (tiny) @40", "intelrt", 40),
+        ("DeepSeek-V3 (tiny)", "verify fp32", None)]
+    assert all(r["tok_s"] > 0 and r["first_call_s"] > 0 for r in rows[:4])
+    assert rows[1]["outputs"].startswith("identical vs static; path fast, step=compact")
+    assert rows[4]["outputs"].startswith("identical vs plain generate")
+
+
+def test_the_default_path_rows_come_from_a_fresh_process(tmp_path: Path) -> None:
+    """``--default-path``: a fresh process on intelrt's default plan (on the CPU: eager, so no
+    background compile to swap in) gives its first call's and its steady state's rows."""
+    out = tmp_path / "default.json"
+    assert main(["bench", "--tiny", "--shape", "Granite-3.1-2B", "--skip-verify", "--repeats", "1", "--new-tokens",
+                 "4", "--default-path", "--default-path-tokens", "8", "--output", str(out)]) == 0
+    rows = {r["run"]: r for r in json.loads(out.read_text())["rows"]}
+    first, steady = rows["default: first 8 tokens (fresh)"], rows["default: steady (8 tokens)"]
+    assert first["tok_s"] > 0 and first["first_call_s"] > 0 and steady["tok_s"] > 0
+    assert first["ratio"] is not None and "warmup=eager" in first["outputs"] and "step=compact" in first["outputs"]
+    assert "no swap" in steady["outputs"] and "tokens the same before and after" in steady["outputs"]
+
+
+def test_a_prompt_past_the_shapes_positions_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before anything loads, naming the shape, the lengths and the limit (not a row of 0 tok/s)."""
+    assert main(["bench", "--tiny", "--shape", "Qwen3-0.6B,Granite-3.1-2B", "--prompt-tokens", "32,500",
+                 "--new-tokens", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "max_position_embeddings" in err and "Qwen3-0.6B (tiny): 500 + 16 new tokens > 512" in err
+    assert "Granite-3.1-2B (tiny): 500 + 16 new tokens > 512" in err and "32 +" not in err
+
+
+def test_the_plain_bench_takes_one_prompt_length(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--tiny", "--prompt-tokens", "8,16"]) == 2
+    assert "a sweep of prompt lengths is a --shape option" in capsys.readouterr().err
+
+
 def test_bench_shape_refuses_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--tiny", "--shape", "Llama-9B"]) == 2
     err = capsys.readouterr().err

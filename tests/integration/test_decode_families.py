@@ -1,7 +1,14 @@
-"""The compact decode step on every family it reproduces (issue 18): Gemma-2 and Gemma-3 (soft-caps,
-sliding-window layers, scaled embeddings, (1 + weight) norms, sandwich norms, gelu-tanh), Phi-3 (its
-own fused q/k/v and gate/up weights, a partial rotary embedding), Mistral with a sliding window
-shorter than the sequence, Qwen3-MoE and Mixtral (router top-k, experts).
+"""The compact decode step on every family it reproduces (issues 18 and 31): Gemma-2 and Gemma-3
+(soft-caps, sliding-window layers, scaled embeddings, (1 + weight) norms, sandwich norms, gelu-tanh),
+Phi-3 (its own fused q/k/v and gate/up weights, a partial rotary embedding), Mistral with a sliding
+window shorter than the sequence, Qwen3-MoE and Mixtral (router top-k, experts); Granite (µP
+multipliers), OLMo-2 and OLMo-3 (norms after each block, q/k norms over whole projections, OLMo-3's
+sliding layers and per-layer-type rotary embeddings), SmolLM3 (layers without rotary embedding),
+Cohere-2 (attention and MLP in parallel on one LayerNorm, interleaved rotary embedding on sliding
+layers only, logit scale), GPT-OSS (attention sinks, biased router, interleaved clamped SwiGLU
+experts with biases, YaRN), DeepSeek-V2 and V3 (multi-head latent attention with and without query
+compression, complex and interleaved rotary embeddings, shared experts, softmax / grouped sigmoid
+routing).
 
 Each model is the published config of the family (``intelrt.cli.shapes``) at a tiny size, with
 varied float32 weights, and prompts longer than its sliding window (6 tokens); every output is
@@ -39,11 +46,23 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral-sliding": ("Mistral-7B-v0.1", {}),
     "qwen3-moe": ("Qwen3-30B-A3B", {"mlp_only_layers": [1]}),  # one dense layer among the experts
     "mixtral": ("Mixtral-8x7B", {"sliding_window": TINY_WINDOW}),
+    "granite": ("Granite-3.1-2B", {}),
+    "olmo2": ("OLMo-2-1B", {}),
+    "olmo3": ("OLMo-3-7B", {}),
+    "smollm3": ("SmolLM3-3B", {}),
+    "cohere2": ("Command-R7B", {}),
+    "gpt-oss": ("GPT-OSS-20B", {}),
+    "deepseek-v2": ("DeepSeek-V2-Lite", {}),
+    "deepseek-v2-grouped": ("DeepSeek-V2-Lite", {"topk_method": "group_limited_greedy", "n_group": 2,
+                                                  "topk_group": 1}),
+    "deepseek-v3": ("DeepSeek-V3", {}),
+    "deepseek-v3-halves": ("DeepSeek-V3", {"rope_interleave": False}),  # rotate_half, not interleaved pairs
 }
 
 
-#: Weights whose greedy output changes within every row (random MoE models tend to repeat a token).
-SEEDS = {"qwen3-moe": 8}
+#: Weights whose greedy output changes within every row (random MoE models tend to repeat a token;
+#: Granite's and OLMo-3's tiny embeddings outweigh their blocks for some seeds).
+SEEDS = {"qwen3-moe": 8, "granite": 7, "olmo3": 7}
 
 
 def build(directory: Path, family: str, **overrides: Any) -> Path:
@@ -85,7 +104,7 @@ def test_the_plan_runs_the_family_on_the_compact_step(family_model: Path) -> Non
     assert decode is not None and (decode.method, decode.step) == ("fast", "compact"), plan.decisions["decode"].reason
 
 
-@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "padded3"])
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS[1:], PROMPTS], ids=["batch1", "padded2", "padded3"])
 def test_compact_step_equals_generate(family_model: Path, prompts: list[str]) -> None:
     loaded = intelrt.load(family_model)
     got = ours(loaded, prompts)
@@ -93,6 +112,71 @@ def test_compact_step_equals_generate(family_model: Path, prompts: list[str]) ->
     assert report is not None
     assert (report.path, report.step, report.step_reason, report.notes) == ("fast", "compact", None, [])
     assert got == plain_generate(loaded, prompts)
+
+
+def test_the_compact_step_computes_the_models_logits(family_model: Path) -> None:
+    """Not only their argmax: the compact step's logits after a prompt, and after one more token
+    read through its cache, equal the model's own forward's (float32): logit scales greedy
+    decoding cannot see (Granite's logits_scaling, Cohere-2's logit_scale) count for sampling."""
+    import torch
+
+    from intelrt.decoding.compact import CompactModel, Segment
+
+    loaded = intelrt.load(family_model)
+    ids = torch.tensor([loaded.tokenizer(PROMPTS[0])["input_ids"] + [7]])
+    length = ids.shape[1]
+    compact = CompactModel(loaded.model)
+    block_size = 4  # several blocks per prompt, the table not in block order: the step reads through it
+    blocks = -(-length // block_size)
+    cache = compact.new_cache(blocks + 2, block_size, "cpu")
+    table = torch.arange(blocks + 1, 1, -1)[None]
+    positions = torch.arange(length)
+    slots = table[0, positions // block_size] * block_size + positions % block_size
+    with torch.inference_mode():
+        prompt = compact.prefill(ids[:, :-1], positions[None, :-1], slots[:-1],
+                                 [Segment(0, length - 1, table, length - 1)], cache.keys, cache.values)
+        step = compact.decode(ids[:, -1:], positions[None, -1:], slots[-1:], table, cache.keys, cache.values)
+        theirs = loaded.model(input_ids=ids).logits
+    torch.testing.assert_close(prompt, theirs[:, -2], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(step, theirs[:, -1], rtol=1e-4, atol=1e-4)
+
+
+def test_layers_without_rotary_embedding_decide_the_output(tmp_path: Path) -> None:
+    """SmolLM3's NoPE layer (the tiny shape's middle one) changes the tokens: with every layer
+    rotating, plain generate says something else, and the compact step follows either way."""
+    nope = intelrt.load(build(tmp_path / "nope", "smollm3"))
+    rotating = intelrt.load(build(tmp_path / "rope", "smollm3", no_rope_layers=[1, 1, 1]))
+    assert plain_generate(nope, PROMPTS) != plain_generate(rotating, PROMPTS)
+    assert ours(rotating, PROMPTS) == plain_generate(rotating, PROMPTS)
+
+
+def test_attention_sinks_are_read_in_place(tmp_path: Path) -> None:
+    """GPT-OSS's sinks are the model's own parameters: changed in place, the next call follows."""
+    import torch
+
+    loaded = intelrt.load(build(tmp_path, "gpt-oss"))
+    before = ours(loaded, PROMPTS)
+    with torch.no_grad():
+        for layer in loaded.model.model.layers:
+            layer.self_attn.sinks.add_(4.0)
+    after = ours(loaded, PROMPTS)
+    assert after != before and after == plain_generate(loaded, PROMPTS)
+
+
+@pytest.mark.parametrize("family", ["deepseek-v2", "deepseek-v3"])
+def test_latent_attention_caches_one_latent_per_token(tmp_path: Path, family: str) -> None:
+    """The cache of a latent-attention layer holds kv_lora_rank + qk_rope_head_dim numbers per token
+    (one shared head) and no separate values: not the 2 x heads x head size of expanded keys and values."""
+    from intelrt.decoding.compact import CompactModel
+
+    loaded = intelrt.load(build(tmp_path, family))
+    config = loaded.model.config
+    compact = CompactModel(loaded.model)
+    cache = compact.new_cache(5, 16, "cpu")
+    assert all(tuple(k.shape) == (5, 16, 1, config.kv_lora_rank + config.qk_rope_head_dim) for k in cache.keys)
+    assert all(v.numel() == 0 for v in cache.values)
+    per_token = config.num_hidden_layers * (config.kv_lora_rank + config.qk_rope_head_dim) * 4  # float32
+    assert compact.kv_shape().bytes_per_token == per_token and cache.bytes == 5 * 16 * per_token
 
 
 def test_the_sliding_window_decides_the_output(tmp_path: Path) -> None:
@@ -147,7 +231,7 @@ def test_a_long_prompt_runs_the_models_own_experts(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # inductor on a busy 2-core CPU
-@pytest.mark.parametrize("family", ["gemma2", "qwen3-moe", "phi3-partial-rotary"])
+@pytest.mark.parametrize("family", ["gemma2", "qwen3-moe", "phi3-partial-rotary", "gpt-oss", "deepseek-v3"])
 def test_compiled_compact_step_equals_generate(tmp_path: Path, family: str, one_torch_thread: None) -> None:
     """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
     with the norms folded in (the form used for few rows), experts gathered per token; a padded

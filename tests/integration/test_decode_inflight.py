@@ -17,7 +17,7 @@ from varied_weights import varied_copy
 import intelrt
 from intelrt.decoding.engine import FastDecoder
 from intelrt.decoding.inflight import InflightBatch, InflightUnavailable, Progress
-from intelrt.decoding.memory import KVShape, MemoryBudget, size_engine
+from intelrt.decoding.memory import MemoryBudget, size_engine
 from intelrt.decoding.sampling import DecodeRequest, SamplingParams
 from intelrt.decoding.tuning import DecodeTuning
 from intelrt.plugin import DecodeChoice
@@ -72,8 +72,7 @@ def batch_of(loaded: intelrt.Loaded, *, rows: int, blocks: int, context: int = 9
     """A batch of ``rows`` rows over ``blocks`` usable KV blocks, sized by the engine's one sizing function."""
     decoder = FastDecoder(loaded.model, choice or loaded.plan.decided.decode, capturer, tuning)
     decoder.prepare()
-    layers, heads, dim = decoder.kv_layout()
-    shape = KVShape(layers, heads, dim, loaded.model.dtype.itemsize)
+    shape = decoder.kv_shape()
     budget = MemoryBudget(blocks * tuning.block_size * shape.bytes_per_token, "a test's budget")
     size = size_engine(shape, budget, tuning, rows=rows, context=context)
     assert size.blocks - 1 == min(blocks, rows * -(-context // tuning.block_size))  # never more than all rows use

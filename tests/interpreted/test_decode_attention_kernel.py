@@ -200,12 +200,13 @@ def test_autotuning_keeps_blocks_for_the_full_cache(kernel: ModuleType, slots: i
     assert min(blocks) == min(b for b in (16, 32, 64, 128, 256) if b >= smallest)
 
 
-@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mixtral"])
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mixtral", "granite"])
 def test_decode_loop_with_the_kernel_equals_generate_for_new_families(kernel: ModuleType, family: str,
                                                                       tmp_path: Any) -> None:
     """The kernel inside the loop for Gemma-2 (soft-capped scores, sliding layers), Gemma-3 (q/k
-    norms with offset weights, a rotary embedding per layer type) and Mixtral (a sliding window
-    over experts): a left-padded batch, prompts longer than the window."""
+    norms with offset weights, a rotary embedding per layer type), Mixtral (a sliding window
+    over experts) and Granite (its attention multiplier as the kernel's scale, between scaled
+    embeddings and residuals): a left-padded batch, prompts longer than the window."""
     sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))  # the families' builders live there
     from test_decode_families import PROMPTS, build, ours, plain_generate
 

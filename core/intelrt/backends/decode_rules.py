@@ -204,8 +204,8 @@ def decode_warmup(request: Request, graphs: str | None, compiler: str | None, wh
     ``why_no_compiler``), both after the
     user's ``graphs=`` and ``compile=``. The user's ``warmup=`` wins; else the ``workload``:
     one-shot work is not worth a compile (static, or eager without graphs); a server or batch job
-    is (compiled); unknown work starts static and compiles once that pays (``adaptive``: the
-    compile cache holds the step, or the work has been long). A backend without a compiler by
+    is (compiled); unknown work starts static and compiles on a background thread (``adaptive``:
+    ``decoding/background.py``; the model's own forward as the step compiles once that pays). A backend without a compiler by
     default (the CPU) runs eagerly unless compiling is asked for."""
     wanted, work = request.warmup, request.workload
     no_compile = request.compile == "none"
@@ -248,9 +248,11 @@ def decode_warmup(request: Request, graphs: str | None, compiler: str | None, wh
         return Warmup("compiled", graphs, compiler, f"{work} work: the step compiled with {compiler} at its first "
                                                     "call (the compile pays over many calls; its artifacts are kept "
                                                     "for the next process)" + _captured(graphs))
-    return Warmup("adaptive", graphs, compiler, "work of unknown length: the step starts "
-                  + (f"captured in {_graph(graphs)}, " if graphs else "eager, ") + f"and is compiled with {compiler} "
-                  "once that pays — at once when the compile cache already holds it, else after "
+    return Warmup("adaptive", graphs, compiler, "work of unknown length: the step decodes from the first call "
+                  + (f"captured in {_graph(graphs)}" if graphs else "eagerly") + f" while its compiled form "
+                  f"({compiler}) builds on a background thread, and the compiled step takes over at a step boundary "
+                  "once built (the same KV cache: the same tokens, no pause); a step that is the model's own forward "
+                  "compiles once that pays instead — at once when the compile cache holds it, else after "
                   "DecodeTuning.compile_after_tokens tokens (workload='server' or 'batch' compiles at once, "
                   "'one-shot' never)")
 

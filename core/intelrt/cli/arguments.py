@@ -60,6 +60,20 @@ def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def counts(minimum: int = 1) -> Callable[[str], tuple[int, ...]]:
+    """One or more whole numbers >= ``minimum``, comma-separated (argparse type): ``32,1024,4096``."""
+    one = count(minimum)
+
+    def parse(text: str) -> tuple[int, ...]:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"must be a whole number, or whole numbers separated by commas, got "
+                                             f"{text!r}")
+        return tuple(one(part) for part in parts)
+
+    return parse
+
+
 def positive_number() -> Callable[[str], float]:
     """A finite number > 0 (argparse type): ``nan``, ``inf``, 0 and negatives are refused."""
     def parse(text: str) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
-from .arguments import count
+from .arguments import count, counts
 from .output import emit, say, step
 
 QWEN3_0_6B: dict[str, Any] = {
@@ -33,6 +33,7 @@ QWEN3_0_6B: dict[str, Any] = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
 }
 DEFAULT_REPEATS = 3
+DEFAULT_PROMPT_TOKENS = 32
 TARGETS = {"batch1_tok_s": 1000.0, "batch1_vs_static": 3.0, "many_tok_s": 5000.0, "many_vs_padded": 3.0,
            "load_ratio": 1.03}
 TARGET_DEVICE = "cuda"
@@ -444,8 +445,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts in the batch run (default 64; tiny 8)")
     parser.add_argument("--new-tokens", type=count(), default=None, metavar="N",
                         help="new tokens per prompt (default 256; tiny 32)")
-    parser.add_argument("--prompt-tokens", type=count(), default=32, metavar="N",
-                        help="tokens per prompt (default: %(default)s)")
+    parser.add_argument("--prompt-tokens", type=counts(), default=(DEFAULT_PROMPT_TOKENS,), metavar="N[,N...]",
+                        help=f"tokens per prompt (default: {DEFAULT_PROMPT_TOKENS}); with --shape, a comma-separated "
+                             "sweep (e.g. 32,1024,4096,16384): every length is benched, with the prefill's peak memory")
     parser.add_argument("--load-repeats", type=count(), default=None, metavar="N",
                         help=f"alternating from_pretrained / intelrt.load pairs, median of each side "
                              f"(default {DEFAULT_REPEATS})")
@@ -510,6 +512,10 @@ def main(args: argparse.Namespace) -> int:
         if unused:
             raise ConfigurationError(f"--only-verify runs only the float32 comparison, so {', '.join(unused)} would "
                                      "do nothing: leave them out, or drop --only-verify")
+    if len(args.prompt_tokens) > 1:
+        raise ConfigurationError(f"--prompt-tokens {','.join(map(str, args.prompt_tokens))}: a sweep of prompt lengths "
+                                 "is a --shape option; give one length here, or add --shape NAME")
+    args.prompt_tokens = args.prompt_tokens[0]
     args.repeats = args.repeats or DEFAULT_REPEATS
     args.load_repeats = args.load_repeats or DEFAULT_REPEATS
     if args.requests is None:

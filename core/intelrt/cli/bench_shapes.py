@@ -34,15 +34,18 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from .arguments import count, positive_number
-from .bench import DEFAULT_REPEATS, compare, timed_median
+from .bench import DEFAULT_REPEATS, compare, timed, timed_median
 from .output import emit, say
 from .shapes import SHAPES, save_shape, shape, tiny_config
 
 H200_BANDWIDTH_TB_S = 4.24
 """An H200's peak memory bandwidth (HBM3e), TB/s."""
-TARGETS = {"roofline": 0.5, "vs_static": 2.0, "new_family_vs_static": 1.0, "warm_first_answer_s": 10.0}
+TARGETS = {"roofline": 0.5, "vs_static": 2.0, "new_family_vs_static": 1.0, "warm_first_answer_s": 10.0,
+           "default_first": 1.0, "default_steady": 1.5}
 """Issue 18: Llama-family shapes at >= 50 % of the roofline and >= 2x static cache + compile; the
-new families faster than static cache + compile; a warm first answer in <= 10 s."""
+new families faster than static cache + compile; a warm first answer in <= 10 s. Issue 31: the
+default path's first tokens of a fresh process >= 1x plain static cache + compile's steady state,
+its steady state >= 1.5x."""
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral")
 
 
@@ -58,6 +61,12 @@ class ShapeRow:
     peak_gib: float | None = None
     outputs: str = ""
     calls: tuple[float, ...] = ()
+    prompt_tokens: int | None = None
+    first_call_s: float | None = None
+    """Seconds of the run's first call (its compile and capture, where it has them)."""
+    prefill_gib: float | None = None
+    """The timed calls' peak device memory above what was allocated before them (the KV cache and
+    weights are resident by then): what the prompt's pass needs beyond them, mostly attention."""
 
 
 def decode_bytes(model: Any) -> int:
@@ -81,24 +90,44 @@ def decode_bytes(model: Any) -> int:
     return int(total)
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One run's measurements (``Measure.run``)."""
+
+    out: Any
+    tok_s: float
+    seconds: float
+    calls: tuple[float, ...]
+    first_call_s: float
+    peak_gib: float | None
+    prefill_gib: float | None
+
+
 class Measure:
     """Times and peak memory of the runs of one shape on ``device``."""
 
     def __init__(self, device: str, repeats: int, bandwidth_tb_s: float) -> None:
         self.device, self.repeats, self.bandwidth = device, repeats, bandwidth_tb_s * 1e12
 
-    def run(self, fn: Callable[[], Any], tokens: int) -> tuple[Any, float, float, tuple[float, ...], float | None]:
-        """(output, tok/s, median seconds, every call's seconds, peak GiB) of ``fn`` after one warm-up call."""
+    def run(self, fn: Callable[[], Any], tokens: int) -> Timed:
+        """``fn``'s first call (timed: it compiles), then the median of ``repeats`` timed calls; the peak
+        device memory of all of them, and of the timed calls above what was allocated before them."""
         import torch
 
         cuda = self.device == "cuda"
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        fn()
+        _, first = timed(self.device, fn)
+        peak = torch.cuda.max_memory_allocated() if cuda else None
+        resident = torch.cuda.memory_allocated() if cuda else 0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         out, seconds, calls = timed_median(self.device, fn, self.repeats)
-        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-        return out, tokens / seconds, seconds, tuple(calls), peak
+        steady = torch.cuda.max_memory_allocated() if cuda else None
+        return Timed(out, tokens / seconds, seconds, tuple(calls), first,
+                     max(peak or 0, steady or 0) / 2**30 if cuda else None,
+                     ((steady or 0) - resident) / 2**30 if cuda else None)
 
     def share(self, tok_s: float, read: int) -> float:
         return tok_s * read / self.bandwidth
@@ -152,17 +181,23 @@ def greedy(model: Any, work: Workload, **extra: Any) -> list[list[int]]:
     return out[:, ids.shape[1]:].tolist()
 
 
-def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[ShapeRow]:
-    """Plain static cache + compile and intelrt on shape ``name``; the float32 check; 4-bit rows.
-    Each part builds its model and frees it before the next starts (peak memory is per run)."""
+def prompt_of(tokens: int) -> list[list[int]]:
+    """The benchmark's one prompt of ``tokens`` random ids (the same for every run and shape)."""
     import torch
 
+    return torch.randint(2, 384, (1, tokens), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[ShapeRow]:
+    """Plain static cache + compile and intelrt on shape ``name`` at every ``--prompt-tokens`` length;
+    the float32 check; 4-bit rows. Each part builds its model and frees it before the next starts
+    (peak memory is per run)."""
     config = shape_config(name, args)
     work = Workload(shape_label(name, args), config,
                     save_shape(Path(tempfile.mkdtemp(prefix="intelrt-shape-")), config, weights=False),
-                    torch.randint(2, 384, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0)).tolist(),
+                    prompt_of(args.prompt_tokens[0]),
                     {"max_new_tokens": args.new_tokens, "do_sample": False, "pad_token_id": 1, "eos_token_id": None})
-    rows = speed_rows(work, measure)
+    rows = speed_rows(work, measure, args.prompt_tokens)
     _release()
     if not args.skip_verify:
         rows.append(verify_float32(work, args, measure.device))
@@ -170,11 +205,62 @@ def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[S
     if args.quantized:
         rows += quantized_rows(work, measure)
         _release()
+    if args.default_path:
+        plain = next((r.tok_s for r in rows if r.run == "static cache + compile" and r.tok_s), None)
+        rows += default_path_rows(work, args, measure, plain)
     return rows
 
 
-def speed_rows(work: Workload, measure: Measure) -> list[ShapeRow]:
-    """Plain static cache + compile, then intelrt, on one model with random weights."""
+def default_path_rows(work: Workload, args: argparse.Namespace, measure: Measure,
+                      plain: float | None) -> list[ShapeRow]:
+    """A fresh process with empty compile caches on intelrt's default path (``default_path.py``):
+    its first ``--default-path-tokens`` tokens, and its steady state after the background compile's
+    swap; ratios to plain static cache + compile's steady state at the first prompt length."""
+    import sys
+
+    from .first_answer import run_fresh
+
+    config_file = work.workdir / "shape.json"
+    config_file.write_text(json.dumps(work.config), encoding="utf-8")
+    tokens = args.default_path_tokens
+    command = [sys.executable, "-m", "intelrt.cli.default_path", str(config_file), str(work.workdir), "--device",
+               measure.device, "--prompt-tokens", str(args.prompt_tokens[0]), "--new-tokens", str(tokens),
+               "--repeats", str(measure.repeats)]
+    try:
+        _, found = run_fresh(command, Path(tempfile.mkdtemp(prefix="intelrt-default-")), timeout=3600)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return [ShapeRow(work.label, "default path (fresh process)", outputs=f"FAILED: {str(exc)[:300]}")]
+    read = int(found["read_bytes"])
+    first, steady = found["first_report"], found["steady_report"]
+    swaps = found["swaps"]
+    swapped = (f"compiled in the background for {swaps[0]['compile_s']:.0f} s, took over at token {swaps[0]['token']}"
+               if swaps else "no swap" + ("" if found["compile_finished"] else " (the compile had not ended)"))
+    return [
+        ShapeRow(work.label, f"default: first {tokens} tokens (fresh)", found["first_tok_s"], found["first_s"],
+                 found["first_tok_s"] / plain if plain else None, measure.share(found["first_tok_s"], read),
+                 found["peak_gib"], f"warmup={first.get('warmup')}, compiled={first.get('compiled')}, step="
+                 f"{first.get('step')}; {found['decode'][:160]}", prompt_tokens=args.prompt_tokens[0],
+                 first_call_s=found["first_s"]),
+        ShapeRow(work.label, f"default: steady ({tokens} tokens)", found["steady_tok_s"], found["steady_s"],
+                 found["steady_tok_s"] / plain if plain else None, measure.share(found["steady_tok_s"], read),
+                 found["peak_gib"], f"warmup={steady.get('warmup')}, compiled={steady.get('compiled')}, attention "
+                 f"kernel={steady.get('attention_kernel')}; {swapped}; tokens "
+                 f"{'the same' if found['same_tokens'] else 'DIFFERENT'} before and after",
+                 tuple(found["steady_calls"]), prompt_tokens=args.prompt_tokens[0]),
+    ]
+
+
+def at_length(work: Workload, tokens: int, sweep: bool) -> Workload:
+    """``work`` with a prompt of ``tokens`` ids (its label says the length when several are benched)."""
+    import dataclasses
+
+    label = f"{work.label} @{tokens}" if sweep else work.label
+    return dataclasses.replace(work, label=label, prompt=prompt_of(tokens))
+
+
+def speed_rows(work: Workload, measure: Measure, lengths: Sequence[int] = ()) -> list[ShapeRow]:
+    """Plain static cache + compile, then intelrt, on one model with random weights, at each prompt
+    length of ``lengths`` (default: ``work``'s prompt)."""
     from transformers import AutoTokenizer
 
     import intelrt
@@ -189,27 +275,38 @@ def speed_rows(work: Workload, measure: Measure) -> list[ShapeRow]:
     model = random_model(work.config, dtype=kwargs.get("dtype"), device=measure.device,
                          attn_implementation=kwargs.get("attn_implementation"))
     read = decode_bytes(model)
+    loaded = adopt(model, AutoTokenizer.from_pretrained(work.workdir), plan)
     rows: list[ShapeRow] = []
+    lengths = list(lengths) or [len(work.prompt[0])]
+    for tokens in lengths:
+        at = at_length(work, tokens, len(lengths) > 1)
+        rows += _length_rows(at, measure, model, loaded, read, tokens)
+    return rows
+
+
+def _length_rows(work: Workload, measure: Measure, model: Any, loaded: Any, read: int,
+                 tokens: int) -> list[ShapeRow]:
     base: list[list[int]] | None = None
+    rows: list[ShapeRow] = []
     try:
-        base, tok_s, seconds, calls, peak = measure.run(lambda: greedy(model, work, cache_implementation="static"),
-                                                        work.new_tokens)
-        rows.append(ShapeRow(work.label, "static cache + compile", tok_s, seconds, 1.0, measure.share(tok_s, read),
-                             peak, calls=calls))
+        plain = measure.run(lambda: greedy(model, work, cache_implementation="static"), work.new_tokens)
+        base = plain.out
+        rows.append(ShapeRow(work.label, "static cache + compile", plain.tok_s, plain.seconds, 1.0,
+                             measure.share(plain.tok_s, read), plain.peak_gib, calls=plain.calls,
+                             prompt_tokens=tokens, first_call_s=plain.first_call_s, prefill_gib=plain.prefill_gib))
     except Exception as exc:  # noqa: BLE001 - reported in the table; intelrt's run still happens
         rows.append(ShapeRow(work.label, "static cache + compile", outputs=f"FAILED: {type(exc).__name__}: "
-                             f"{str(exc)[:160]}"))
-    loaded = adopt(model, AutoTokenizer.from_pretrained(work.workdir), plan)
-    ours, tok_s, seconds, calls, peak = measure.run(
-        lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
+                             f"{str(exc)[:160]}", prompt_tokens=tokens))
+    ours = measure.run(lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
     report = loaded.last_generation
     path = (f"path {report.path}, step={report.step}, compiled={report.compiled}, graphs={report.graphs}, "
             f"attention kernel={report.attention_kernel}" + (f", notes: {report.notes}" if report.notes else "")
             if report else "")
     baseline = rows[0].tok_s
-    rows.append(ShapeRow(work.label, "intelrt", tok_s, seconds, tok_s / baseline if baseline else None,
-                         measure.share(tok_s, read), peak,
-                         (f"{compare(ours, base)} vs static; " if base is not None else "") + path, calls))
+    rows.append(ShapeRow(work.label, "intelrt", ours.tok_s, ours.seconds, ours.tok_s / baseline if baseline else None,
+                         measure.share(ours.tok_s, read), ours.peak_gib,
+                         (f"{compare(ours.out, base)} vs static; " if base is not None else "") + path, ours.calls,
+                         prompt_tokens=tokens, first_call_s=ours.first_call_s, prefill_gib=ours.prefill_gib))
     return rows
 
 
@@ -267,9 +364,9 @@ def plain_4bit(work: Workload, measure: Measure) -> tuple[ShapeRow, list[list[in
     plan = intelrt.plan(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
     model = AutoModelForCausalLM.from_pretrained(work.workdir, **from_pretrained_kwargs(plan)).eval()
     read = decode_bytes(model)
-    base, tok_s, seconds, calls, peak = measure.run(lambda: greedy(model, work), work.new_tokens)
-    return ShapeRow(work.label, "4-bit generate", tok_s, seconds, 1.0, measure.share(tok_s, read), peak,
-                    calls=calls), base
+    plain = measure.run(lambda: greedy(model, work), work.new_tokens)
+    return ShapeRow(work.label, "4-bit generate", plain.tok_s, plain.seconds, 1.0, measure.share(plain.tok_s, read),
+                    plain.peak_gib, calls=plain.calls, first_call_s=plain.first_call_s), plain.out
 
 
 def intelrt_4bit(work: Workload, measure: Measure, base: list[list[int]], baseline: float | None) -> ShapeRow:
@@ -277,14 +374,14 @@ def intelrt_4bit(work: Workload, measure: Measure, base: list[list[int]], baseli
 
     loaded = intelrt.load(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
     read = decode_bytes(loaded.model)
-    got, tok_s, seconds, calls, peak = measure.run(
-        lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
+    ours = measure.run(lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
     report = loaded.last_generation
-    return ShapeRow(work.label, "intelrt 4-bit", tok_s, seconds, tok_s / baseline if baseline else None,
-                    measure.share(tok_s, read), peak,
-                    f"{compare(got, base)} vs 4-bit generate; path {report.path if report else '?'}, "
+    return ShapeRow(work.label, "intelrt 4-bit", ours.tok_s, ours.seconds, ours.tok_s / baseline if baseline else None,
+                    measure.share(ours.tok_s, read), ours.peak_gib,
+                    f"{compare(ours.out, base)} vs 4-bit generate; path {report.path if report else '?'}, "
                     f"warmup={report.warmup if report else '?'}"
-                    + (f"; notes: {report.notes}" if report and report.notes else ""), calls)
+                    + (f"; notes: {report.notes}" if report and report.notes else ""), ours.calls,
+                    first_call_s=ours.first_call_s)
 
 
 def first_answer(name: str, args: argparse.Namespace, device: str) -> list[ShapeRow]:
@@ -301,7 +398,7 @@ def first_answer(name: str, args: argparse.Namespace, device: str) -> list[Shape
     _release()
     rows = []
     for answer in first_answer_rows(workdir, device, new_tokens=args.first_answer_tokens,
-                                    prompt_tokens=args.prompt_tokens):
+                                    prompt_tokens=args.prompt_tokens[0]):
         detail = answer.detail
         phases = (f"import {detail['import_s']:.1f} s, load {detail['load_s']:.1f} s, generate "
                   f"{detail['generate_s']:.1f} s" if "load_s" in detail else "the intelrt command, end to end")
@@ -338,6 +435,10 @@ def check_targets(rows: Sequence[ShapeRow]) -> list[str]:
             else:
                 lines.append(_verdict(row.ratio > TARGETS["new_family_vs_static"], f"{row.shape}: {row.ratio:.2f}x "
                                       "static cache + compile (target: faster)"))
+        if row.run.startswith("default: ") and row.ratio is not None:
+            target = TARGETS["default_steady" if "steady" in row.run else "default_first"]
+            lines.append(_verdict(row.ratio >= target, f"{row.shape} {row.run.removeprefix('default: ')}: default path "
+                                  f"{row.ratio:.2f}x static cache + compile's steady state (target >= {target}x)"))
         if row.run == "verify fp32":
             lines.append(_verdict(row.outputs.startswith("identical"), f"{row.shape}: float32 tokens "
                                   f"{row.outputs.split(' vs ')[0]}"))
@@ -366,11 +467,11 @@ def _verdict(ok: bool, text: str) -> str:
 
 def format_rows(rows: Sequence[ShapeRow], header: str) -> str:
     lines = [header, f"{'shape':<28} {'run':<36} {'tok/s':>8} {'seconds':>8} {'ratio':>6} {'roofline':>8} "
-             f"{'peak GiB':>7}  outputs"]
+             f"{'peak GiB':>8} {'prefill GiB':>11} {'1st call s':>10}  outputs"]
     for r in rows:
         lines.append(f"{r.shape:<28} {r.run:<36} {_num(r.tok_s, ',.0f'):>8} {_num(r.seconds, '.3f'):>8} "
-                     f"{_num(r.ratio, '.2f', 'x'):>6} {_num(r.roofline, '.0%'):>8} {_num(r.peak_gib, '.1f'):>7}  "
-                     f"{r.outputs}")
+                     f"{_num(r.ratio, '.2f', 'x'):>6} {_num(r.roofline, '.0%'):>8} {_num(r.peak_gib, '.1f'):>8} "
+                     f"{_num(r.prefill_gib, '.2f'):>11} {_num(r.first_call_s, '.1f'):>10}  {r.outputs}")
     return "\n".join(lines)
 
 
@@ -397,6 +498,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --shape: only the time-to-first-answer rows (no speed rows, no float32 check)")
     parser.add_argument("--first-answer-tokens", type=count(), default=64, metavar="N",
                         help="with --first-answer: tokens each fresh process generates (default %(default)s)")
+    parser.add_argument("--default-path", action="store_true",
+                        help="with --shape: add intelrt's default path (workload auto: the compiled step built in "
+                             "the background) in a fresh process with empty compile caches: its first tokens and "
+                             "its steady state after the swap")
+    parser.add_argument("--default-path-tokens", type=count(), default=512, metavar="N",
+                        help="with --default-path: new tokens per call of the fresh process (default %(default)s)")
 
 
 def refuse_without_shape(args: argparse.Namespace) -> None:
@@ -406,10 +513,26 @@ def refuse_without_shape(args: argparse.Namespace) -> None:
         ("--verify-layers", args.verify_layers, 4), ("--skip-verify", args.skip_verify, False),
         ("--quantized", args.quantized, False), ("--first-answer", args.first_answer, False),
         ("--first-answer-only", args.first_answer_only, False),
-        ("--first-answer-tokens", args.first_answer_tokens, 64)) if value != default]
+        ("--first-answer-tokens", args.first_answer_tokens, 64), ("--default-path", args.default_path, False),
+        ("--default-path-tokens", args.default_path_tokens, 512)) if value != default]
     if given:
         raise ConfigurationError(f"{', '.join(given)} only apply to --shape runs: add --shape NAME "
                                  f"(one of {', '.join(SHAPES)}), or leave them out")
+
+
+def refuse_beyond_positions(chosen: Sequence[str], args: argparse.Namespace) -> None:
+    """A prompt and its new tokens past a shape's ``max_position_embeddings`` would not be a decode
+    of that model (transformers' generate runs it, or fails): refused before anything loads."""
+    beyond = []
+    for name in chosen:
+        limit = int(shape_config(name, args).get("max_position_embeddings") or 0)
+        for tokens in args.prompt_tokens:
+            if limit and tokens + args.new_tokens > limit:
+                beyond.append(f"{shape_label(name, args)}: {tokens:,} + {args.new_tokens:,} new tokens > {limit:,}")
+    if beyond:
+        raise ConfigurationError("--prompt-tokens: a prompt and its new tokens must fit the shape's "
+                                 f"max_position_embeddings ({'; '.join(beyond)}); use shorter prompts, fewer "
+                                 "--new-tokens, or leave those shapes out")
 
 
 def names(requested: Sequence[str]) -> list[str]:
@@ -430,17 +553,21 @@ def main(args: argparse.Namespace) -> int:
     args.new_tokens = args.new_tokens or (16 if args.tiny else 256)
     args.repeats = args.repeats or DEFAULT_REPEATS
     measure = Measure(device, args.repeats, args.bandwidth)
+    chosen = names(args.shape)
+    refuse_beyond_positions(chosen, args)
     rows: list[ShapeRow] = []
-    for name in names(args.shape):
+    for name in chosen:
         if not args.first_answer_only:
             rows += bench_shape(name, args, measure)
         if args.first_answer or args.first_answer_only:
             rows += first_answer(name, args, device)
     gpu = torch.cuda.get_device_name() if device == "cuda" else device
+    lengths = ", ".join(f"{n:,}" for n in args.prompt_tokens)
     header = (f"intelrt bench --shape — random {'float32' if device == 'cpu' else 'bf16'} weights on {gpu} (torch "
-              f"{torch.__version__}, transformers {transformers.__version__}); batch 1, {args.prompt_tokens}-token "
+              f"{torch.__version__}, transformers {transformers.__version__}); batch 1, {lengths}-token "
               f"prompt, {args.new_tokens} new tokens, median of {args.repeats}; roofline: "
-              f"{args.bandwidth:g} TB/s over the weights a step reads")
+              f"{args.bandwidth:g} TB/s over the weights a step reads; prefill GiB: the timed calls' peak above "
+              "what was allocated before them")
     judged = device == "cuda" and not args.tiny
     checks = check_targets(rows) if judged else ["(--tiny / CPU: no GPU target is judged)"]
     data = {"device": gpu, "rows": [asdict(r) for r in rows], "checks": checks if judged else []}

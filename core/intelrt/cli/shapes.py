@@ -89,6 +89,84 @@ SHAPES: dict[str, dict[str, Any]] = {
         "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 32768, "rope_theta": 1e6,
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"},
+    # Issue 31's families. Each from its model's config.json on the Hugging Face hub (the repo id
+    # is named above it), architecture fields only.
+    # ibm-granite/granite-3.1-2b-instruct: the µP multipliers of Granite.
+    "Granite-3.1-2B": {
+        "architectures": ["GraniteForCausalLM"], "model_type": "granite", "vocab_size": 49155, "hidden_size": 2048,
+        "intermediate_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "rope_theta": 5000000.0, "rms_norm_eps": 1e-5,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+        "logits_scaling": 8.0, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True,
+        "hidden_act": "silu"},
+    # allenai/OLMo-2-0425-1B: norms after attention and MLP only, q/k norms over whole projections.
+    "OLMo-2-1B": {
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 100352, "hidden_size": 2048,
+        "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "max_position_embeddings": 4096, "rope_theta": 500000.0, "rms_norm_eps": 1e-6, "attention_bias": False,
+        "tie_word_embeddings": False, "hidden_act": "silu"},
+    # allenai/Olmo-3-1025-7B: OLMo-2's layers, three sliding-window layers to one full, YaRN on the full ones.
+    "OLMo-3-7B": {
+        "architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "vocab_size": 100278, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 65536, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192,
+                         "attention_factor": 1.2079441541679836, "beta_fast": 32.0, "beta_slow": 1.0},
+        "sliding_window": 4096, "layer_types": [*["sliding_attention"] * 3, "full_attention"] * 8,
+        "rms_norm_eps": 1e-6, "attention_bias": False, "tie_word_embeddings": False, "hidden_act": "silu"},
+    # HuggingFaceTB/SmolLM3-3B: every fourth layer without a rotary embedding (NoPE).
+    "SmolLM3-3B": {
+        "architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "vocab_size": 128256, "hidden_size": 2048,
+        "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+        "max_position_embeddings": 65536, "rope_theta": 5000000.0, "rms_norm_eps": 1e-6,
+        "no_rope_layer_interval": 4, "use_sliding_window": False, "attention_bias": False, "mlp_bias": False,
+        "tie_word_embeddings": True, "hidden_act": "silu"},
+    # CohereForAI/c4ai-command-r7b-12-2024: parallel attention and MLP on one LayerNorm, interleaved rotary
+    # embedding on the sliding layers only (the full ones have none), logits scaled.
+    "Command-R7B": {
+        "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "vocab_size": 256000, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 8192, "rope_theta": 50000.0, "layer_norm_eps": 1e-5, "logit_scale": 0.25,
+        "sliding_window": 4096, "sliding_window_pattern": 4, "attention_bias": False, "use_qk_norm": False,
+        "tie_word_embeddings": True, "hidden_act": "silu"},
+    # openai/gpt-oss-20b: attention sinks, alternating 128-token sliding layers, 32 experts (4 per token)
+    # with biases and a clamped SwiGLU; published in MXFP4, benched here with random bf16 weights.
+    "GPT-OSS-20B": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880,
+        "intermediate_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 64, "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 12, "max_position_embeddings": 131072,
+        "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+        "rms_norm_eps": 1e-5, "attention_bias": True, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+        "hidden_act": "silu"},
+    # deepseek-ai/DeepSeek-V2-Lite: multi-head latent attention (no query compression), 64 experts (6 per
+    # token) and 2 shared, softmax routing.
+    "DeepSeek-V2-Lite": {
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "vocab_size": 102400,
+        "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 27,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2,
+        "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "kv_lora_rank": 512,
+        "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "topk_method": "greedy", "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0, "norm_topk_prob": False,
+        "max_position_embeddings": 163840, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707},
+        "rms_norm_eps": 1e-6, "attention_bias": False, "tie_word_embeddings": False, "hidden_act": "silu"},
+    # deepseek-ai/DeepSeek-V3: latent attention with query compression, 256 experts (8 per token, in 4 of 8
+    # groups) and one shared, sigmoid routing with a bias; 671B parameters: bench it with --layers.
+    "DeepSeek-V3": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 129280,
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+        "num_experts_per_tok": 8, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
+        "routed_scaling_factor": 2.5, "norm_topk_prob": True, "max_position_embeddings": 163840,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        "rms_norm_eps": 1e-6, "attention_bias": False, "tie_word_embeddings": False, "hidden_act": "silu"},
 }
 """Published configs (architecture fields) of the models ``--shape`` accepts."""
 
@@ -97,6 +175,8 @@ TINY_SIZES = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 
 TINY_TOKENS = {"bos_token_id": None, "eos_token_id": 0, "pad_token_id": 1}
 """The special tokens of intelrt's tiny tokenizer (``intelrt.tiny``)."""
 TINY_WINDOW = 6
+LAYER_PATTERNS = ("gemma2", "gemma3_text", "cohere2")
+"""Families whose config class derives sliding and full layers from a pattern (not ``layer_types``)."""
 """A tiny shape's sliding window: shorter than the tests' prompts, so the window decides what is seen."""
 
 
@@ -118,16 +198,25 @@ def tiny_config(config: dict[str, Any], vocab_size: int) -> dict[str, Any]:
         tiny["query_pre_attn_scalar"] = TINY_SIZES["head_dim"]
     if config.get("sliding_window"):
         tiny["sliding_window"] = TINY_WINDOW
-    if config.get("model_type") in ("gemma2", "gemma3_text"):  # a full-attention layer among sliding ones
-        tiny["layer_types"] = ["sliding_attention", "full_attention", "sliding_attention"]
+    if config.get("sliding_window") and (config.get("layer_types") or config.get("model_type") in LAYER_PATTERNS):
+        tiny["layer_types"] = ["sliding_attention", "full_attention", "sliding_attention"]  # a full layer among sliding
+    if "no_rope_layer_interval" in config:  # SmolLM3: a layer without rotary embedding among the three
+        tiny["no_rope_layer_interval"] = 2
+    if "kv_lora_rank" in config:  # DeepSeek's latent attention at a tiny size
+        tiny.update(kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, head_dim=8, v_head_dim=16,
+                    first_k_dense_replace=1)
+        if config.get("q_lora_rank"):
+            tiny["q_lora_rank"] = 24
     rope = tiny.get("rope_scaling")
     if isinstance(rope, dict) and "original_max_position_embeddings" in rope:
         rope["original_max_position_embeddings"] = TINY_SIZES["max_position_embeddings"] // 2
     if "original_max_position_embeddings" in tiny:
         tiny["original_max_position_embeddings"] = TINY_SIZES["max_position_embeddings"]
-    for experts in ("num_experts", "num_local_experts"):
+    for experts in ("num_experts", "num_local_experts", "n_routed_experts"):
         if experts in tiny:
             tiny[experts], tiny["num_experts_per_tok"] = 4, 2
+    if (tiny.get("n_group") or 1) > 1:  # DeepSeek-V3's expert groups: two of two experts, one chosen
+        tiny["n_group"], tiny["topk_group"] = 2, 1
     if "moe_intermediate_size" in tiny:
         tiny["moe_intermediate_size"] = 32
     return tiny

@@ -2,8 +2,9 @@
 
 transformers' modeling code is written for every use (training, any cache, any attention
 backend); a decode step needs less. For the families of ``families.py`` — Llama, Mistral, Qwen2,
-Qwen3, Phi-3, Gemma-2, Gemma-3 (text), Qwen3-MoE and Mixtral — this module runs the same
-computation with:
+Qwen3, Phi-3, Gemma-2, Gemma-3 (text), Qwen3-MoE, Mixtral, Granite, OLMo-2/3, SmolLM3, Cohere-2,
+GPT-OSS and DeepSeek-V2/V3 — this module runs the same computation (what each family does
+differently is declared once, in ``families.Family``) with:
 
 * the q/k/v and the gate/up projections as one weight each — not a copy: the model's own
   parameters become views into that one tensor (``FusedProjections``), so whatever changes them
@@ -18,7 +19,9 @@ computation with:
   chunks of several requests into one pass and attends each with ``scaled_dot_product_attention``
   over its own context, so no full score matrix is ever materialised;
 * grouped-query attention computed per key/value head, with no expansion of K and V to every
-  query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped;
+  query head; Gemma-2's attention logits soft-capped, Gemma's final logits soft-capped; GPT-OSS's
+  attention sinks joining each softmax (``paged.attend``); DeepSeek's multi-head latent attention
+  in the latent space over a cache of one latent per token (``latent.py``);
 * mixture-of-experts layers routed as the model routes them, reading only the chosen experts'
   weights in a decode step (``experts.py``);
 * for a compiled step with few rows, projections written as multiply-and-sum, which the compiler
@@ -45,10 +48,13 @@ from ..backends.families import (
     Family,
     Unsupported,
     compact_blocker,
+    kernel_misfit,
     layer_windows,
 )
 from . import paged
 from .experts import Experts
+from .latent import LATENT_NAMES, LatentAttention
+from .memory import KVShape
 from .paged import PagedCache
 from .tuning import DecodeTuning
 
@@ -56,14 +62,48 @@ __all__ = ["COMPACT_CLASSES", "CompactModel", "Unsupported", "compact_blocker"]
 
 RMS_NORM_OFFSETS = {"LlamaRMSNorm": 0.0, "MistralRMSNorm": 0.0, "Qwen2RMSNorm": 0.0, "Qwen3RMSNorm": 0.0,
                     "Phi3RMSNorm": 0.0, "Qwen3MoeRMSNorm": 0.0, "MixtralRMSNorm": 0.0,
-                    "Gemma2RMSNorm": 1.0, "Gemma3RMSNorm": 1.0}
+                    "Gemma2RMSNorm": 1.0, "Gemma3RMSNorm": 1.0, "GraniteRMSNorm": 0.0, "Olmo2RMSNorm": 0.0,
+                    "Olmo3RMSNorm": 0.0, "SmolLM3RMSNorm": 0.0, "GptOssRMSNorm": 0.0, "DeepseekV2RMSNorm": 0.0,
+                    "DeepseekV3RMSNorm": 0.0}
 """Norm modules computing ``(weight + offset) * (x * rsqrt(mean(x**2) + eps))`` (Gemma's weight is
 stored as an offset from 1), which ``_normed_linear`` folds into the projection after them and the
 attention kernel applies to queries and keys (any other norm module runs as itself)."""
-ATTENTION_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "q_norm", "k_norm")
-MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "gate", "experts")
+ATTENTION_NAMES = tuple(dict.fromkeys(("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "q_norm", "k_norm",
+                                       *LATENT_NAMES)))
+MLP_NAMES = ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "gate", "router", "experts", "shared_experts")
 NORM_NAMES = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
               "post_feedforward_layernorm")
+
+
+def _rotates(family: Family, config: Any, index: int) -> bool:
+    """Whether layer ``index`` rotates its queries and keys: SmolLM3 rotates where
+    ``config.no_rope_layers[index]`` is 1 (``SmolLM3Attention.use_rope``), Cohere-2 only in its
+    sliding-window layers (``Cohere2Attention.forward``), every other family everywhere."""
+    if family.rope_layers == "listed":
+        return bool(config.no_rope_layers[index])
+    if family.rope_layers == "sliding":
+        return config.layer_types[index] == "sliding_attention"
+    return True
+
+
+def _rotation(family: Family, config: Any) -> str:
+    """How the family's layers rotate queries and keys (``CompactModel.rotation``)."""
+    if family.rotary in ("interleaved", "complex"):
+        return "pairs"
+    if family.rotary == "latent":
+        return "deinterleaved" if getattr(config, "rope_interleave", False) else "half"
+    return "half"
+
+
+def _multiplier(config: Any, name: str, applies: bool) -> float | None:
+    """``config.<name>`` as a float where the family applies it (``None``: it does not)."""
+    value = getattr(config, name, None) if applies else None
+    return None if value is None else float(value)
+
+
+def _added(residual: Any, out: Any, scale: float | None) -> Any:
+    """``residual + out``, or Granite's ``residual + out * residual_multiplier``."""
+    return residual + (out if scale is None else out * scale)
 
 
 def _plain_linear(module: Any, where: str) -> Any:
@@ -116,32 +156,48 @@ class CompactLayer:
                  tuning: DecodeTuning) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         where = f"layer {index}"
-        self.head_dim = int(attn.head_dim)
         self.q_heads = int(config.num_attention_heads)
-        kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
-        self.split = [self.q_heads * self.head_dim, kv_heads * self.head_dim, kv_heads * self.head_dim]
         self.window = window
         """The sliding window of this layer (``None``: the whole sequence)."""
         softcap = getattr(config, "attn_logit_softcapping", None) if family.attention_softcap else None
         self.softcap: float | None = float(softcap) if softcap else None
         self.rotary_kind: str | None = (config.layer_types[index] if family.rotary_per_layer_type else None)
-        """Which of the model's rotary embeddings this layer uses (Gemma-3: one per layer type)."""
+        """Which of the model's rotary embeddings this layer uses (Gemma-3, OLMo-3: one per layer type)."""
+        self.rotates = _rotates(family, config, index)
+        """Queries and keys are rotated (SmolLM3's NoPE layers and Cohere-2's full layers are not)."""
         self.scaling = float(attn.scaling)
         self.o_proj = _plain_linear(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
-        # q/k/v: the model's own fused projection (Phi-3), else the three fused here (views, no copy).
+        self.sinks: Any = attn.sinks if family.attention_sinks else None
+        """GPT-OSS: one sink logit per query head, joining each softmax (``paged.attend``)."""
+        self.latent: LatentAttention | None = None
+        # q/k/v: the model's own fused projection (Phi-3), else the three fused here (views, no copy);
+        # latent attention fuses its query and latent projections, which read the same input.
         self.qkv: FusedProjections | None = None
         self.qkv_proj: Any = None
-        if family.fused_weights:
-            self.qkv_proj = _plain_linear(getattr(attn, "qkv_proj", None), f"{where} self_attn.qkv_proj")
-            if int(self.qkv_proj.out_features) != sum(self.split):
-                raise Unsupported(f"{where} self_attn.qkv_proj has {self.qkv_proj.out_features} outputs, not "
-                                  f"{sum(self.split)}")
+        if family.latent_attention:
+            self.latent = LatentAttention(attn, config, where)
+            self.head_dim = self.latent.rope
+            self.split = self.latent.split
+            self.qkv = FusedProjections(self.latent.inputs, f"{where} query/latent")
+            self.cache_dims = (1, self.latent.key_dim, 0)
         else:
-            sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
-                       for n in ("q_proj", "k_proj", "v_proj")]
-            if [int(m.out_features) for m in sources] != self.split:
-                raise Unsupported(f"{where} q/k/v projections do not match the config's heads")
-            self.qkv = FusedProjections(sources, f"{where} q/k/v")
+            self.head_dim = int(attn.head_dim)
+            kv_heads = int(getattr(config, "num_key_value_heads", None) or self.q_heads)
+            self.split = [self.q_heads * self.head_dim, kv_heads * self.head_dim, kv_heads * self.head_dim]
+            self.cache_dims = (kv_heads, self.head_dim, self.head_dim)
+            """Key/value heads of this layer's cache, and the numbers per head and token of its keys and
+            values (latent attention: one head of latent and rotated key, no values)."""
+            if family.fused_weights:
+                self.qkv_proj = _plain_linear(getattr(attn, "qkv_proj", None), f"{where} self_attn.qkv_proj")
+                if int(self.qkv_proj.out_features) != sum(self.split):
+                    raise Unsupported(f"{where} self_attn.qkv_proj has {self.qkv_proj.out_features} outputs, not "
+                                      f"{sum(self.split)}")
+            else:
+                sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
+                           for n in ("q_proj", "k_proj", "v_proj")]
+                if [int(m.out_features) for m in sources] != self.split:
+                    raise Unsupported(f"{where} q/k/v projections do not match the config's heads")
+                self.qkv = FusedProjections(sources, f"{where} q/k/v")
         # The MLP: experts, the model's own gate/up projection (Phi-3), or gate and up fused here.
         self.experts: Experts | None = None
         self.gate_up: FusedProjections | None = None
@@ -161,18 +217,23 @@ class CompactLayer:
                 self.gate_up = FusedProjections(
                     [_plain_linear(getattr(mlp, n, None), f"{where} mlp.{n}") for n in ("gate_proj", "up_proj")],
                     f"{where} gate/up")
-        # Norms: before attention and MLP; Gemma's sandwich also norms each block's output.
-        self.input_norm = layer.input_layernorm
-        sandwich = family.norms == "sandwich"
-        self.mlp_norm = layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm
-        self.attn_out_norm: Any = layer.post_attention_layernorm if sandwich else None
-        self.mlp_out_norm: Any = layer.post_feedforward_layernorm if sandwich else None
+        # Norms: before attention and MLP (pre), also of each block's output (Gemma's sandwich), only of
+        # each block's output (OLMo's post), or one before both blocks side by side (Cohere's parallel).
+        self.parallel = family.norms == "parallel"
+        self.input_norm: Any = None if family.norms == "post" else layer.input_layernorm
+        self.mlp_norm: Any = {"pre": getattr(layer, "post_attention_layernorm", None),
+                              "sandwich": getattr(layer, "pre_feedforward_layernorm", None)}.get(family.norms)
+        out_norms = family.norms in ("sandwich", "post")
+        self.attn_out_norm: Any = layer.post_attention_layernorm if out_norms else None
+        self.mlp_out_norm: Any = layer.post_feedforward_layernorm if out_norms else None
         self.input_rms, self.mlp_rms = _rms_parts(self.input_norm), _rms_parts(self.mlp_norm)
         self.q_norm: Any = getattr(attn, "q_norm", None)
         self.k_norm: Any = getattr(attn, "k_norm", None)
         if (self.q_norm is None) != (self.k_norm is None):
             raise Unsupported(f"{where} normalises only one of its queries and keys")
-        self.qk_rms = _rms_parts(self.q_norm) if self.q_norm is not None else None
+        self.qk_whole = family.qk_norm == "projection"
+        """The q/k norms apply to whole projections, before the split into heads (OLMo-2/3)."""
+        self.qk_rms = _rms_parts(self.q_norm) if self.q_norm is not None and not self.qk_whole else None
 
     @property
     def qkv_weight(self) -> Any:
@@ -293,6 +354,8 @@ def _normed_linear(x: Any, norm: Any, rms: RmsParts | None, weight: Any, bias: A
     ``fold=False`` runs the norm as itself."""
     import torch
 
+    if norm is None:  # OLMo's layers norm block outputs only
+        return _linear(x, weight, bias, gemv)
     if not (gemv and fold) or rms is None:
         return _linear(norm(x), weight, bias, gemv)
     scale, eps, offset = rms
@@ -323,6 +386,36 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
     return torch.cat([head * cos + _rotate_half(head) * sin, rest], dim=-1)
 
 
+def _rotate_pairs(x: Any, cos: Any, sin: Any) -> Any:
+    """The rotary embedding of ``x`` over feature pairs (2i, 2i + 1), in float32, ``cos``/``sin`` one
+    value per pair: Cohere-2's ``apply_rotary_pos_emb`` (its ``rotate_half`` interleaves) and
+    DeepSeek-V2's ``apply_rotary_emb`` (the pairs as complex numbers times ``freqs_cis``) compute this."""
+    import torch
+
+    xf = x.float()
+    even, odd = xf[..., 0::2], xf[..., 1::2]
+    cos, sin = cos.float(), sin.float()
+    return torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1).flatten(-2).to(x.dtype)
+
+
+def _rotate_deinterleaved(x: Any, cos: Any, sin: Any) -> Any:
+    """DeepSeek-V3's ``apply_rotary_pos_emb_interleave``: pairs (2i, 2i + 1) rotated, the results laid
+    out as all first members then all second ones; ``cos``/``sin`` one value per pair."""
+    import torch
+
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.cat([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
+
+
+def _rotate_as(rotation: str, x: Any, cos: Any, sin: Any) -> Any:
+    """``x`` rotated the way the family pairs its features (``CompactModel.rotation``)."""
+    if rotation == "pairs":
+        return _rotate_pairs(x, cos, sin)
+    if rotation == "deinterleaved":
+        return _rotate_deinterleaved(x, cos, sin)
+    return _rotate(x, cos, sin).to(x.dtype)  # OLMo's float32 tables: the model rounds back too
+
+
 def _soft_cap(x: Any, cap: float | None) -> Any:
     """``cap * tanh(x / cap)`` (Gemma's soft-capping of logits), or ``x`` without a cap."""
     import torch
@@ -343,10 +436,19 @@ class CompactModel:
         windows = layer_windows(config.to_dict(), len(inner.layers))
         self.layers = [CompactLayer(layer, i, family, config, windows[i], self.tuning)
                        for i, layer in enumerate(inner.layers)]
-        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        if len({layer.cache_dims for layer in self.layers}) != 1:
+            raise Unsupported("the layers' KV caches differ in heads or head size (the paged cache has one shape)")
+        self.kv_heads = self.layers[0].cache_dims[0]
         cap = getattr(config, "final_logit_softcapping", None)
         self.final_softcap: float | None = float(cap) if cap else None
         self.rotary_kinds = sorted({layer.rotary_kind for layer in self.layers if layer.rotary_kind is not None})
+        self.rotation = _rotation(family, config)
+        """How queries and keys are rotated: ``half`` (Llama's ``rotate_half``), ``pairs`` (features 2i
+        and 2i + 1: Cohere-2, DeepSeek-V2) or ``deinterleaved`` (DeepSeek-V3's interleaved weights)."""
+        self.embedding_multiplier = _multiplier(config, "embedding_multiplier", family.multipliers)
+        self.residual_multiplier = _multiplier(config, "residual_multiplier", family.multipliers)
+        self.logits_divisor = _multiplier(config, "logits_scaling", family.multipliers)
+        self.logit_scale = _multiplier(config, "logit_scale", family.logit_scale)
         self.dtype = model.dtype
         self._layout = _layout(model)
 
@@ -364,11 +466,18 @@ class CompactModel:
             changed |= layer.rejoin()
         return changed
 
+    def kv_shape(self) -> KVShape:
+        """What this step's KV cache holds per token: ``kv_heads`` heads of ``head_dim`` keys and
+        ``value_dim`` values per layer; for latent attention one head of the latent and the rotated
+        key part, and no values (they are the latent: nothing stored twice)."""
+        heads, key_dim, value_dim = self.layers[0].cache_dims
+        return KVShape(len(self.layers), heads, key_dim, self.dtype.itemsize, value_dim)
+
     def new_cache(self, blocks: int, block_size: int, device: Any, prefix_caching: bool = True) -> PagedCache:
-        """A zeroed paged KV cache of ``blocks`` blocks for this model's layers."""
-        layer = self.layers[0]
-        return PagedCache(len(self.layers), self.kv_heads, layer.head_dim, self.dtype, device, blocks, block_size,
-                          prefix_caching)
+        """A zeroed paged KV cache of ``blocks`` blocks for this model's layers (``kv_shape``)."""
+        shape = self.kv_shape()
+        return PagedCache(shape.layers, shape.kv_heads, shape.head_dim, self.dtype, device, blocks, block_size,
+                          prefix_caching, shape.value_dim)
 
     def _inverse_frequencies(self) -> list[Any]:
         names = [f"{kind}_inv_freq" for kind in self.rotary_kinds] or ["inv_freq"]
@@ -383,7 +492,7 @@ class CompactModel:
 
         layer = self.layers[0]
         dim = layer.head_dim
-        if find_spec("triton") is None or dim < 16 or dim & (dim - 1):
+        if find_spec("triton") is None or dim < 16 or dim & (dim - 1) or kernel_misfit(self.family) is not None:
             return False
         if any(f is None or int(f.numel()) * 2 != dim for f in self._inverse_frequencies()):
             return False  # a partial rotary embedding
@@ -394,10 +503,43 @@ class CompactModel:
         return True
 
     def _rotations(self, hidden: Any, positions: Any) -> dict[str | None, tuple[Any, Any]]:
-        """(cos, sin) per rotary kind, from the model's own rotary embedding."""
-        if not self.rotary_kinds:
-            return {None: self.rotary(hidden, positions)}
-        return {kind: self.rotary(hidden, positions, kind) for kind in self.rotary_kinds}
+        """(cos, sin) per rotary kind, from the model's own rotary embedding, in the form
+        ``_rotate_as(self.rotation, …)`` reads: full tables for ``half`` (GPT-OSS's table of half the
+        features repeated, as its ``_apply_rotary_emb`` applies it), one value per feature pair
+        otherwise (DeepSeek-V2's complex ``freqs_cis`` as its real and imaginary parts)."""
+        import torch
+
+        kinds: list[str | None] = [*self.rotary_kinds] or [None]
+        tables = {kind: self.rotary(hidden, positions) if kind is None else self.rotary(hidden, positions, kind)
+                  for kind in kinds}
+        converted: dict[str | None, tuple[Any, Any]] = {}
+        for kind, table in tables.items():
+            if self.family.rotary == "complex":
+                cos, sin = table.real, table.imag
+            else:
+                cos, sin = table
+                if self.family.rotary == "half_table":
+                    cos, sin = torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+                elif self.rotation == "pairs":
+                    cos, sin = cos[..., 0::2], sin[..., 0::2]  # Cohere's tables repeat each pair's value
+                elif self.rotation == "deinterleaved":
+                    cos, sin = cos[..., :cos.shape[-1] // 2], sin[..., :sin.shape[-1] // 2]
+            converted[kind] = (cos, sin)
+        return converted
+
+    def _embedded(self, input_ids: Any) -> Any:
+        hidden = self.embed(input_ids)
+        if self.embedding_multiplier is not None:  # Granite: GraniteModel.forward
+            hidden = hidden * self.embedding_multiplier
+        return hidden
+
+    def _logits(self, logits: Any) -> Any:
+        """The LM head's output as the model's logits: Granite's divisor, Cohere-2's scale, Gemma's cap."""
+        if self.logits_divisor is not None:  # Granite: GraniteForCausalLM.forward
+            logits = logits / self.logits_divisor
+        if self.logit_scale is not None:  # Cohere-2: Cohere2ForCausalLM.forward
+            logits = logits * self.logit_scale
+        return _soft_cap(logits, self.final_softcap)
 
     def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any, keys: list[Any], values: list[Any],
                gemv: bool = False, fused_attention: bool = False) -> Any:
@@ -412,7 +554,7 @@ class CompactModel:
         block table (see ``attention_kernel_fits``)."""
         import torch
 
-        hidden = self.embed(input_ids)
+        hidden = self._embedded(input_ids)
         rotations = self._rotations(hidden, positions)
         rows = hidden.shape[0]
         tuning = self.tuning
@@ -437,16 +579,23 @@ class CompactModel:
                     self._read_next(index) if gemv else [], layer.q_heads, qk_norm[1], layer.scaling,
                     tuning.attention_splits, tuning.merge_in_kernel, tuning.prefetch, layer.window or 0,
                     layer.softcap or 0.0, qk_norm[2], tuning.programmatic_launch)[:, None]
+            if layer.latent is not None:
+                q, latent = self._latent_qkv(layer, qkv, cos, sin)
+                paged.write(keys[index], write_slots, latent[:, :, 0])
+                attended = paged.decode_attention(q, keys[index], values[index], table, positions,
+                                                  layer.latent.scaling, layer.window, None,
+                                                  latent_values=layer.latent.rank)
+                return layer.latent.output(attended)
             q, k, v = self._qkv(layer, qkv, cos, sin)
             paged.write(keys[index], write_slots, k[:, :, 0])
             paged.write(values[index], write_slots, v[:, :, 0])
             return paged.decode_attention(q, keys[index], values[index], table, positions, layer.scaling,
-                                          layer.window, layer.softcap)
+                                          layer.window, layer.softcap, layer.sinks)
 
         residual = self._layers(hidden, rotations, attend, gemv)
         logits = _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
                                 gemv, self.tuning.fold_norms)[:, -1]
-        return _soft_cap(logits, self.final_softcap)
+        return self._logits(logits)
 
     def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
                 keys: list[Any], values: list[Any]) -> Any:
@@ -460,42 +609,61 @@ class CompactModel:
         blocks, or one masked ``scaled_dot_product_attention``, or one per chunk)."""
         import torch
 
-        hidden = self.embed(input_ids)
+        hidden = self._embedded(input_ids)
         rotations = self._rotations(hidden, positions)
         packed = paged.PackedPrefill(segments, positions[0], keys[0].shape[1], hidden.device, keys[0].dtype)
 
         def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
+            if layer.latent is not None:
+                q, latent = self._latent_qkv(layer, qkv, cos, sin)
+                paged.write(keys[index], write_slots, latent[0].transpose(0, 1))
+                attended = packed.attend(q, keys[index], values[index], layer.latent.scaling, layer.window, None,
+                                         latent_values=layer.latent.rank)
+                return layer.latent.output(attended)
             q, k, v = self._qkv(layer, qkv, cos, sin)
             paged.write(keys[index], write_slots, k[0].transpose(0, 1))
             paged.write(values[index], write_slots, v[0].transpose(0, 1))
-            return packed.attend(q, keys[index], values[index], layer.scaling, layer.window, layer.softcap)
+            return packed.attend(q, keys[index], values[index], layer.scaling, layer.window, layer.softcap,
+                                 layer.sinks)
 
         residual = self._layers(hidden, rotations, attend, False)
         last = torch.tensor([seg.end - 1 for seg in segments], device=hidden.device)
         logits = _normed_linear(residual[:, last], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
                                 False, self.tuning.fold_norms)[0]
-        return _soft_cap(logits, self.final_softcap)
+        return self._logits(logits)
 
     def _layers(self, hidden: Any, rotations: dict[str | None, tuple[Any, Any]],
                 attend: Callable[[int, CompactLayer, Any, Any, Any], Any], gemv: bool) -> Any:
         """The decoder layers over ``hidden`` (rows, T, hidden), ``attend`` giving each layer's
         attention output from its fused q/k/v projection; returns the last residual stream."""
         residual = hidden
-        fold = self.tuning.fold_norms
+        fold, scale = self.tuning.fold_norms, self.residual_multiplier
         for index, layer in enumerate(self.layers):
             cos, sin = rotations[layer.rotary_kind]
-            qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias, gemv,
-                                 fold)
+            normed = layer.input_norm(residual) if layer.parallel else residual
+            if layer.parallel:  # Cohere-2: attention and MLP both read this one norm's output
+                qkv = _linear(normed, layer.qkv_weight, layer.qkv_bias, gemv)
+            else:
+                qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias,
+                                     gemv, fold)
             attended = attend(index, layer, qkv, cos, sin)
-            out = _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
-            residual = residual + (out if layer.attn_out_norm is None else layer.attn_out_norm(out))
+            attention_out = _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
+            if layer.attn_out_norm is not None:
+                attention_out = layer.attn_out_norm(attention_out)
+            if not layer.parallel:
+                residual = _added(residual, attention_out, scale)
             if layer.experts is not None:
                 out = layer.experts(layer.mlp_norm(residual))
+            elif layer.parallel:
+                gate, up = _linear(normed, layer.gate_up_weight, layer.gate_up_bias, gemv).chunk(2, dim=-1)
+                out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
             else:
                 gate, up = _normed_linear(residual, layer.mlp_norm, layer.mlp_rms, layer.gate_up_weight,
                                           layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
                 out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
-            residual = residual + (out if layer.mlp_out_norm is None else layer.mlp_out_norm(out))
+            if layer.mlp_out_norm is not None:
+                out = layer.mlp_out_norm(out)
+            residual = residual + attention_out + out if layer.parallel else _added(residual, out, scale)
         return residual
 
     def _read_next(self, index: int) -> list[Any]:
@@ -509,20 +677,37 @@ class CompactModel:
             following["next_qkv"] = self.layers[index + 1].qkv_weight
         return [following[name] for name in self.tuning.prefetch_weights if name in following]
 
-    @staticmethod
-    def _qkv(layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
+    def _qkv(self, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
         """Queries, keys and values (rows, heads, T, head_dim) of a layer's fused projection output
-        (rows, T, q/k/v features): per-head q/k norms and the rotary embedding applied."""
+        (rows, T, q/k/v features): q/k norms (per head, or OLMo's over whole projections) and the
+        rotary embedding (where the layer has one) applied."""
         rows, steps, _ = qkv.shape
         q, k, v = qkv.split(layer.split, dim=-1)
+        if layer.q_norm is not None and layer.qk_whole:  # OLMo: Olmo2Attention.forward
+            q, k = layer.q_norm(q), layer.k_norm(k)
         q = q.view(rows, steps, -1, layer.head_dim)
         k = k.view(rows, steps, -1, layer.head_dim)
-        if layer.q_norm is not None:
+        if layer.q_norm is not None and not layer.qk_whole:
             q, k = layer.q_norm(q), layer.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(rows, steps, -1, layer.head_dim).transpose(1, 2)
+        if layer.rotates:
+            cos, sin = cos[:, None], sin[:, None]
+            q, k = _rotate_as(self.rotation, q, cos, sin), _rotate_as(self.rotation, k, cos, sin)
+        return q, k, v
+
+    def _latent_qkv(self, layer: CompactLayer, projected: Any, cos: Any, sin: Any) -> tuple[Any, Any]:
+        """Multi-head latent attention's queries in the latent space (rows, heads, T, rank + rope) and
+        what the cache keeps of each token (rows, 1, T, rank + rope): its normed latent and rotated
+        shared key part (``latent.py``)."""
+        import torch
+
+        latent = layer.latent
+        assert latent is not None
+        q_nope, q_rot, compressed, k_rot = latent.queries(projected)
         cos, sin = cos[:, None], sin[:, None]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+        q_rot, k_rot = _rotate_as(self.rotation, q_rot, cos, sin), _rotate_as(self.rotation, k_rot, cos, sin)
+        return latent.absorbed(q_nope, q_rot), torch.cat([compressed, k_rot], dim=-1)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from .inflight import (
     record_step,
 )
 from .keywords import DecodeOptions
-from .memory import EngineSize, MemoryBudget, kv_shape, memory_budget, size_engine
+from .memory import EngineSize, KVShape, MemoryBudget, kv_shape, memory_budget, size_engine
 from .paged import PagedCache
 from .report import GenerationReport
 from .sampling import DecodeRequest, SamplingParams
@@ -159,23 +159,23 @@ class FastDecoder:
             return int(weight.shape[0])
         return int(self.model.config.get_text_config().vocab_size)
 
-    def kv_layout(self) -> tuple[int, int, int]:
-        """(layers, key/value heads, head_dim) of the KV cache this step reads and writes."""
+    def kv_shape(self) -> KVShape:
+        """What the KV cache this step reads and writes holds per token (``memory.KVShape``)."""
         compact = self.compact
         if compact is not None:
-            return len(compact.layers), compact.kv_heads, compact.layers[0].head_dim
+            return compact.kv_shape()
         shape = kv_shape(self.model.config, self.model.dtype.itemsize)
         if shape is None:
             raise InflightUnavailable("the model's config does not say its layers, key/value heads and head size")
-        return shape.layers, shape.kv_heads, shape.head_dim
+        return shape
 
     def new_cache(self, blocks: int, block_size: int, device: Any) -> PagedCache:
         """A paged KV cache of ``blocks`` blocks for this step."""
         compact = self.compact
         if compact is not None:
             return compact.new_cache(blocks, block_size, device, self.tuning.prefix_caching)
-        layers, kv_heads, head_dim = self.kv_layout()
-        return PagedCache(layers, kv_heads, head_dim, self.model.dtype, device, blocks, block_size,
+        shape = self.kv_shape()
+        return PagedCache(shape.layers, shape.kv_heads, shape.head_dim, self.model.dtype, device, blocks, block_size,
                           self.tuning.prefix_caching)
 
     def row_buckets(self, rows: int) -> list[int]:
@@ -232,11 +232,12 @@ class FastDecoder:
             self._compiled_record = torch.compile(record_step, backend=self.compile_backend)
         return self._compiled_record
 
-    def compiler_settings(self) -> contextlib.AbstractContextManager[Any]:
+    def compiler_settings(self, backend: str | None = None) -> contextlib.AbstractContextManager[Any]:
         """Inductor settings from the plan and ``DecodeTuning.programmatic_launch``, active whenever
-        the step may compile. ``freezing`` is left out: it bakes the weights into the compiled step
-        as constants — a second copy, and one that training or ``load_state_dict`` would leave stale."""
-        if self.compile_backend != "inductor":
+        the step may compile (``backend``: for a compile with that backend, default the step's own).
+        ``freezing`` is left out: it bakes the weights into the compiled step as constants — a
+        second copy, and one that training or ``load_state_dict`` would leave stale."""
+        if (backend or self.compile_backend) != "inductor":
             return contextlib.nullcontext()
         import torch._inductor.config as inductor_config
 
@@ -278,11 +279,7 @@ class FastDecoder:
     # -- sizing ------------------------------------------------------------------------------------
     def size_for(self, rows: int, context: int, needed_tokens: int | None, device: Any) -> EngineSize:
         """The engine's size for an offline call (``memory.size_engine`` over the memory budget)."""
-        layers, kv_heads, head_dim = self.kv_layout()
-        from .memory import KVShape
-
-        shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
-        return size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
+        return size_engine(self.kv_shape(), memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
                            needed_tokens=needed_tokens)
 
     def serving_size(self, rows: int, context: int, device: Any, *, rows_asked: bool = False
@@ -293,7 +290,7 @@ class FastDecoder:
         peak, the batch's own buffers and (with graphs) what the captured steps will hold are set
         aside before the utilization's share of the free memory goes to the KV cache.
         ``InflightUnavailable`` when the step cannot run over the paged cache."""
-        from .memory import KVShape, device_memory
+        from .memory import device_memory
 
         self.prepare()
         if self._planned_kernel and not self.attention_kernel:
@@ -302,8 +299,7 @@ class FastDecoder:
             # it runs from the start here, whether or not an adaptive plan has compiled yet.
             self.attention_kernel = True
             self._offline = None
-        layers, kv_heads, head_dim = self.kv_layout()
-        shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
+        shape = self.kv_shape()
         activation = graphs = 0
         if device_memory(device) is not None:
             probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
@@ -385,6 +381,7 @@ class FastDecoder:
         if self._deferred and self._cache(device).holds(key):
             self._compile_from_now("the compile cache holds this step from an earlier process")
             batch = self._offline_batch(prompts, params, rows, device)
+        self._before_call(batch, key)
         compiling = self.compile_backend is not None and key not in self._compiled_keys
         with self._compiling(key, device) if compiling else contextlib.nullcontext():
             batch.forget_prefixes()  # the weights may have changed since the last call
@@ -404,6 +401,7 @@ class FastDecoder:
                         if done.failed:
                             raise GenerationError(f"the decode engine could not finish a prompt: "
                                                   f"{next(iter(done.failed.values()))}")
+                        self._after_look(batch, key, sum(len(o) for o in outputs.values()))
                         if stream is not None:
                             stream.send(outputs[handles[0]])
             finally:
@@ -419,6 +417,13 @@ class FastDecoder:
             self._compile_from_now(f"{self.decoded:,} tokens decoded (DecodeTuning.compile_after_tokens="
                                    f"{self.tuning.compile_after_tokens:,}): compiling now pays for itself")
         return [outputs[h] for h in handles], report
+
+    def _before_call(self, batch: InflightBatch, key: tuple[Any, ...]) -> None:
+        """Called before an offline call's first look at ``batch`` (a subclass's hook: ``background.py``)."""
+
+    def _after_look(self, batch: InflightBatch, key: tuple[Any, ...], produced: int) -> None:
+        """Called after each look of an offline call, ``produced`` tokens into it: a step boundary,
+        where a subclass may replace the batch's step (``background.py``)."""
 
     # -- warm-up ---------------------------------------------------------------------------------
     def _shape_key(self, batch: InflightBatch) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..hooks.payloads import DecodeChoice
 from .engine import FastDecoder
 from .keywords import DecodeOptions, resolve
 from .report import GenerationReport
@@ -47,6 +48,16 @@ def until_eos(rows: list[list[int]], eos: Sequence[int]) -> list[list[int]]:
 Capturer = Callable[..., Callable[[], object]]
 
 
+def decoder_class(choice: DecodeChoice, tuning: DecodeTuning) -> type[FastDecoder]:
+    """The fast decoder for the plan's decode decision: an ``adaptive`` warm-up compiles in the
+    background (``background.py``) unless ``DecodeTuning.background_compile`` is off."""
+    if choice.prepared == "adaptive" and tuning.background_compile:
+        from .background import BackgroundCompilingDecoder
+
+        return BackgroundCompilingDecoder
+    return FastDecoder
+
+
 class Generator:
     """Holds the fast decoder (its captured graphs survive between calls) for one loaded model.
 
@@ -64,7 +75,8 @@ class Generator:
     def decoder(self) -> FastDecoder:
         if self._decoder is None:
             capturer = self._capturer() if self.plan.decode.graphs and self._capturer is not None else None
-            self._decoder = FastDecoder(self.model, self.plan.decode, capturer, self.tuning)
+            self._decoder = decoder_class(self.plan.decode, self.tuning)(self.model, self.plan.decode, capturer,
+                                                                         self.tuning)
         return self._decoder
 
     def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]

@@ -43,10 +43,14 @@ class KVShape:
     kv_heads: int
     head_dim: int
     dtype_bytes: int
+    value_dim: int | None = None
+    """Numbers per head in the values (``None``: ``head_dim``; ``0``: latent attention, whose
+    values are part of its keys: ``paged.PagedCache``)."""
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        value_dim = self.head_dim if self.value_dim is None else self.value_dim
+        return self.layers * self.kv_heads * (self.head_dim + value_dim) * self.dtype_bytes
 
 
 def kv_shape(config: Any, dtype_bytes: int) -> KVShape | None:

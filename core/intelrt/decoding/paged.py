@@ -16,7 +16,13 @@ Attention here is for devices (or layers) without the one-kernel decode attentio
 * :func:`prefill_attention`: a chunk of one request's prompt: its context gathered, then
   ``scaled_dot_product_attention`` with the causal mask of the chunk's positions — the fused,
   memory-efficient kernels where the device has them, so full scores are never materialised
-  (a soft-capped layer, which SDPA cannot express, is computed in tiles of queries instead).
+  (a soft-capped layer, a layer with attention sinks and latent attention, which SDPA cannot
+  express, are computed in tiles of queries instead).
+
+Two layers' caches differ from the rest: attention sinks (GPT-OSS) join each softmax with one
+logit per query head (``sinks``); multi-head latent attention (DeepSeek-V2/V3, ``latent.py``) stores
+one shared head of ``[latent, rotated key]`` per token as the keys and nothing as the values, its
+values being the keys' first ``latent_values`` features (``PagedCache(value_dim=0)``).
 """
 
 from __future__ import annotations
@@ -36,17 +42,22 @@ several packs): its mask and gathered keys stay near what one chunk of a long pr
 
 
 class PagedCache:
-    """Key and value blocks of every layer on ``device``, with their :class:`BlockPool`."""
+    """Key and value blocks of every layer on ``device``, with their :class:`BlockPool`.
+
+    ``head_dim`` numbers per head and token in the keys, ``value_dim`` in the values (``None``: as
+    many; ``0``: latent attention, whose values are part of its keys and are not stored)."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: Any, device: Any, blocks: int,
-                 block_size: int, prefix_caching: bool = True) -> None:
+                 block_size: int, prefix_caching: bool = True, value_dim: int | None = None) -> None:
         import torch
 
-        shape = (blocks, block_size, kv_heads, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        value_dim = head_dim if value_dim is None else value_dim
+        self.keys = [torch.zeros((blocks, block_size, kv_heads, head_dim), dtype=dtype, device=device)
+                     for _ in range(layers)]
+        self.values = [torch.zeros((blocks, block_size, kv_heads, value_dim), dtype=dtype, device=device)
+                       for _ in range(layers)]
         self.pool = BlockPool(blocks, block_size, prefix_caching)
-        self.block_size, self.kv_heads, self.head_dim = block_size, kv_heads, head_dim
+        self.block_size, self.kv_heads, self.head_dim, self.value_dim = block_size, kv_heads, head_dim, value_dim
         self.dtype, self.device = dtype, device
 
     @property
@@ -80,11 +91,15 @@ def _soft_cap(x: Any, cap: float | None) -> Any:
     return x if cap is None else torch.tanh(x / cap) * cap
 
 
-def attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap: float | None = None) -> Any:
-    """Grouped-query attention of ``q`` (rows, q_heads, T, D) over ``keys``/``values``
-    (rows, kv_heads, L, D), ``allowed`` (rows, T, L) bool: each key/value head serves its group of
-    query heads directly, with no expanded K or V. Returns (rows, T, q_heads * D). Materialises the
-    scores: for decode steps (T = 1) and tiles of a soft-capped prefill."""
+def attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap: float | None = None,
+           sinks: Any = None) -> Any:
+    """Grouped-query attention of ``q`` (rows, q_heads, T, D) over ``keys`` (rows, kv_heads, L, D)
+    and ``values`` (rows, kv_heads, L, Dv), ``allowed`` (rows, T, L) bool: each key/value head serves
+    its group of query heads directly, with no expanded K or V. Returns (rows, T, q_heads * Dv).
+    ``softcap``: the scores are soft-capped before the mask (Gemma-2). ``sinks`` (q_heads,): one
+    logit per query head that joins the softmax and is dropped after it, the softmax in the scores'
+    dtype after subtracting the row's largest logit (GPT-OSS's ``eager_attention_forward``).
+    Materialises the scores: for decode steps (T = 1) and tiles of a prefill SDPA cannot express."""
     import torch
 
     rows, q_heads, steps, dim = q.shape
@@ -94,41 +109,66 @@ def attend(q: Any, keys: Any, values: Any, allowed: Any, scaling: float, softcap
     scores = _soft_cap(torch.matmul(grouped, keys.transpose(-1, -2).to(q.dtype)) * scaling, softcap)
     mask = allowed[:, None, None].expand(rows, 1, groups, steps, length).reshape(rows, 1, groups * steps, length)
     scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    out = torch.matmul(weights, values.to(q.dtype))  # (rows, kv_heads, groups * T, D)
-    return out.reshape(rows, q_heads, steps, dim).transpose(1, 2).reshape(rows, steps, q_heads * dim)
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    else:
+        sink = sinks.to(scores.dtype).view(1, kv_heads, groups, 1, 1).expand(rows, kv_heads, groups, steps, 1)
+        combined = torch.cat([scores, sink.reshape(rows, kv_heads, groups * steps, 1)], dim=-1)
+        combined = combined - combined.max(dim=-1, keepdim=True).values
+        weights = torch.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1].to(q.dtype)
+    out = torch.matmul(weights, values.to(q.dtype))  # (rows, kv_heads, groups * T, Dv)
+    value_dim = values.shape[-1]
+    return out.reshape(rows, q_heads, steps, value_dim).transpose(1, 2).reshape(rows, steps, q_heads * value_dim)
+
+
+def _contexts(k_pool: Any, v_pool: Any, table: Any, latent_values: int | None) -> tuple[Any, Any]:
+    """Each row's keys and values gathered through ``table`` (rows, heads, width * block_size, ·);
+    with ``latent_values``, the values are the keys' first that many features (nothing gathered twice)."""
+    keys = gather(k_pool, table)
+    return keys, (gather(v_pool, table) if latent_values is None else keys[..., :latent_values])
 
 
 def decode_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: Any, scaling: float,
-                     window: int | None, softcap: float | None) -> Any:
+                     window: int | None, softcap: float | None, sinks: Any = None,
+                     latent_values: int | None = None) -> Any:
     """One new token per row: ``q`` (rows, q_heads, 1, D) at ``positions`` (rows, 1) over positions
     ``0 .. position`` of each row, read through the first ``table.shape[1]`` blocks of its table
-    (the new token's key and value already written). Returns (rows, 1, q_heads * D)."""
+    (the new token's key and value already written). Returns (rows, 1, q_heads * Dv).
+    ``sinks``, ``latent_values``: as ``attend`` and the module's docstring say."""
     import torch
 
-    keys, values = gather(k_pool, table), gather(v_pool, table)
+    keys, values = _contexts(k_pool, v_pool, table, latent_values)
     slot = torch.arange(keys.shape[2], device=q.device)[None, :]
     allowed = slot <= positions
     if window is not None:
         allowed = allowed & (slot > positions - window)
-    return attend(q, keys, values, allowed[:, None, :], scaling, softcap)
+    return attend(q, keys, values, allowed[:, None, :], scaling, softcap, sinks)
+
+
+def materialised(softcap: float | None, sinks: Any, latent_values: int | None) -> bool:
+    """A prefill attention SDPA cannot express: soft-capped scores, attention sinks, or latent
+    attention's one shared head whose values are part of its keys (expanded per query head for SDPA,
+    the cache would be copied once per head)."""
+    return softcap is not None or sinks is not None or latent_values is not None
 
 
 def prefill_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: Any, context: int, scaling: float,
-                      window: int | None, softcap: float | None) -> Any:
+                      window: int | None, softcap: float | None, sinks: Any = None,
+                      latent_values: int | None = None) -> Any:
     """A chunk of ``T`` tokens of one request: ``q`` (1, q_heads, T, D) at ``positions`` (T,) over
     the request's first ``context`` tokens (its blocks ``table``, (1, width); the chunk's keys
-    already written). Returns (1, T, q_heads * D)."""
+    already written). Returns (1, T, q_heads * Dv). ``sinks``, ``latent_values``: as ``attend`` and
+    the module's docstring say."""
     import torch
 
     _, q_heads, steps, dim = q.shape
     blocks = -(-context // k_pool.shape[1])
-    keys = gather(k_pool, table[:, :blocks])[:, :, :context].to(q.dtype)
-    values = gather(v_pool, table[:, :blocks])[:, :, :context].to(q.dtype)
+    keys, values = _contexts(k_pool, v_pool, table[:, :blocks], latent_values)
+    keys, values = keys[:, :, :context].to(q.dtype), values[:, :, :context].to(q.dtype)
     kv_heads = keys.shape[1]
     groups = q_heads // kv_heads
     key_positions = torch.arange(context, device=q.device)[None, :]
-    if softcap is not None:
+    if materialised(softcap, sinks, latent_values):
         out = []
         tile = max(1, PREFILL_SCORE_TILE // max(1, q_heads * context))
         for start in range(0, steps, tile):
@@ -136,7 +176,7 @@ def prefill_attention(q: Any, k_pool: Any, v_pool: Any, table: Any, positions: A
             allowed = key_positions <= rows
             if window is not None:
                 allowed = allowed & (key_positions > rows - window)
-            out.append(attend(q[:, :, start:start + tile], keys, values, allowed[None], scaling, softcap))
+            out.append(attend(q[:, :, start:start + tile], keys, values, allowed[None], scaling, softcap, sinks))
         return torch.cat(out, dim=1)
     # K and V repeated per query head (as transformers' sdpa_attention_forward does without enable_gqa):
     # every fused SDPA kernel takes that shape, with a mask or causal.
@@ -189,7 +229,7 @@ class PackedPrefill:
       ``scaled_dot_product_attention`` per pack with a mask that lets each query see its own
       request's keys up to its position (a fused kernel, no score matrix materialised);
     * ``each``: one ``prefill_attention`` per chunk (the CPU, whose SDPA gains nothing from packing;
-      and soft-capped layers, which SDPA cannot express).
+      and the layers SDPA cannot express: ``materialised``).
     """
 
     def __init__(self, segments: Any, positions: Any, block_size: int, device: Any, dtype: Any,
@@ -250,13 +290,15 @@ class PackedPrefill:
         return mask
 
     def attend(self, q: Any, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
-               softcap: float | None) -> Any:
+               softcap: float | None, sinks: Any = None, latent_values: int | None = None) -> Any:
         """Attention of ``q`` (1, q_heads, tokens, D), the chunks' keys and values already written
-        to the pools; (1, tokens, q_heads * D)."""
+        to the pools; (1, tokens, q_heads * Dv). ``sinks``, ``latent_values``: as ``attend`` and the
+        module's docstring say."""
         import torch
 
         _, q_heads, tokens, dim = q.shape
-        if self.varlen is not None and window is None and softcap is None:
+        fused = not materialised(softcap, sinks, latent_values)
+        if self.varlen is not None and window is None and fused:
             try:
                 out = self.varlen(q[0].transpose(0, 1), k_pool, v_pool, self.cu_seq_q, None, self.max_q,
                                   self.max_k, scale=scaling, window_size=(-1, 0), enable_gqa=True,
@@ -271,7 +313,7 @@ class PackedPrefill:
                 self.varlen = None
                 if not self.packed:
                     self._plan_packed(k_pool.shape[1], q.device)
-        if self.packed and softcap is None:
+        if self.packed and fused:
             out = []
             for index, (start, end, slots, _, _) in enumerate(self.packs):
                 keys = flat(k_pool).index_select(0, slots).to(q.dtype)  # (keys, kv_heads, D)
@@ -284,6 +326,7 @@ class PackedPrefill:
             attended = out[0] if len(out) == 1 else torch.cat(out, dim=2)
             return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
         parts = [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
-                                   self.positions[seg.start:seg.end], seg.context, scaling, window, softcap)
+                                   self.positions[seg.start:seg.end], seg.context, scaling, window, softcap, sinks,
+                                   latent_values)
                  for seg in self.segments]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)

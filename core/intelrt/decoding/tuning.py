@@ -64,8 +64,14 @@ class DecodeTuning:
     experts_dense_max_tokens: int = 256
     """A mixture-of-experts layer runs every expert on up to this many tokens (static shapes, graph
     capturable); a longer prompt pass runs the model's own experts code (``experts.py``)."""
+    background_compile: bool = True
+    """With an ``adaptive`` warm-up and the compact step, each batch shape's compiled step is built on
+    a worker thread from the first call while the uncompiled (captured) step decodes, and takes over
+    at a look boundary once built (``background.py``). False: the step compiles on the caller's
+    thread after ``compile_after_tokens``."""
     compile_after_tokens: int = 32768
-    """With an ``adaptive`` warm-up, the step is compiled once this many tokens have been decoded:
+    """With an ``adaptive`` warm-up and no background compile (``background_compile=False``, or the
+    model's own forward as the step), the step is compiled once this many tokens have been decoded:
     a compile of about a minute (cold, on a GPU) saving about 2 ms per token has then paid for
     itself (the compile cache makes a later process compile at once)."""
     persist_compiled: bool = True
