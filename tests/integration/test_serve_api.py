@@ -425,7 +425,9 @@ def test_cli_serve_refuses_bad_serving_options_before_loading(tmp_path: Path) ->
              (("--lora", "oops"), "--lora 'oops'", "write NAME=DIR"),
              (("--lora", f"a={tmp_path}"), "LoRA adapter 'a'", "no adapter_config.json"),
              (("--allow-credentials",), "--allow-credentials needs --allowed-origins", ""),
-             (("--api-key", " "), "--api-key is empty", "")]
+             (("--api-key", " "), "--api-key is empty", ""),
+             (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization 1.5 must be a number in (0, 1]", ""),
+             (("--max-batch-tokens", "8"), "--max-batch-tokens 8 must be a whole number of tokens >= 16", "")]
     for args, says, also in cases:
         result = cli(*args)
         assert result.returncode == 2, (args, result.stderr)
