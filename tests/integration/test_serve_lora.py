@@ -163,3 +163,37 @@ def test_a_bad_adapter_is_refused_naming_what_is_wrong(server: Server, reference
     assert _complete(server, "alpha", PROMPTS[0]) == reference.text("alpha", PROMPTS[0])
     assert {m.id for m in server.client().models.list().data} >= {NAME, "alpha"}
     assert "x" not in {m.id for m in server.client().models.list().data}
+
+
+def test_intelrt_serve_lora_on_the_command_line(model_dir: Path, adapters: dict[str, Path],
+                                                reference: Reference) -> None:
+    """``intelrt serve MODEL --lora alpha=DIR --lora beta=DIR`` as a process, with the real client."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from test_serve import wait_ready
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "intelrt.cli", "serve", str(model_dir), "--port", str(port), "--max-batch", "4",
+               "--served-model-name", NAME, "--lora", f"alpha={adapters['alpha']}", "--lora",
+               f"beta={adapters['beta']}", "--no-access-log"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}")
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        assert {m.id for m in client.models.list().data} == {NAME, "alpha", "beta"}
+        for model in ("beta", NAME, "alpha"):
+            answer = client.completions.create(model=model, prompt=PROMPTS[0], max_tokens=MAX_NEW, temperature=0)
+            assert answer.choices[0].text == reference.text(model, PROMPTS[0]), model
+        process.terminate()
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output

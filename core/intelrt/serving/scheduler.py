@@ -287,9 +287,9 @@ class InflightScheduler(Scheduler):
     # -- LoRA adapters (called off the event loop: ``serving.adapters.Adapters``) ------------------
     def load_adapter(self, name: str, path: str) -> None:
         """Load a LoRA adapter between looks (after warm-up); ``ValueError`` saying what is wrong."""
-        self.ready.wait()
-        if self.failure is not None:
-            raise RuntimeError(self.failure)
+        while not self.ready.wait(IDLE_WAIT_S):  # a failed warm-up never sets ready
+            if self.failure is not None or not self._thread.is_alive():
+                raise RuntimeError(self.failure or "the decode thread has stopped")
         with self._engine_lock:
             self.batch.load_adapter(name, path)
 
