@@ -329,8 +329,9 @@ class InflightScheduler(Scheduler):
         return list(self._rows.values())
 
     def _clear_running(self) -> None:
-        for handle in list(self._rows):
-            self.batch.retire(handle)
+        with self._engine_lock:  # retiring may remove an unloaded adapter from the model
+            for handle in list(self._rows):
+                self.batch.retire(handle)
         self._rows.clear()
 
     def _turn(self) -> None:
