@@ -1,5 +1,5 @@
-"""What logprobs and json_schema decoding cost ``intelrt serve`` against plain greedy serving
-(issue 28), on one server, in one run, through the ``openai`` client.
+"""What logprobs, json_schema decoding and LoRA adapters cost ``intelrt serve`` against plain greedy
+serving (issue 28), on one server, in one run, through the ``openai`` client.
 
     python benchmarks/bench_serve_features.py --out results/     # Qwen3-0.6B-shaped, random bf16 weights, cuda
     python benchmarks/bench_serve_features.py --tiny --out /tmp/r # the tiny model on the CPU
@@ -8,7 +8,10 @@ Builds the model from its config (no download; ``bench_serve.build`` less its to
 embedded tiny model's byte-level tokenizer (a grammar needs tokens that spell JSON) and no
 end-of-sequence token, starts ``intelrt serve`` on 127.0.0.1, then for each mode — ``greedy``,
 ``logprobs`` (``logprobs=5``), ``json_schema`` (``response_format`` with a schema whose answer is
-longer than ``--max-tokens``, so every mode generates the same count) — runs ``--concurrency``
+longer than ``--max-tokens``, so every mode generates the same count), ``lora`` (every request
+names a LoRA adapter of rank 16 on every projection, random weights, served with ``--lora``: each
+look runs the model's own forward with PEFT's mixed-batch hooks), ``lora_mixed`` (every other
+client names it, the rest the base model: one batch of both) — runs ``--concurrency``
 clients (32) sending non-streamed ``/v1/completions`` back to back, ``--requests-per-client``
 each, after an unmeasured warm-up round. Prints per mode: requests done, tokens, tok/s over the
 mode's wall time, and the ratio to greedy; writes the same as JSON to ``--out``/serve_features.json.
@@ -30,7 +33,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_serve import free_port, stop, wait_up  # noqa: E402  (this directory's sibling)
 
-MODES = ("greedy", "logprobs", "json_schema")
+MODES = ("greedy", "logprobs", "json_schema", "lora", "lora_mixed")
+ADAPTER = "adapter"
+"""The served name of the benchmark's LoRA adapter."""
 LOGPROBS = 5
 
 
@@ -53,6 +58,22 @@ def build(workdir: Path, tiny: bool, device: str) -> None:
     generation = GenerationConfig.from_pretrained(workdir)
     generation.eos_token_id, generation.bos_token_id = None, None
     generation.save_pretrained(workdir)
+    build_adapter(workdir)
+
+
+def build_adapter(workdir: Path) -> Path:
+    """A LoRA adapter of the model in ``workdir`` (rank 16, every projection, random non-zero weights)
+    in ``workdir/lora``, as ``PeftModel.save_pretrained`` writes it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(workdir)
+    config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, init_lora_weights=False,
+                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    get_peft_model(model, config).save_pretrained(workdir / "lora")
+    return workdir / "lora"
 
 
 def prompts(count: int, tokens: int) -> list[list[int]]:
@@ -83,15 +104,16 @@ async def run_mode(url: str, mode: str, texts: list[Any], concurrency: int, per_
     tokens = 0
     done = 0
 
-    async def one(text: Any) -> int:
-        answer = await client.completions.create(model="bench", prompt=text, **settings)
+    async def one(text: Any, model: str) -> int:
+        answer = await client.completions.create(model=model, prompt=text, **settings)
         return answer.usage.completion_tokens if answer.usage else 0
 
     async def worker(index: int, rounds: int) -> None:
         nonlocal tokens, done
+        model = ADAPTER if mode == "lora" or (mode == "lora_mixed" and index % 2) else "bench"
         for r in range(rounds):
             try:
-                got = await one(texts[(index * rounds + r) % len(texts)])  # not `tokens += await`: racy
+                got = await one(texts[(index * rounds + r) % len(texts)], model)  # not `tokens += await`: racy
                 tokens += got
                 done += 1
             except openai.APIStatusError as exc:
@@ -140,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     log = workdir / "server.log"
     with log.open("wb") as handle:
         process = subprocess.Popen([sys.executable, "-m", "intelrt.cli", "serve", str(workdir), "--port", str(port),
-                                    "--served-model-name", "bench", "--backend", device, "--no-access-log"],
+                                    "--served-model-name", "bench", "--backend", device, "--no-access-log",
+                                    "--lora", f"{ADAPTER}={workdir / 'lora'}"],
                                    stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         ready = wait_up("intelrt", url, process, args.startup_seconds, log)

@@ -586,7 +586,7 @@ def test_cli_serve_simulated_shows_the_dry_plan_and_the_limits(tiny_model: Path)
     refused = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--context-length", "9999")
     assert refused.returncode == 2 and "context_length=9999 is more than the model reads" in refused.stderr
     too_much = _cli("serve", str(tiny_model), "--simulate", "xpu:1", "--gpu-memory-utilization", "1.5")
-    assert too_much.returncode == 2 and "--gpu-memory-utilization 1.5 must be in (0, 1]" in too_much.stderr
+    assert too_much.returncode == 2 and "--gpu-memory-utilization 1.5 must be a number in (0, 1]" in too_much.stderr
 
 
 def test_without_the_serve_extra_every_command_runs_and_serve_says_what_to_install(tiny_model: Path) -> None:

@@ -256,12 +256,14 @@ def test_embeddings_refused_by_a_text_generation_model(server: Server) -> None:
     assert refused.value.body["code"] == "wrong_model_task"  # type: ignore[index]
 
 
-def test_lora_adapters_are_checked_and_refused_without_engine_support(server: Server, tmp_path: Path) -> None:
+def test_a_lora_directory_without_its_config_or_its_weights_is_refused_naming_the_file(server: Server,
+                                                                                        tmp_path: Path) -> None:
     bad = _error(post(server, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(tmp_path)}), 400)
     assert bad["param"] == "lora_path" and "no adapter_config.json" in bad["message"]
     (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
-    refused = post(server, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(tmp_path)})
-    assert _error(refused, 501)["code"] == "adapters_unsupported"
+    refused = _error(post(server, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": str(tmp_path)}), 400)
+    assert refused["param"] == "lora_path"
+    assert f"{tmp_path / 'adapter_model.safetensors'} does not exist" in refused["message"]
     gone = _error(post(server, "/v1/unload_lora_adapter", {"lora_name": "a"}), 404)
     assert gone["code"] == "adapter_not_found"
     assert [m.id for m in server.client().models.list().data] == [NAME]
@@ -423,7 +425,9 @@ def test_cli_serve_refuses_bad_serving_options_before_loading(tmp_path: Path) ->
              (("--lora", "oops"), "--lora 'oops'", "write NAME=DIR"),
              (("--lora", f"a={tmp_path}"), "LoRA adapter 'a'", "no adapter_config.json"),
              (("--allow-credentials",), "--allow-credentials needs --allowed-origins", ""),
-             (("--api-key", " "), "--api-key is empty", "")]
+             (("--api-key", " "), "--api-key is empty", ""),
+             (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization 1.5 must be a number in (0, 1]", ""),
+             (("--max-batch-tokens", "8"), "--max-batch-tokens 8 must be a whole number of tokens >= 16", "")]
     for args, says, also in cases:
         result = cli(*args)
         assert result.returncode == 2, (args, result.stderr)

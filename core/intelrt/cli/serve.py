@@ -105,12 +105,15 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     served = _served_options(args)
     for name, path in served["lora"]:
         read_adapter(name, path)  # before the model loads: a wrong directory fails in a second
+    from ..decoding.tuning import DecodeTuning
+
+    tuning = engine_tuning(args, DecodeTuning())  # checked before the model loads, too
     announce_download(model)
     the_plan = planned(model, **plan_kwargs)
     if the_plan.task != "feature-extraction":
         require_generation(the_plan, "serve")
     loaded = load_planned(the_plan)
-    loaded.decode_tuning = engine_tuning(args, loaded.decode_tuning)
+    loaded.decode_tuning = tuning
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
@@ -148,24 +151,12 @@ def _served_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def engine_tuning(args: argparse.Namespace, tuning: Any) -> Any:
     """``tuning`` (a ``DecodeTuning``) with the engine options given on the command line."""
-    from dataclasses import replace
+    from ..decoding.tuning import with_engine_options
 
-    from ..errors import ConfigurationError
-
-    changes: dict[str, Any] = {}
-    if args.gpu_memory_utilization is not None:
-        if not 0 < args.gpu_memory_utilization <= 1:
-            raise ConfigurationError(f"--gpu-memory-utilization {args.gpu_memory_utilization:g} must be in (0, 1] "
-                                     "(e.g. 0.9: 90 % of the free device memory)")
-        changes["memory_utilization"] = args.gpu_memory_utilization
-    if args.max_batch_tokens is not None:
-        changes["max_batch_tokens"] = args.max_batch_tokens
-    if args.no_prefix_caching:
-        changes["prefix_caching"] = False
-    try:
-        return replace(tuning, **changes) if changes else tuning
-    except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
+    return with_engine_options(tuning, lambda name: f"--{name.replace('_', '-')} ",
+                               gpu_memory_utilization=args.gpu_memory_utilization,
+                               max_batch_tokens=args.max_batch_tokens,
+                               prefix_caching=False if args.no_prefix_caching else None)
 
 
 def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:

@@ -34,6 +34,7 @@ from .inflight import (
     record_step,
 )
 from .keywords import DecodeOptions
+from .lora import EngineAdapters
 from .memory import EngineSize, KVShape, MemoryBudget, kv_shape, memory_budget, size_engine
 from .paged import PagedCache
 from .report import GenerationReport
@@ -102,6 +103,8 @@ class FastDecoder:
         self._compiled_record: Callable[..., Any] | None = None
         self._offline: InflightBatch | None = None
         self._compiled_keys: set[tuple[Any, ...]] = set()
+        self.adapters = EngineAdapters(model)
+        """LoRA adapters served per row (a server's ``/v1/load_lora_adapter``: ``InflightBatch.load_adapter``)."""
         parameters = inspect.signature(model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in parameters else "past_key_values"
         self.keep_logits = "logits_to_keep" in parameters
@@ -205,6 +208,11 @@ class FastDecoder:
             gemv = bool(self.compile_backend) and rows <= self.tuning.gemv_max_rows
             return CompactForward(compact, cache, decode, gemv=gemv, fused_attention=self.attention_kernel)
         return ModelForward(self.model, cache, self._model_forward(), self.cache_kwarg, self.keep_logits)
+
+    def adapter_forward(self, cache: PagedCache) -> ModelForward:
+        """The forward of batches holding LoRA adapter rows: the model's own, eager (PEFT's
+        mixed-batch hooks choose each row's adapter in Python), over ``cache``."""
+        return ModelForward(self.model, cache, self.model, self.cache_kwarg, self.keep_logits, self.adapters)
 
     def _model_forward(self) -> Callable[..., Any]:
         if not self.compile_backend:

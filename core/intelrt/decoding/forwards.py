@@ -20,13 +20,16 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.decode_rules import ENGINE_LAYER_TYPES as LAYER_KINDS
 from ..backends.families import layer_windows as windows_of
 from . import paged
 from .compact import CompactModel, Segment
 from .paged import PagedCache
+
+if TYPE_CHECKING:
+    from .lora import EngineAdapters
 
 #: Attention implementations whose masks ``ModelForward`` builds (bool for SDPA, additive for eager).
 MASKED_ATTENTION = ("sdpa", "eager")
@@ -152,8 +155,10 @@ class ModelForward:
     """The model's own forward (``forward``: the model or its compiled form) over ``cache``."""
 
     def __init__(self, model: Any, cache: PagedCache, forward: Callable[..., Any], cache_kwarg: str,
-                 keep_logits: bool) -> None:
+                 keep_logits: bool, adapters: EngineAdapters | None = None) -> None:
         self.model, self.cache, self.forward = model, cache, forward
+        self.adapters = adapters
+        """The model's LoRA adapters: ``decode``/``prefill`` given ``adapter_keys`` apply them per row."""
         self.cache_kwarg, self.keep_logits = cache_kwarg, keep_logits
         self.fused_attention = False
         config = model.config
@@ -208,21 +213,33 @@ class ModelForward:
             inputs["logits_to_keep"] = 1
         return inputs
 
-    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any) -> Any:
+    def _run(self, inputs: dict[str, Any], adapter_keys: Sequence[str] | None, forward: Callable[..., Any]) -> Any:
+        """``forward(**inputs)``; with ``adapter_keys``, the eager model inside PEFT's mixed-batch
+        hooks (row ``i`` under adapter ``adapter_keys[i]``: the hooks are Python, never compiled or captured)."""
+        if adapter_keys is None:
+            return forward(**inputs)
+        if self.adapters is None:
+            raise RuntimeError("this forward was made without the model's LoRA adapters")
+        with self.adapters.rows(adapter_keys):
+            return self.model(**inputs)
+
+    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any,
+               adapter_keys: Sequence[str] | None = None) -> Any:
         import torch
 
         self.model_cache.bind(write_slots[:, None], table)
         key_positions = torch.arange(table.shape[1] * self.cache.block_size, device=input_ids.device)[None, None, :]
         allowed = key_positions <= positions[..., None]
         masks = self._masks(allowed, positions, key_positions)
-        return self.forward(**self._inputs(input_ids, positions, masks)).logits[:, -1, :]
+        return self._run(self._inputs(input_ids, positions, masks), adapter_keys, self.forward).logits[:, -1, :]
 
-    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment]) -> Any:
+    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
+                adapter_keys: Sequence[str] | None = None) -> Any:
         """One forward per segment (the model's forward attends one row's context at a time): the
-        logits of every segment's last token, in order."""
+        logits of every segment's last token, in order (``adapter_keys``: each segment's adapter)."""
         import torch
 
-        rows = []
+        rows: list[Any] = []
         for seg in segments:
             blocks = -(-seg.context // self.cache.block_size)
             table = seg.table[:, :blocks]
@@ -231,7 +248,8 @@ class ModelForward:
             key_positions = torch.arange(blocks * self.cache.block_size, device=input_ids.device)[None, None, :]
             allowed = (key_positions <= chunk[..., None]) & (key_positions < seg.context)
             masks = self._masks(allowed, chunk, key_positions)
-            out = self.model(**self._inputs(input_ids[:, seg.start:seg.end], chunk, masks))
+            keys = None if adapter_keys is None else [adapter_keys[len(rows)]]
+            out = self._run(self._inputs(input_ids[:, seg.start:seg.end], chunk, masks), keys, self.model)
             rows.append(out.logits[:, -1, :])
         return torch.cat(rows)
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from .blocks import NULL_BLOCK, OutOfBlocks, block_digests
 from .compact import Segment
+from .lora import BASE
 from .memory import EngineSize, PeakMemory, release_cached_memory
 from .report import GenerationReport
 from .sampler import GREEDY, SAMPLING, Sampler, SamplerKind
@@ -52,7 +53,8 @@ from .sampling import MAX_LOGPROBS, DecodeRequest, SampledToken, TokenLogprob
 
 if TYPE_CHECKING:
     from .engine import FastDecoder
-    from .forwards import StepForward
+    from .forwards import ModelForward, StepForward
+    from .lora import EngineAdapter
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +98,12 @@ class EngineStats:
 class _Sequence:
     """The host's view of one request."""
 
-    def __init__(self, handle: int, request: DecodeRequest, seed: int) -> None:
+    def __init__(self, handle: int, request: DecodeRequest, seed: int, adapter: EngineAdapter | None = None) -> None:
         self.handle, self.request, self.params, self.seed = handle, request, request.params, seed
+        self.adapter_key = adapter.key if adapter is not None else None
+        """The PEFT name of the LoRA adapter it decodes with (``None``: the base model)."""
+        self.salt = adapter.salt if adapter is not None else None
+        """Where its blocks' digest chain starts: an adapter's keys and values differ from the base's."""
         self.tokens = list(request.prompt)
         self.prompt_length = len(request.prompt)
         self.generated = 0
@@ -122,7 +128,7 @@ class _Sequence:
         """Digests of its first ``blocks`` full blocks (computed the first time asked)."""
         if len(self.digests) < blocks:
             start = len(self.digests) * size
-            parent = self.digests[-1] if self.digests else None
+            parent = self.digests[-1] if self.digests else self.salt
             self.digests += block_digests(self.tokens[start:blocks * size], size, parent)
         return self.digests[:blocks]
 
@@ -167,6 +173,7 @@ class InflightBatch:
         self.report = GenerationReport("fast", "", 0, graphs=decoder.graphs, compiled=decoder.compile_backend,
                                        step=decoder.step, step_reason=decoder.step_reason, warmup=decoder.warmup)
         self._forwards: dict[int, StepForward] = {}
+        self._adapter_forward: ModelForward | None = None
         self._steps: dict[tuple[int, SamplerKind, int], Callable[[], None]] = {}
         self._replays: dict[tuple[int, SamplerKind, int], Callable[[], object]] = {}
         blocker = self._forward(self.buckets[-1]).blocker()
@@ -191,6 +198,46 @@ class InflightBatch:
         if forward is None:
             forward = self._forwards[bucket] = self.decoder.new_forward(self.cache, bucket)
         return forward
+
+    def _lora_forward(self) -> ModelForward:
+        """The forward of looks holding LoRA adapter rows (``FastDecoder.adapter_forward``)."""
+        if self._adapter_forward is None:
+            self._adapter_forward = self.decoder.adapter_forward(self.cache)
+        return self._adapter_forward
+
+    # -- LoRA adapters ------------------------------------------------------------------------------
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT LoRA adapter in ``path``: requests naming ``name`` (``DecodeRequest.adapter``)
+        decode with it, in one batch with the base model's and other adapters' rows. ``ValueError``
+        saying what is wrong (a missing file, an adapter that does not fit, a model whose own forward
+        cannot run over the paged cache). Between looks only (the thread that steps the batch)."""
+        from .lora import check_adapter_directory
+
+        check_adapter_directory(path)
+        blocker = self._lora_forward().blocker()
+        if blocker is not None:
+            raise ValueError(f"LoRA adapter rows run the model's own forward, which cannot run over the paged cache "
+                             f"here: {blocker}")
+        self.decoder.adapters.load(name, path)
+
+    def unload_adapter(self, name: str) -> int:
+        """Refuse ``name`` to new requests (``ValueError`` when it is not loaded); its weights leave
+        the model once the requests decoding with it end — their count, returned (as ``vllm serve``:
+        ``OpenAIServingModels.unload_lora_adapter`` drops the name, and requests already running
+        finish with their adapter)."""
+        adapter = self.decoder.adapters.unload(name)
+        users = sum(1 for s in self._sequences.values() if s.adapter_key == adapter.key)
+        self._collect_adapters()
+        return users
+
+    def _collect_adapters(self) -> None:
+        """Remove from the model the unloaded adapters no request decodes with any more."""
+        adapters = self.decoder.adapters
+        if not adapters.holds_unloaded:
+            return
+        in_use = {s.adapter_key for s in self._sequences.values() if s.adapter_key is not None}
+        for key in adapters.retired(in_use):
+            adapters.delete(key)
 
     def _reset_compiled(self) -> None:
         """After the decoder turned graphs or compiling off: forwards and steps built anew."""
@@ -307,14 +354,20 @@ class InflightBatch:
             width *= 2
         return min(width, self.width)
 
-    def _step_fn(self, bucket: int, kind: SamplerKind, width: int) -> Callable[[], None]:
-        """One decode step of the first ``bucket`` rows (device work only: what a graph records)."""
+    def _step_fn(self, bucket: int, kind: SamplerKind, width: int,
+                 adapter_keys: Sequence[str] | None = None) -> Callable[[], None]:
+        """One decode step of the first ``bucket`` rows (device work only: what a graph records);
+        ``adapter_keys``: each row's LoRA adapter (the model's own forward, a step made for this look)."""
         key = (bucket, kind, width)
-        cached = self._steps.get(key)
+        cached = self._steps.get(key) if adapter_keys is None else None
         if cached is not None:
             return cached
 
-        forward, sampler, block = self._forward(bucket), self.sampler, self.block_size
+        forward: Any = self._forward(bucket)
+        if adapter_keys is not None:
+            lora, names = self._lora_forward(), list(adapter_keys)
+            forward = _WithAdapters(lora, names)
+        sampler, block = self.sampler, self.block_size
         token, position, slot = self.token[:bucket], self.position[:bucket], self.write_slot[:bucket]
         table, done, remaining = self.table[:bucket, :width], self.done[:bucket], self.remaining[:bucket]
         stops, out, index = self.stops[:bucket], self.out[:bucket], self.index
@@ -332,7 +385,8 @@ class InflightBatch:
                 top_values.index_copy_(1, index, values[:, None])
             record(chosen, token, position, slot, table, done, remaining, stops, out, index, block, width)
 
-        self._steps[key] = step
+        if adapter_keys is None:
+            self._steps[key] = step
         return step
 
     def _refresh_slots(self, busy: int) -> None:
@@ -383,7 +437,9 @@ class InflightBatch:
         each request's sampling seed when its ``params.seed`` is ``None`` (default: random).
         ``ValueError`` (nothing queued) for a request that can never fit, naming why."""
         requests = list(requests)
+        adapters: list[EngineAdapter | None] = []
         for request in requests:
+            adapters.append(None if request.adapter is None else self.decoder.adapters.resolve(request.adapter))
             why = self.fits(len(request.prompt), request.params.max_new_tokens)
             if why is not None:
                 raise ValueError(why)
@@ -396,7 +452,7 @@ class InflightBatch:
             if seed is None:
                 seed = seeds[i] if seeds is not None else random.getrandbits(63)
             self._handles += 1
-            sequence = _Sequence(self._handles, request, seed)
+            sequence = _Sequence(self._handles, request, seed, adapters[i])
             self._sequences[sequence.handle] = sequence
             self._waiting.append(sequence)
             handles.append(sequence.handle)
@@ -409,11 +465,11 @@ class InflightBatch:
             return
         if sequence.state == "waiting":
             self._waiting.remove(sequence)
-            sequence.state = "gone"
-            return
-        self._release(sequence)
-        self._running.remove(sequence)
+        else:
+            self._release(sequence)
+            self._running.remove(sequence)
         sequence.state = "gone"
+        self._collect_adapters()
 
     def forget_prefixes(self) -> None:
         """Empty the prefix cache (the weights may have changed since its blocks were computed)."""
@@ -447,6 +503,7 @@ class InflightBatch:
                 self._ensure_decode_blocks(steps)  # rows that just got their first token
             if self._decoding:
                 self._decode(steps, progress)
+        self._collect_adapters()
         self._calm += 1
         if self._calm >= CALM_LOOKS and (self.row_cap < self.rows or self.token_budget < self.size.max_batch_tokens):
             self.row_cap = min(self.rows, self.row_cap * 2)
@@ -580,8 +637,12 @@ class InflightBatch:
         ids = torch.tensor([tokens], dtype=torch.long).to(device, non_blocking=True)
         where = torch.tensor([positions], dtype=torch.long).to(device, non_blocking=True)
         flat_slots = torch.tensor(slots, dtype=torch.long).to(device, non_blocking=True)
+        keys = [s.adapter_key for s, _ in chunks]
         try:
-            logits = self._forward(1).prefill(ids, where, flat_slots, segments)
+            if any(k is not None for k in keys):
+                logits = self._lora_forward().prefill(ids, where, flat_slots, segments, [k or BASE for k in keys])
+            else:
+                logits = self._forward(1).prefill(ids, where, flat_slots, segments)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -696,6 +757,9 @@ class InflightBatch:
                     self.sampler.set_allowed(sequence.row, constraint.allowed_tokens_mask(self.vocab))
         steps = max(1, min(steps, max(s.params.max_new_tokens - s.generated for s in self._decoding)))
         bucket = next(b for b in self.buckets if b >= busy)
+        keys = [s.adapter_key for s in self._decoding]
+        adapter_keys = [k or BASE for k in keys] + [BASE] * (bucket - busy) if any(k is not None for k in keys) \
+            else None
         kind = SamplerKind.of(params)
         self.sampler.prepare(kind)
         width = self._width(bucket)
@@ -703,7 +767,7 @@ class InflightBatch:
         self.index.zero_()
         failure: BaseException | None = None
         try:
-            self._run_steps(bucket, kind, width, steps)
+            self._run_steps(bucket, kind, width, steps, adapter_keys)
         except CaptureFailed as failed:
             self.decoder.disable(f"graph capture ({self.decoder.graphs})", failed.__cause__ or failed)
             self._reset_compiled()
@@ -724,7 +788,13 @@ class InflightBatch:
         if failure is not None:
             self._decode_ran_out(failure, progress)
 
-    def _run_steps(self, bucket: int, kind: SamplerKind, width: int, steps: int) -> None:
+    def _run_steps(self, bucket: int, kind: SamplerKind, width: int, steps: int,
+                   adapter_keys: Sequence[str] | None = None) -> None:
+        if adapter_keys is not None:  # LoRA rows: eager, never captured (PEFT picks each row's adapter in Python)
+            step = self._step_fn(bucket, kind, width, adapter_keys)
+            for _ in range(steps):
+                step()
+            return
         key = (bucket, kind, width)
         run = self._replays.get(key)
         with self.decoder.compiler_settings(), collector_paused(run is not None):
@@ -817,6 +887,16 @@ class InflightBatch:
             assert self.pool.refs(b) == held.get(b, 0), f"block {b}: pool says {self.pool.refs(b)}, holders {held.get(b, 0)}"
         assert all(s.row == r for r, s in enumerate(self._decoding))
         assert all(s.state == "waiting" for s in self._waiting)
+
+
+class _WithAdapters:
+    """A :class:`ModelForward` whose decode applies one LoRA adapter per row (``names``)."""
+
+    def __init__(self, forward: ModelForward, names: list[str]) -> None:
+        self.forward, self.names = forward, names
+
+    def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any) -> Any:
+        return self.forward.decode(input_ids, positions, write_slots, table, self.names)
 
 
 def record_step(chosen: Any, token: Any, position: Any, slot: Any, table: Any, done: Any, remaining: Any,

@@ -209,6 +209,9 @@ class DecodeRequest:
 
     prompt: tuple[int, ...]
     params: SamplingParams
+    adapter: str | None = None
+    """The LoRA adapter this completion decodes with, by the name it was loaded under
+    (``InflightBatch.load_adapter``); ``None``: the base model."""
 
     def __post_init__(self) -> None:
         prompt = tuple(self.prompt)
@@ -219,6 +222,8 @@ class DecodeRequest:
         object.__setattr__(self, "prompt", prompt)
         if not isinstance(self.params, SamplingParams):
             raise ValueError(f"DecodeRequest.params must be a SamplingParams, got {type(self.params).__name__}")
+        if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter):
+            raise ValueError(f"DecodeRequest.adapter must be an adapter's name or None, got {self.adapter!r}")
 
     @property
     def max_new_tokens(self) -> int:

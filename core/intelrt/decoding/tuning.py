@@ -8,7 +8,9 @@ compares variants by building other values, never by changing module state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 PREFETCH_MODES = ("early", "late", "off")
 PREFETCHABLE = ("o_proj", "gate_up", "down_proj", "next_qkv")
@@ -107,3 +109,40 @@ class DecodeTuning:
         if unknown:
             raise ValueError(f"DecodeTuning.prefetch_weights names {', '.join(unknown)}; choose from "
                              f"{', '.join(PREFETCHABLE)}")
+
+
+ENGINE_OPTIONS = {"gpu_memory_utilization": "memory_utilization", "max_batch_tokens": "max_batch_tokens",
+                  "prefix_caching": "prefix_caching"}
+"""The engine's settings a user gives to ``intelrt.load`` / ``intelrt.serve`` (and as ``--gpu-memory-utilization``,
+``--max-batch-tokens``, ``--no-prefix-caching``), by keyword → the :class:`DecodeTuning` field each sets.
+They size and switch the engine; no plan decision depends on them, so they are load options, not
+``Request`` fields (a plan is the same whatever they are)."""
+
+
+def with_engine_options(tuning: DecodeTuning, spelled: Callable[[str], str] = lambda name: f"{name}=",
+                        **options: Any) -> DecodeTuning:
+    """``tuning`` with the engine options given (``None``: leave as it is); ``ConfigurationError``
+    naming the option as the caller spells it (``spelled``: ``gpu_memory_utilization=`` for Python,
+    ``--gpu-memory-utilization `` on the command line) and what it takes."""
+    from dataclasses import replace
+
+    from ..errors import ConfigurationError
+
+    changes: dict[str, Any] = {}
+    for name, value in options.items():
+        if name not in ENGINE_OPTIONS:
+            raise TypeError(f"unknown engine option {name!r}; the engine options are {', '.join(ENGINE_OPTIONS)}")
+        if value is None:
+            continue
+        if name == "gpu_memory_utilization" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                 or not 0 < value <= 1):
+            raise ConfigurationError(f"{spelled(name)}{value!r} must be a number in (0, 1]: the share of the device "
+                                     "memory free after loading that the KV cache takes (e.g. 0.9, vLLM's default)")
+        if name == "max_batch_tokens" and (isinstance(value, bool) or not isinstance(value, int)
+                                           or value < tuning.block_size):
+            raise ConfigurationError(f"{spelled(name)}{value!r} must be a whole number of tokens >= {tuning.block_size} "
+                                     "(one KV block): the tokens one engine step computes, e.g. 2048")
+        if name == "prefix_caching" and not isinstance(value, bool):
+            raise ConfigurationError(f"{spelled(name)}{value!r} must be True or False")
+        changes[ENGINE_OPTIONS[name]] = value
+    return replace(tuning, **changes) if changes else tuning

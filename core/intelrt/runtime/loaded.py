@@ -52,7 +52,8 @@ class Loaded:
     """What the last ``generate`` call did: the ``path`` (``fast``, ``continuous`` or ``generate``)
     and its ``reason``, ``batches``, ``graphs``, ``compiled``, ``step``, ``captured`` and ``notes``."""
     decode_tuning: DecodeTuning = field(default_factory=DecodeTuning, repr=False, compare=False)
-    """The fast decode loop's own settings (sizes, buckets); set before the first ``generate``."""
+    """The fast decode loop's own settings (sizes, buckets; ``intelrt.load``'s engine options set
+    three of them); replacing it makes the next call build the engine anew with it."""
     host: PluginHost | None = field(default=None, repr=False, compare=False)
     """The plugin host that made the plan (asked for the device-graph capturer); default: the process's."""
     _generator: Generator | None = field(default=None, repr=False, compare=False)
@@ -323,9 +324,7 @@ class Loaded:
                                                not as_list, int(input_ids.shape[1]))
             output, _ = self._plain(prepared, kwargs, plain_generate.REASONS["output"])
             return _RawOutput(output)
-        if self._generator is None:
-            self._generator = self._new_generator()
-        outputs, self.last_generation = self._generator.run(ids, as_list, kwargs)
+        outputs, self.last_generation = self._current_generator().run(ids, as_list, kwargs)
         return outputs
 
     def _masked(self, ids: list[list[int]], mask: Any, settings: dict[str, Any]) -> Any:
@@ -349,9 +348,15 @@ class Loaded:
         steps (``None`` when the plan decodes with transformers' ``generate``); ``intelrt serve``
         builds its in-flight batch on it."""
         self._require_task("text-generation")
-        if self._generator is None:
+        generator = self._current_generator()
+        return generator.decoder() if generator.plan.decode.fast else None
+
+    def _current_generator(self) -> Generator:
+        """The generator for the current ``decode_tuning``: made anew when that was replaced since
+        (the engine is sized and switched by it: a changed setting is never silently ignored)."""
+        if self._generator is None or self._generator.tuning != self.decode_tuning:
             self._generator = self._new_generator()
-        return self._generator.decoder() if self._generator.plan.decode.fast else None
+        return self._generator
 
     def _new_generator(self) -> Generator:
         from ..decoding.generation import Generator

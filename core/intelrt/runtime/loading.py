@@ -247,13 +247,22 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
          attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
          sharding: str = AUTO, parallel: str = AUTO,
          trust_remote_code: bool = False, allow_pickle: bool = False,
-         strict: bool = False, **from_pretrained_kwargs: Any) -> Loaded:
+         strict: bool = False, gpu_memory_utilization: float | None = None, max_batch_tokens: int | None = None,
+         prefix_caching: bool | None = None, **from_pretrained_kwargs: Any) -> Loaded:
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
 
     Unlike planning, loading a hub id that is not cached downloads it (unless ``HF_HUB_OFFLINE``).
     Credentials (``token=`` …) are handed to the download and to ``from_pretrained`` only: the
     plan records their names, never their values.
+
+    ``gpu_memory_utilization``, ``max_batch_tokens``, ``prefix_caching``: the decode engine's
+    settings (``Loaded.decode_tuning``; ``None``: its default), checked before anything loads.
+    They change no plan decision, so they are load options, not request options.
     """
+    from ..decoding.tuning import DecodeTuning, with_engine_options
+
+    tuning = with_engine_options(DecodeTuning(), gpu_memory_utilization=gpu_memory_utilization,
+                                 max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
     plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
@@ -261,4 +270,6 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
                          trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
                          **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)
-    return apply_plan(plan, get_host(), credentials)
+    loaded = apply_plan(plan, get_host(), credentials)
+    loaded.decode_tuning = tuning
+    return loaded

@@ -99,17 +99,17 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
     adapters = list(lora.items()) if isinstance(lora, Mapping) else list(lora)
     if adapters:
         from .adapters import read_adapter
-        from .engine_request import adapters_supported
 
         for adapter_name, path in adapters:
             read_adapter(adapter_name, path)  # a bad directory fails the start, not the first request
-        if not adapters_supported():
-            raise ConfigurationError("this server's decode engine does not decode LoRA adapters per request yet, so "
-                                     "--lora cannot be served: serve the merged model instead")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.start(asyncio.get_running_loop())
+        if adapters and _adapter_engine(state) is None:
+            reason = state.scheduler.reason if state.scheduler is not None else "no decode engine"
+            raise ConfigurationError(f"--lora cannot be served: this model decodes one completion at a time "
+                                     f"({reason}), without per-request adapters; serve the merged model instead")
         for adapter_name, path in adapters:
             await asyncio.to_thread(state.adapters.load, adapter_name, path, _adapter_engine(state))
         try:
@@ -265,9 +265,7 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
 
 def _adapter_engine(state: ServerState) -> Any:
     """The decode thread when it loads adapters per request (``load_adapter`` / ``unload_adapter``), else ``None``."""
-    from .engine_request import adapters_supported
-
     scheduler = state.scheduler
-    if scheduler is None or not adapters_supported() or not hasattr(scheduler, "load_adapter"):
+    if scheduler is None or not hasattr(scheduler, "load_adapter"):
         return None
     return scheduler

@@ -8,17 +8,11 @@ engine whole as a :class:`~intelrt.decoding.sampling.DecodeRequest`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..decoding.sampling import DecodeRequest, SamplingParams
 from .errors import ApiError
-
-
-def adapters_supported() -> bool:
-    """Whether the engine takes a per-request LoRA adapter (``DecodeRequest.adapter``, its name)."""
-    return "adapter" in {f.name for f in dataclasses.fields(DecodeRequest)}
 
 
 def sampling_params(kwargs: Mapping[str, Any], params: Mapping[str, str]) -> SamplingParams:
@@ -33,9 +27,5 @@ def sampling_params(kwargs: Mapping[str, Any], params: Mapping[str, str]) -> Sam
 
 
 def engine_request(prompt: Sequence[int], sampling: SamplingParams, adapter: str | None = None) -> DecodeRequest:
-    """The engine's request for one completion."""
-    if adapter is None:
-        return DecodeRequest(tuple(prompt), sampling)
-    if not adapters_supported():
-        raise ApiError(400, "this server's decode engine does not decode LoRA adapters per request", param="model")
-    return DecodeRequest(tuple(prompt), sampling, adapter=adapter)  # type: ignore[call-arg]
+    """The engine's request for one completion (``adapter``: the LoRA adapter's name, ``None``: the base)."""
+    return DecodeRequest(tuple(prompt), sampling, adapter=adapter)

@@ -281,6 +281,26 @@ class InflightScheduler(Scheduler):
         self._rows: dict[int, Completion] = {}
         """Completions the engine holds (waiting in it or running), by handle."""
         self._counted = (0, 0, 0, 0)
+        self._engine_lock = threading.Lock()
+        """Held by a look and by loading or unloading an adapter (which change the model's modules)."""
+
+    # -- LoRA adapters (called off the event loop: ``serving.adapters.Adapters``) ------------------
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter between looks (after warm-up); ``ValueError`` saying what is wrong."""
+        while not self.ready.wait(IDLE_WAIT_S):  # a failed warm-up never sets ready
+            if self.failure is not None or not self._thread.is_alive():
+                raise RuntimeError(self.failure or "the decode thread has stopped")
+        with self._engine_lock:
+            self.batch.load_adapter(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """New requests cannot name it any more; those decoding with it finish with it, then its
+        weights leave the model (``InflightBatch.unload_adapter``, as ``vllm serve`` does)."""
+        with self._engine_lock:
+            users = self.batch.unload_adapter(name)
+        if users:
+            log.info("intelrt serve: LoRA adapter %r unloaded; its weights leave the model when its %d running "
+                     "request(s) end", name, users)
 
     def describe(self) -> list[str]:
         shape = self.batch.describe()
@@ -309,11 +329,16 @@ class InflightScheduler(Scheduler):
         return list(self._rows.values())
 
     def _clear_running(self) -> None:
-        for handle in list(self._rows):
-            self.batch.retire(handle)
+        with self._engine_lock:  # retiring may remove an unloaded adapter from the model
+            for handle in list(self._rows):
+                self.batch.retire(handle)
         self._rows.clear()
 
     def _turn(self) -> None:
+        with self._engine_lock:
+            self._look()
+
+    def _look(self) -> None:
         """Free what clients left, hand new completions to the engine, run one of its looks."""
         for handle, completion in list(self._rows.items()):
             if completion.cancelled:
@@ -323,6 +348,7 @@ class InflightScheduler(Scheduler):
         if self._waiting:
             joining = list(self._waiting)
             self._waiting.clear()
+            joining = self._without_unloaded_adapters(joining)
             handles = self.batch.add([c.request for c in joining])
             for handle, completion in zip(handles, joining, strict=True):
                 completion.handle = handle
@@ -333,6 +359,20 @@ class InflightScheduler(Scheduler):
                 self._send(self._rows.pop(handle), Failed(f"the request could not be decoded: {message}"))
             self._progress(progress.outputs, progress.finished)
         self._count()
+
+    def _without_unloaded_adapters(self, joining: list[Completion]) -> list[Completion]:
+        """``joining`` less the completions whose adapter was unloaded after they were accepted (each
+        answered 404 by itself, so the others still join)."""
+        loaded = set(self.batch.decoder.adapters.names)
+        kept = []
+        for completion in joining:
+            adapter = completion.request.adapter
+            if adapter is None or adapter in loaded:
+                kept.append(completion)
+            else:
+                self._send(completion, Failed(f"the LoRA adapter {adapter!r} was unloaded before this request "
+                                              "started", status=404))
+        return kept
 
     def _progress(self, outputs: dict[int, list[SampledToken]], finished: dict[int, str]) -> None:
         for handle, sampled in outputs.items():

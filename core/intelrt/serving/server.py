@@ -103,16 +103,23 @@ def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_na
           announce: Callable[[str], None] | None = None, api_key: str | None = None,
           cors: CorsOptions | None = None, chat_template: str | None = None, access_log: bool = True,
           lora: Mapping[str, str] | Sequence[tuple[str, str]] = (),
-          log_output: TextIO | None = sys.stderr, **uvicorn_options: Any) -> None:
+          log_output: TextIO | None = sys.stderr, gpu_memory_utilization: float | None = None,
+          max_batch_tokens: int | None = None, prefix_caching: bool | None = None, **uvicorn_options: Any) -> None:
     """Serve ``loaded`` with the OpenAI API on ``host``:``port`` until ``SIGTERM`` or ``SIGINT``
     (then drain, and return). ``model_name``, ``max_batch``, ``context_length``, ``max_queue``,
     ``announce``, ``api_key``, ``cors``, ``chat_template``, ``access_log``, ``lora``: see
     :func:`intelrt.serving.app.create_app`; ``drain_timeout``: seconds in-flight requests get
     after the signal; ``log_level``: uvicorn's own (its start-up lines are replaced by the
     ``ready:`` line); ``log_output``: where intelrt's serving lines go (``None``: to the
-    process's logging set-up)."""
+    process's logging set-up). ``gpu_memory_utilization``, ``max_batch_tokens``,
+    ``prefix_caching``: the decode engine's settings, as :func:`intelrt.load` takes them (given
+    here, they replace ``loaded.decode_tuning``'s before the engine is sized)."""
+    from ..decoding.tuning import with_engine_options
+
     if drain_timeout < 0:
         raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout}")
+    loaded.decode_tuning = with_engine_options(loaded.decode_tuning, gpu_memory_utilization=gpu_memory_utilization,
+                                               max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
     app = create_app(loaded, model_name=model_name, max_batch=max_batch, context_length=context_length,
                      max_queue=max_queue, announce=announce, api_key=api_key, cors=cors, chat_template=chat_template,
                      access_log=access_log, lora=lora)
