@@ -18,7 +18,7 @@ import pytest
 import intelrt
 from intelrt.hooks.backend import Backend
 from intelrt.hooks.concerns import CONCERNS, Decided
-from intelrt.hooks.request import NO_MODEL, REQUEST_OPTIONS, Request
+from intelrt.hooks.request import ENGINE_OPTIONS, NO_MODEL, REQUEST_OPTIONS, Request
 from intelrt.host.manager import PluginHost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,8 +214,9 @@ def test_every_concern_option_is_a_request_option_and_every_check_a_backend_meth
 def test_plan_and_load_take_exactly_the_declared_options(function) -> None:  # type: ignore[no-untyped-def]
     parameters = inspect.signature(function).parameters
     keywords = {n: p.default for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert keywords == {o.name: o.default for o in REQUEST_OPTIONS}
-    assert list(keywords) == [o.name for o in REQUEST_OPTIONS]
+    engine = {name: None for name in ENGINE_OPTIONS} if function is intelrt.load else {}  # load's own, never planned
+    assert keywords == {**{o.name: o.default for o in REQUEST_OPTIONS}, **engine}
+    assert list(keywords) == [o.name for o in REQUEST_OPTIONS] + list(engine)
 
 
 @pytest.mark.parametrize("command", ["plan", "run", "train"])

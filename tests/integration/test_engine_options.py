@@ -37,6 +37,14 @@ def test_bad_engine_options_are_refused_naming_the_keyword_before_loading(option
     assert says in str(refused.value)
 
 
+@pytest.mark.parametrize("option, value", [("gpu_memory_utilization", 0.5), ("max_batch_tokens", 256),
+                                           ("prefix_caching", False)])
+def test_an_engine_option_given_to_plan_is_refused_not_passed_to_from_pretrained(model_dir: Path, option: str,
+                                                                                 value: Any) -> None:
+    with pytest.raises(intelrt.ConfigurationError, match=rf"{option}= is a load option of the decode engine"):
+        intelrt.plan(model_dir, **{option: value})
+
+
 def test_the_engine_options_size_the_served_engine_and_a_long_prompt_still_matches(model_dir: Path) -> None:
     loaded = intelrt.load(model_dir, max_batch_tokens=32, prefix_caching=False, gpu_memory_utilization=0.5)
     plain = intelrt.load(model_dir)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..hooks.request import ENGINE_OPTIONS
+
 PREFETCH_MODES = ("early", "late", "off")
 PREFETCHABLE = ("o_proj", "gate_up", "down_proj", "next_qkv")
 
@@ -109,14 +111,6 @@ class DecodeTuning:
         if unknown:
             raise ValueError(f"DecodeTuning.prefetch_weights names {', '.join(unknown)}; choose from "
                              f"{', '.join(PREFETCHABLE)}")
-
-
-ENGINE_OPTIONS = {"gpu_memory_utilization": "memory_utilization", "max_batch_tokens": "max_batch_tokens",
-                  "prefix_caching": "prefix_caching"}
-"""The engine's settings a user gives to ``intelrt.load`` / ``intelrt.serve`` (and as ``--gpu-memory-utilization``,
-``--max-batch-tokens``, ``--no-prefix-caching``), by keyword → the :class:`DecodeTuning` field each sets.
-They size and switch the engine; no plan decision depends on them, so they are load options, not
-``Request`` fields (a plan is the same whatever they are)."""
 
 
 def with_engine_options(tuning: DecodeTuning, spelled: Callable[[str], str] = lambda name: f"{name}=",

@@ -61,6 +61,14 @@ def split_credentials(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     return {k: v for k, v in kwargs.items() if k not in credentials}, credentials
 
 
+ENGINE_OPTIONS = {"gpu_memory_utilization": "memory_utilization", "max_batch_tokens": "max_batch_tokens",
+                  "prefix_caching": "prefix_caching"}
+"""The engine's settings a user gives to ``intelrt.load`` / ``intelrt.serve`` (and as ``--gpu-memory-utilization``,
+``--max-batch-tokens``, ``--no-prefix-caching``), by keyword → the :class:`DecodeTuning` field each sets.
+They size and switch the engine; no plan decision depends on them, so they are load options, not
+``Request`` fields (a plan is the same whatever they are)."""
+
+
 @dataclass(frozen=True)
 class Request:
     """Everything the caller of ``plan``/``load`` asked for. ``"auto"`` means "intelrt decides".
@@ -163,6 +171,9 @@ class Request:
         for key in options:
             if key in PLANNED_KWARGS:
                 raise ConfigurationError(f"{key}= is decided by the plan; pass {PLANNED_KWARGS[key]} to intelrt instead")
+            if key in ENGINE_OPTIONS:
+                raise ConfigurationError(f"{key}= is a load option of the decode engine, not a plan option: pass it to "
+                                         "intelrt.load() or intelrt.serve()")
         kept, credentials = split_credentials(options)
         return cls(model=os.fspath(model), **values, from_pretrained_kwargs=kept, credentials=tuple(sorted(credentials)))
 
