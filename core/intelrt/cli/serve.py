@@ -45,7 +45,7 @@ every user of the machine through ``ps``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..serving.limits import DRAIN_TIMEOUT_S
+    from ..serving.limits import CLIENT_TIMEOUT_S, DRAIN_TIMEOUT_S
 
     parser.add_argument("model", nargs="?", default=None,
                         help="a directory saved with save_pretrained(), or a hub id (org/name); default: the "
@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="completions waiting for a row before requests get 429 (default: 4 per row)")
     parser.add_argument("--drain-timeout", type=positive_number(), default=DRAIN_TIMEOUT_S, metavar="SECONDS",
                         help=f"after SIGTERM, seconds in-flight requests get to finish (default {DRAIN_TIMEOUT_S:g})")
+    parser.add_argument("--client-timeout", type=positive_number(), default=CLIENT_TIMEOUT_S, metavar="SECONDS",
+                        help="seconds a streaming client may take no bytes before its completions are cancelled "
+                             f"and its connection closed (default {CLIENT_TIMEOUT_S:g}, nginx's send_timeout)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
                         help=f"every /v1 route answers 401 without 'Authorization: Bearer KEY' (default: "
                              f"${API_KEY_VARIABLE}, else none); never logged")
@@ -115,7 +118,7 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
 
     print(loaded.plan, flush=True)
     serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or TINY_MODEL_ID, **limits,
-          drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning", **served)
+          drain_timeout=args.drain_timeout, client_timeout=args.client_timeout, log_level="info" if args.verbose else "warning", **served)
     return 0
 
 

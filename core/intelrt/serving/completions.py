@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from ..runtime.loaded import Loaded
     from .protocol import _Generation
     from .structured import ToolFormat
+
+log = logging.getLogger(__name__)
 
 COMPLETION_DEFAULT_TOKENS = 16
 """``max_tokens`` of a ``/v1/completions`` request that gives none (OpenAI's default)."""
@@ -300,9 +303,9 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
     timing = _Timing(state, arrived)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(_stream(state, request, sink, prepared, shape, timing, prompt_tokens,
-                                         include_usage),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StalledClientTimeout(_stream(state, request, sink, prepared, shape, timing, prompt_tokens,
+                                            include_usage), state.client_timeout, lambda: _stalled(state, request),
+                                    media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     results = {c.index: ChoiceResult(c.index) for c in completions}
     finished = 0
     watcher = asyncio.get_running_loop().create_task(_watch(request, sink))
@@ -338,6 +341,60 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
 
 def _sse(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+STALLED_STATUS = 408
+"""What a stream whose client stopped reading is counted as (Request Timeout)."""
+
+
+class _Stalled(Exception):
+    """The client took no bytes for ``client_timeout`` seconds."""
+
+
+class StalledClientTimeout(StreamingResponse):
+    """Starlette's streamed response whose every write must be taken by the client within
+    ``client_timeout`` seconds (nginx's ``send_timeout``: the time between two successive writes,
+    not the whole answer). uvicorn's ``send`` waits while the socket's buffers are full
+    (``uvicorn/protocols/http/flow_control.py``, ``FlowControl.drain``); a client that stops
+    reading would hold its row there until its ``max_tokens``, and its connection for ever. After
+    the timeout the stream ends (its generator closed: the completions' rows are freed at the
+    decode thread's next look) and ``on_stall`` runs; uvicorn then closes the connection."""
+
+    def __init__(self, content: AsyncIterator[str], client_timeout: float, on_stall: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.client_timeout, self.on_stall = client_timeout, on_stall
+
+    async def stream_response(self, send: Any) -> None:
+        async def timed(message: dict[str, Any]) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.client_timeout)
+            except TimeoutError:
+                raise _Stalled() from None
+
+        try:
+            await timed({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await timed({"type": "http.response.body", "body": chunk.encode(self.charset)
+                             if isinstance(chunk, str) else chunk, "more_body": True})
+            await timed({"type": "http.response.body", "body": b"", "more_body": False})
+        except _Stalled:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()  # the generator's finally cancels what is left
+            self.on_stall()
+
+
+def _stalled(state: ServerState, request: Request) -> None:
+    request.state.__setattr__(OUTCOME, STALLED_STATUS)
+    log.warning("intelrt serve: a streaming client took nothing for %g s (--client-timeout): its completions were "
+                "cancelled and the connection closed", state.client_timeout)
+
+
+def _unexpected(exc: Exception) -> str:
+    """An error event's message for a failure nobody foresaw (the log has the traceback)."""
+    log.error("intelrt serve: a stream failed", exc_info=exc)
+    return f"the server failed while streaming this answer ({type(exc).__name__}); its log has the details"
 
 
 async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Prepared, shape: Shape,
@@ -395,6 +452,12 @@ async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Pr
             yield _sse(shape.usage_chunk(usage(prompt_tokens, tokens)))
         yield "data: [DONE]\n\n"
         timing.done()
+    except Exception as exc:  # noqa: BLE001 - the answer has begun: an error event, not a cut connection
+        if scheduler is not None:
+            scheduler.cancel(completions)
+        open_choices.clear()
+        request.state.__setattr__(OUTCOME, 500)
+        yield _sse(error_body(_unexpected(exc), "server_error")) + "data: [DONE]\n\n"
     finally:
         if open_choices:  # the client left: free their rows
             if scheduler is not None:
