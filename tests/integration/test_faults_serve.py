@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from faults import Catalogue, Fault, Seen, check, cli, error, works
+from faults import Catalogue, Fault, Seen, call, check, cli, error, works
 
 import intelrt
 from intelrt.serving import create_app
@@ -466,3 +466,54 @@ def test_a_hanging_hook_is_cut_by_its_time_limit_when_serving(case: Fault, tmp_p
         assert time.monotonic() - started < 15
     finally:
         uninstall(tmp_path / "servehang", module)
+
+
+# -- limits against the memory budget, at start ------------------------------------------------------
+
+LIMITS = [
+    error("serve-max-batch-1e8", "serve", "`--max-batch 100000000` (a 409 GB allocation traceback on a GPU)",
+          "100000000 rows", "pass at most 131072 rows", risk="traceback",
+          trigger="intelrt serve --max-batch 100000000", data=["--max-batch", "100000000"]),
+    error("serve-context-length-1e8", "serve", "`--context-length 100000000`, past the model's positions",
+          "context_length=100000000", "pass at most 512", risk="traceback",
+          trigger="intelrt serve --context-length 100000000", data=["--context-length", "100000000"]),
+    error("serve-max-batch-tokens-1e11", "serve", "`--max-batch-tokens 100000000000` (accepted, and profiled as one "
+          "prefill on a device)", "--max-batch-tokens 100000000000", "pass at most 32768", risk="silent wrong",
+          trigger="intelrt serve --max-batch-tokens 100000000000", data=["--max-batch-tokens", "100000000000"]),
+    error("serve-max-batch-tokens-1e11-simulated", "serve", "the same under --simulate (the dry plan's limits)",
+          "pass at most", risk="silent wrong", trigger="intelrt serve --simulate xpu:1 --max-batch-tokens 100000000000",
+          data=["--simulate", "xpu:1", "--max-batch-tokens", "100000000000"]),
+    error("serve-client-timeout-zero", "serve", "`--client-timeout 0` (no write could ever be waited for)",
+          "--client-timeout", "> 0", risk="silent wrong", trigger="intelrt serve --client-timeout 0",
+          data=["--client-timeout", "0"]),
+    error("serve-client-timeout-inf", "serve", "`--client-timeout inf` (a stalled client would hold its row for ever)",
+          "--client-timeout", "finite", risk="hang", trigger="intelrt serve --client-timeout inf",
+          data=["--client-timeout", "inf"]),
+    error("serve-gpu-memory-utilization-above-one", "serve", "`--gpu-memory-utilization 2`",
+          "--gpu-memory-utilization 2", "(0, 1]", risk="traceback", trigger="intelrt serve --gpu-memory-utilization 2",
+          data=["--gpu-memory-utilization", "2"]),
+]
+
+
+@catalogue.cases(LIMITS)
+def test_limits_the_budget_cannot_hold_are_refused_at_start(case: Fault, tiny_model: Path) -> None:
+    started = time.monotonic()
+    check(case, cli("serve", str(tiny_model), "--port", "0", *case.data))
+    assert time.monotonic() - started < 60
+
+
+@catalogue.cases(
+    error("serve-context-length-above-the-kv-budget", "serve",
+          "a context length the KV cache budget cannot hold once (create_app on a 64-token budget)",
+          "cannot hold one completion of 512 tokens", "at most 64 fit", "Pass a context length of at most 64",
+          error="ConfigurationError", risk="traceback",
+          trigger="m.decode_tuning = DecodeTuning(cpu_kv_cache_bytes=64 tokens); create_app(m, context_length=512)"),
+)
+def test_a_context_the_kv_budget_cannot_hold_is_refused_with_what_fits(case: Fault, tiny_model: Path) -> None:
+    from intelrt.decoding.tuning import DecodeTuning
+
+    loaded = intelrt.load(tiny_model)
+    config = loaded.model.config  # a key and a value per layer, head and dimension, for each token
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * loaded.model.dtype.itemsize
+    loaded.decode_tuning = DecodeTuning(cpu_kv_cache_bytes=64 * per_token, max_batch_tokens=32)
+    check(case, call(lambda: create_app(loaded, model_name=NAME, context_length=512, announce=lambda line: None)))

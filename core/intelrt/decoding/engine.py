@@ -306,6 +306,11 @@ class FastDecoder:
         shape = KVShape(layers, kv_heads, head_dim, self.model.dtype.itemsize)
         activation = graphs = 0
         if device_memory(device) is not None:
+            # Rows or a context that the whole budget could not hold even before the profile are
+            # refused now, with the largest value that fits: the profile's batch of ``rows`` rows
+            # would allocate for them first (409 GB for ``serve --max-batch 100000000``).
+            rows = size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
+                               rows_asked=rows_asked).rows
             probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
                                     shape.bytes_per_token)
             probe = InflightBatch(self, probe_size, device, preallocate=True)
