@@ -87,6 +87,16 @@ def completion_prompts(state: ServerState, body: CompletionRequest) -> list[list
     return ids
 
 
+def _template_arguments(tokenizer: Any) -> set[str]:
+    """The parameters of the tokenizer's own ``apply_chat_template`` (transformers'
+    ``PreTrainedTokenizerBase.apply_chat_template``: ``tokenize``, ``tools``, ``return_dict`` …): a
+    request's ``chat_template_kwargs`` cannot set them (they would collide with the server's call)."""
+    import inspect
+
+    parameters = inspect.signature(tokenizer.apply_chat_template).parameters.values()
+    return {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
 def render_chat(state: ServerState, body: ChatCompletionRequest | Any, tools: bool = True) -> str:
     """The messages as the chat template writes them (``--chat-template`` or the tokenizer's,
     unless the request brings its own), tools and documents included."""
@@ -99,6 +109,11 @@ def render_chat(state: ServerState, body: ChatCompletionRequest | Any, tools: bo
     for i, message in enumerate(messages):
         _too_long(state, message["content"], f"messages[{i}].content")
     extra: dict[str, Any] = dict(body.chat_template_kwargs or {})
+    taken = sorted(set(extra) & _template_arguments(tokenizer))
+    if taken:
+        raise ApiError(400, f"chat_template_kwargs: {', '.join(taken)} {'is' if len(taken) == 1 else 'are'} set by the "
+                            "server itself (or by the request's own fields: tools, documents, add_generation_prompt, "
+                            "continue_final_message); leave it out of chat_template_kwargs", param="chat_template_kwargs")
     if tools and body.tools:
         if "tools" not in template:
             raise ApiError(400, "this model's chat template takes no tools (it never mentions them): tool calling "
@@ -152,6 +167,9 @@ def _constraint_factory(state: ServerState, body: _Generation) -> tuple[Callable
         fmt = body.response_format
         state.grammars.for_response_format(fmt)
         made.append((lambda: state.grammars.for_response_format(fmt), "response_format"))
+    if body.allowed_token_ids is not None and not body.allowed_token_ids:
+        raise ApiError(400, "allowed_token_ids is empty: no token could be generated; list the token ids the answer "
+                            "may use, or leave the field out", param="allowed_token_ids")  # vLLM refuses it too
     if body.allowed_token_ids:
         from .sampling_fields import token_id
 
