@@ -551,3 +551,22 @@ def test_a_context_the_kv_budget_cannot_hold_is_refused_with_what_fits(case: Fau
     per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * loaded.model.dtype.itemsize
     loaded.decode_tuning = DecodeTuning(cpu_kv_cache_bytes=64 * per_token, max_batch_tokens=32)
     check(case, call(lambda: create_app(loaded, model_name=NAME, context_length=512, announce=lambda line: None)))
+
+
+@catalogue.cases(
+    error("serve-max-batch-1e8-on-an-intel-gpu", "serve",
+          "100,000,000 rows asked on a device that reports its memory (the profile's batch allocated them first: "
+          "409 GB)", "100000000 rows", "pass at most", error="ConfigurationError", risk="traceback",
+          trigger="the engine sized for 10**8 rows on a simulated 64 GiB Intel GPU (its runtime's mem_get_info)"),
+)
+def test_rows_the_device_cannot_hold_are_refused_before_the_profile_allocates(case: Fault, tiny_model: Path) -> None:
+    import torch
+
+    from intelrt.testing.simulation import simulate
+
+    decoder = intelrt.load(tiny_model).fast_decoder()
+    assert decoder is not None
+    with simulate("xpu", 1, memory_gib=64) as sim:
+        seen = check(case, call(lambda: decoder.serving_size(10**8, 512, torch.device("xpu", 0), rows_asked=True)))
+    assert "xpu.mem_get_info" in sim.calls
+    assert "profile" not in seen.message
