@@ -44,10 +44,11 @@ SEED = int(os.environ.get("INTELRT_SOAK_SEED", "34"))
 PREFIXES = ["You are a terse assistant for Intel GPU questions. ", "Answer in one line, as a Gaudi expert would. ",
             "The following is a conversation about paged KV caches. "]
 WORDS = "intel gpu gaudi tensor kernel cache block prefix token batch queue row stream decode prefill".split()
-KINDS = ("openai", "openai-stream", "chat-stream", "stream-disconnect", "stream-cancel", "post-disconnect")
-"""How a request is made: the openai client whole or streamed (completions, chat), an httpx stream
-the client leaves after a few chunks, an openai stream closed early, a non-streamed httpx request
-whose client gives up."""
+KINDS = ("openai", "openai-stream", "chat-stream", "long-stream", "stream-disconnect", "stream-cancel",
+         "post-disconnect")
+"""How a request is made: the openai client whole or streamed (completions, chat; a long stream of
+400 tokens, which the drain timeout may cut), an httpx stream the client leaves after a few
+chunks, an openai stream closed early, a non-streamed httpx request whose client gives up."""
 
 
 @dataclass
@@ -94,9 +95,12 @@ def _one(url: str, client: openai.OpenAI, outcome: Outcome, rng: random.Random) 
                                                extra_body=extra)
             outcome.answers += answer.id == outcome.id
             outcome.end = "completed" if answer.choices[0].finish_reason == "length" else "wrong"
-        elif kind in ("openai-stream", "chat-stream", "stream-cancel"):
-            if kind == "chat-stream":
-                stream: Any = client.chat.completions.create(
+        elif kind in ("openai-stream", "chat-stream", "stream-cancel", "long-stream"):
+            if kind == "long-stream":
+                stream: Any = client.completions.create(model=NAME, prompt=" ".join(prompt.split()[:4]),
+                                                        max_tokens=400, stream=True, temperature=0, extra_body=extra)
+            elif kind == "chat-stream":
+                stream = client.chat.completions.create(
                     model=NAME, messages=[{"role": "user", "content": prompt}], max_tokens=tokens, stream=True,
                     temperature=0.8, seed=rng.randrange(1000), extra_body=extra)
             else:
@@ -200,7 +204,7 @@ def _round(url: str, round_: int, seconds: float, rng: random.Random, sigterm_at
           "two rounds of mixed traffic from 12 clients (openai and httpx; streamed and not; shared prefixes; random "
           "disconnects and cancellations), SIGTERM at a random moment of the second", "lost", "duplicated",
           "leaked_blocks_after_drain", risk="silent wrong",
-          trigger="intelrt serve --max-batch 16 --drain-timeout 4; 2 x 8 s of traffic; SIGTERM after 1 … 6 s"),
+          trigger="intelrt serve --max-batch 16 --drain-timeout 1; 2 x 8 s of traffic; SIGTERM after 1 … 6 s"),
 )
 def test_soak_mixed_traffic_disconnects_and_sigterm_lose_nothing(case: Fault, tiny_model: Path) -> None:
     rng = random.Random(SEED)
@@ -209,7 +213,7 @@ def test_soak_mixed_traffic_disconnects_and_sigterm_lose_nothing(case: Fault, ti
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "intelrt.cli", "serve", str(tiny_model), "--port", str(port),
-                                "--served-model-name", NAME, "--max-batch", "16", "--drain-timeout", "4",
+                                "--served-model-name", NAME, "--max-batch", "16", "--drain-timeout", "1",
                                 "--client-timeout", "5", "--no-access-log"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
