@@ -45,7 +45,7 @@ every user of the machine through ``ps``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..serving.limits import DRAIN_TIMEOUT_S
+    from ..serving.limits import CLIENT_TIMEOUT_S, DRAIN_TIMEOUT_S
 
     parser.add_argument("model", nargs="?", default=None,
                         help="a directory saved with save_pretrained(), or a hub id (org/name); default: the "
@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="completions waiting for a row before requests get 429 (default: 4 per row)")
     parser.add_argument("--drain-timeout", type=positive_number(), default=DRAIN_TIMEOUT_S, metavar="SECONDS",
                         help=f"after SIGTERM, seconds in-flight requests get to finish (default {DRAIN_TIMEOUT_S:g})")
+    parser.add_argument("--client-timeout", type=positive_number(), default=CLIENT_TIMEOUT_S, metavar="SECONDS",
+                        help="seconds a streaming client may take no bytes before its completions are cancelled "
+                             f"and its connection closed (default {CLIENT_TIMEOUT_S:g}, nginx's send_timeout)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
                         help=f"every /v1 route answers 401 without 'Authorization: Bearer KEY' (default: "
                              f"${API_KEY_VARIABLE}, else none); never logged")
@@ -112,13 +115,14 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     the_plan = planned(model, **plan_kwargs)
     if the_plan.task != "feature-extraction":
         require_generation(the_plan, "serve")
+        _planned_limits(args, the_plan, limits)  # what the plan alone refuses, before loading
     loaded = load_planned(the_plan)
     loaded.decode_tuning = tuning
     from ..serving.server import serve
 
     print(loaded.plan, flush=True)
     serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or TINY_MODEL_ID, **limits,
-          drain_timeout=args.drain_timeout, log_level="info" if args.verbose else "warning", **served)
+          drain_timeout=args.drain_timeout, client_timeout=args.client_timeout, log_level="info" if args.verbose else "warning", **served)
     return 0
 
 
@@ -159,14 +163,33 @@ def engine_tuning(args: argparse.Namespace, tuning: Any) -> Any:
                                prefix_caching=False if args.no_prefix_caching else None)
 
 
-def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:
-    """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
+def _planned_limits(args: argparse.Namespace, result: Any, limits: dict[str, Any]) -> Any:
+    """The limits the plan ``result`` gives a server before anything is loaded (a ``ServingLimits``;
+    ``None`` without the model's config): a context past the model's positions is refused here,
+    and so is a ``--max-batch-tokens`` above what the rows could ever hold at once (rows x
+    context), which the server would profile a prefill of on the device."""
     from transformers import PretrainedConfig
 
     from ..backends.sizing import BYTES_PER_PARAM
     from ..decoding.tuning import DecodeTuning
-    from ..planning.planner import plan
+    from ..errors import ConfigurationError
     from ..serving.limits import serving_limits
+
+    config = PretrainedConfig.from_dict(dict(result.model.config)) if result.model is not None else None
+    if config is None:
+        return None
+    size = int(BYTES_PER_PARAM.get(str(result.decided.dtype), 2))
+    shape = serving_limits(result, config, size, None, engine_tuning(args, DecodeTuning()), **limits)
+    most = shape.rows * shape.context
+    if args.max_batch_tokens is not None and args.max_batch_tokens > most:
+        raise ConfigurationError(f"--max-batch-tokens {args.max_batch_tokens} is more than {shape.rows} rows of "
+                                 f"{shape.context} tokens ever hold at once: pass at most {most}")
+    return shape
+
+
+def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], limits: dict[str, Any]) -> int:
+    """The plan and the limits it gives a server (free memory unknown: nothing is loaded)."""
+    from ..planning.planner import plan
 
     with step(f"planning {model} as on a simulated {args.simulate}"), simulated(args.simulate):
         result = plan(model, **plan_kwargs)
@@ -174,12 +197,10 @@ def _dry_run(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], 
     engine = ("in-flight batching on the fast decode loop (checked again when the model loads)"
               if decode is not None and decode.fast else
               "one completion at a time: the plan decodes with transformers' generate")
-    size = int(BYTES_PER_PARAM.get(str(result.decided.dtype), 2))
-    config = PretrainedConfig.from_dict(dict(result.model.config)) if result.model is not None else None
-    if config is None:
+    shape = _planned_limits(args, result, limits)
+    if shape is None:
         emit(args, {"plan": result.to_dict(), "engine": engine}, f"{result}\n\nengine: {engine}")
         return 0
-    shape = serving_limits(result, config, size, None, engine_tuning(args, DecodeTuning()), **limits)
     emit(args, {"plan": result.to_dict(), "engine": engine, "rows": shape.rows, "context": shape.context,
                 "max_queue": shape.max_queue, "kv_bytes": shape.kv_bytes, "reasons": list(shape.reasons)},
          "\n".join([str(result), "", f"engine: {engine}", *shape.lines()]))

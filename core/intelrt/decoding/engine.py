@@ -310,6 +310,11 @@ class FastDecoder:
         shape = self.kv_shape()
         activation = graphs = 0
         if device_memory(device) is not None:
+            # Rows or a context that the whole budget could not hold even before the profile are
+            # refused now, with the largest value that fits: the profile's batch of ``rows`` rows
+            # would allocate for them first (409 GB for ``serve --max-batch 100000000``).
+            size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
+                        rows_asked=rows_asked)
             probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
                                     shape.bytes_per_token)
             probe = InflightBatch(self, probe_size, device, preallocate=True)

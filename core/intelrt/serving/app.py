@@ -25,7 +25,7 @@ from ..errors import ConfigurationError
 from .body import parse_json, validate
 from .completions import answer, render_chat
 from .errors import ApiError
-from .limits import limits_for
+from .limits import CLIENT_TIMEOUT_S, limits_for
 from .metrics import CONTENT_TYPE
 from .middleware import ObservedRequests, RequireApiKey
 from .protocol import (
@@ -69,7 +69,8 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
                context_length: int | None = None, max_queue: int | None = None,
                announce: Callable[[str], None] | None = None, api_key: str | None = None,
                cors: CorsOptions | None = None, chat_template: str | None = None, access_log: bool = True,
-               lora: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> FastAPI:
+               lora: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+               client_timeout: float = CLIENT_TIMEOUT_S) -> FastAPI:
     """An ASGI app serving ``loaded`` with the OpenAI API.
 
     ``model_name``: the id clients send as ``model`` (default: the model's source as given to
@@ -80,7 +81,8 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
     token. ``cors``: allowed origins etc. (default: no cross-origin requests). ``chat_template``:
     the template text chat requests are rendered with, instead of the tokenizer's.
     ``access_log``: one line per request on the ``intelrt.serving.access`` logger. ``lora``:
-    adapters to load at start, name → directory. A text-generation model's decode thread starts
+    adapters to load at start, name → directory. ``client_timeout``: seconds a streaming client may
+    take no bytes before its completions are cancelled (``limits.CLIENT_TIMEOUT_S``). A text-generation model's decode thread starts
     with the app's lifespan and warms up; ``GET /ready`` answers 200 after."""
     if loaded.plan.task not in SERVED_TASKS:
         raise ConfigurationError(f"intelrt serve serves text-generation and feature-extraction models; this one is "
@@ -88,12 +90,15 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
     loaded._require_tokenizer("intelrt serve")
     if api_key is not None and not api_key:
         raise ConfigurationError("api_key is empty: pass a key, or none for a server without one")
+    if not client_timeout > 0:
+        raise ConfigurationError(f"client_timeout={client_timeout!r}: seconds a streaming client may take no bytes, "
+                                 "> 0 (e.g. 60)")
     generates = loaded.plan.task == "text-generation"
     limits = limits_for(loaded, max_batch=max_batch, context_length=context_length, max_queue=max_queue) \
         if generates else None
     name = model_name or str(loaded.plan.model.source)
     state = ServerState(loaded, limits, name, limits.context if limits else _context(loaded),
-                        chat_template=chat_template)
+                        chat_template=chat_template, client_timeout=client_timeout)
     if announce is not None:
         state.announce = announce
     adapters = list(lora.items()) if isinstance(lora, Mapping) else list(lora)

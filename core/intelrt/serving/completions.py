@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from ..runtime.loaded import Loaded
     from .protocol import _Generation
     from .structured import ToolFormat
+
+log = logging.getLogger(__name__)
 
 COMPLETION_DEFAULT_TOKENS = 16
 """``max_tokens`` of a ``/v1/completions`` request that gives none (OpenAI's default)."""
@@ -84,6 +87,16 @@ def completion_prompts(state: ServerState, body: CompletionRequest) -> list[list
     return ids
 
 
+def _template_arguments(tokenizer: Any) -> set[str]:
+    """The parameters of the tokenizer's own ``apply_chat_template`` (transformers'
+    ``PreTrainedTokenizerBase.apply_chat_template``: ``tokenize``, ``tools``, ``return_dict`` …): a
+    request's ``chat_template_kwargs`` cannot set them (they would collide with the server's call)."""
+    import inspect
+
+    parameters = inspect.signature(tokenizer.apply_chat_template).parameters.values()
+    return {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
 def render_chat(state: ServerState, body: ChatCompletionRequest | Any, tools: bool = True) -> str:
     """The messages as the chat template writes them (``--chat-template`` or the tokenizer's,
     unless the request brings its own), tools and documents included."""
@@ -96,6 +109,11 @@ def render_chat(state: ServerState, body: ChatCompletionRequest | Any, tools: bo
     for i, message in enumerate(messages):
         _too_long(state, message["content"], f"messages[{i}].content")
     extra: dict[str, Any] = dict(body.chat_template_kwargs or {})
+    taken = sorted(set(extra) & _template_arguments(tokenizer))
+    if taken:
+        raise ApiError(400, f"chat_template_kwargs: {', '.join(taken)} {'is' if len(taken) == 1 else 'are'} set by the "
+                            "server itself (or by the request's own fields: tools, documents, add_generation_prompt, "
+                            "continue_final_message); leave it out of chat_template_kwargs", param="chat_template_kwargs")
     if tools and body.tools:
         if "tools" not in template:
             raise ApiError(400, "this model's chat template takes no tools (it never mentions them): tool calling "
@@ -149,6 +167,9 @@ def _constraint_factory(state: ServerState, body: _Generation) -> tuple[Callable
         fmt = body.response_format
         state.grammars.for_response_format(fmt)
         made.append((lambda: state.grammars.for_response_format(fmt), "response_format"))
+    if body.allowed_token_ids is not None and not body.allowed_token_ids:
+        raise ApiError(400, "allowed_token_ids is empty: no token could be generated; list the token ids the answer "
+                            "may use, or leave the field out", param="allowed_token_ids")  # vLLM refuses it too
     if body.allowed_token_ids:
         from .sampling_fields import token_id
 
@@ -300,9 +321,9 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
     timing = _Timing(state, arrived)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(_stream(state, request, sink, prepared, shape, timing, prompt_tokens,
-                                         include_usage),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StalledClientTimeout(_stream(state, request, sink, prepared, shape, timing, prompt_tokens,
+                                            include_usage), state.client_timeout, lambda: _stalled(state, request),
+                                    media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     results = {c.index: ChoiceResult(c.index) for c in completions}
     finished = 0
     watcher = asyncio.get_running_loop().create_task(_watch(request, sink))
@@ -338,6 +359,60 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
 
 def _sse(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+STALLED_STATUS = 408
+"""What a stream whose client stopped reading is counted as (Request Timeout)."""
+
+
+class _Stalled(Exception):
+    """The client took no bytes for ``client_timeout`` seconds."""
+
+
+class StalledClientTimeout(StreamingResponse):
+    """Starlette's streamed response whose every write must be taken by the client within
+    ``client_timeout`` seconds (nginx's ``send_timeout``: the time between two successive writes,
+    not the whole answer). uvicorn's ``send`` waits while the socket's buffers are full
+    (``uvicorn/protocols/http/flow_control.py``, ``FlowControl.drain``); a client that stops
+    reading would hold its row there until its ``max_tokens``, and its connection for ever. After
+    the timeout the stream ends (its generator closed: the completions' rows are freed at the
+    decode thread's next look) and ``on_stall`` runs; uvicorn then closes the connection."""
+
+    def __init__(self, content: AsyncIterator[str], client_timeout: float, on_stall: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.client_timeout, self.on_stall = client_timeout, on_stall
+
+    async def stream_response(self, send: Any) -> None:
+        async def timed(message: dict[str, Any]) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.client_timeout)
+            except TimeoutError:
+                raise _Stalled() from None
+
+        try:
+            await timed({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await timed({"type": "http.response.body", "body": chunk.encode(self.charset)
+                             if isinstance(chunk, str) else chunk, "more_body": True})
+            await timed({"type": "http.response.body", "body": b"", "more_body": False})
+        except _Stalled:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()  # the generator's finally cancels what is left
+            self.on_stall()
+
+
+def _stalled(state: ServerState, request: Request) -> None:
+    request.state.__setattr__(OUTCOME, STALLED_STATUS)
+    log.warning("intelrt serve: a streaming client took nothing for %g s (--client-timeout): its completions were "
+                "cancelled and the connection closed", state.client_timeout)
+
+
+def _unexpected(exc: Exception) -> str:
+    """An error event's message for a failure nobody foresaw (the log has the traceback)."""
+    log.error("intelrt serve: a stream failed", exc_info=exc)
+    return f"the server failed while streaming this answer ({type(exc).__name__}); its log has the details"
 
 
 async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Prepared, shape: Shape,
@@ -395,6 +470,12 @@ async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Pr
             yield _sse(shape.usage_chunk(usage(prompt_tokens, tokens)))
         yield "data: [DONE]\n\n"
         timing.done()
+    except Exception as exc:  # noqa: BLE001 - the answer has begun: an error event, not a cut connection
+        if scheduler is not None:
+            scheduler.cancel(completions)
+        open_choices.clear()
+        request.state.__setattr__(OUTCOME, 500)
+        yield _sse(error_body(_unexpected(exc), "server_error")) + "data: [DONE]\n\n"
     finally:
         if open_choices:  # the client left: free their rows
             if scheduler is not None:

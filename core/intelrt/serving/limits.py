@@ -17,6 +17,11 @@ from ..errors import ConfigurationError
 
 DRAIN_TIMEOUT_S = 30.0
 """After SIGTERM, seconds the requests in flight get to finish (``intelrt serve --drain-timeout``)."""
+CLIENT_TIMEOUT_S = 60.0
+"""Seconds a streaming client may take no bytes before its completions are cancelled and its
+connection closed (``intelrt serve --client-timeout``): nginx's ``send_timeout`` default, the
+same measure (between two writes, not the whole answer). uvicorn has no such limit: its
+``send`` waits for a full socket buffer as long as the client lets it."""
 
 if TYPE_CHECKING:
     from ..decoding.memory import EngineSize, MemoryBudget

@@ -162,6 +162,11 @@ class Scheduler:
         """Completions accepted and not decoding yet (what the queue limit counts)."""
         return len(self._incoming) + len(self._waiting)
 
+    def held(self) -> tuple[int, int, int]:
+        """(completions the decode thread still holds, KV blocks they hold, KV blocks in all): all
+        but the last 0 once the thread has stopped, or something leaked."""
+        return self._busy() + self.queued(), 0, 0
+
     # -- the decode thread ---------------------------------------------------------------------
     def _main(self) -> None:
         from ..support.progress import step
@@ -324,6 +329,12 @@ class InflightScheduler(Scheduler):
 
     def queued(self) -> int:
         return super().queued() + self.batch.waiting
+
+    def held(self) -> tuple[int, int, int]:
+        pool = self.batch.pool
+        batch = self.batch
+        engine = batch.busy + batch.waiting + batch.prefilling  # 0 with _rows empty, unless the engine leaked one
+        return max(len(self._rows), engine) + super().queued(), pool.used, pool.usable
 
     def _running(self) -> list[Completion]:
         return list(self._rows.values())

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import uvicorn
 
 from .app import CorsOptions, create_app
-from .limits import DRAIN_TIMEOUT_S
+from .limits import CLIENT_TIMEOUT_S, DRAIN_TIMEOUT_S
 from .state import ServerState
 
 if TYPE_CHECKING:
@@ -102,12 +102,12 @@ def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_na
           drain_timeout: float = DRAIN_TIMEOUT_S, log_level: str = "warning",
           announce: Callable[[str], None] | None = None, api_key: str | None = None,
           cors: CorsOptions | None = None, chat_template: str | None = None, access_log: bool = True,
-          lora: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+          lora: Mapping[str, str] | Sequence[tuple[str, str]] = (), client_timeout: float = CLIENT_TIMEOUT_S,
           log_output: TextIO | None = sys.stderr, gpu_memory_utilization: float | None = None,
           max_batch_tokens: int | None = None, prefix_caching: bool | None = None, **uvicorn_options: Any) -> None:
     """Serve ``loaded`` with the OpenAI API on ``host``:``port`` until ``SIGTERM`` or ``SIGINT``
     (then drain, and return). ``model_name``, ``max_batch``, ``context_length``, ``max_queue``,
-    ``announce``, ``api_key``, ``cors``, ``chat_template``, ``access_log``, ``lora``: see
+    ``announce``, ``api_key``, ``cors``, ``chat_template``, ``access_log``, ``lora``, ``client_timeout``: see
     :func:`intelrt.serving.app.create_app`; ``drain_timeout``: seconds in-flight requests get
     after the signal; ``log_level``: uvicorn's own (its start-up lines are replaced by the
     ``ready:`` line); ``log_output``: where intelrt's serving lines go (``None``: to the
@@ -122,7 +122,7 @@ def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_na
                                                max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
     app = create_app(loaded, model_name=model_name, max_batch=max_batch, context_length=context_length,
                      max_queue=max_queue, announce=announce, api_key=api_key, cors=cors, chat_template=chat_template,
-                     access_log=access_log, lora=lora)
+                     access_log=access_log, lora=lora, client_timeout=client_timeout)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=int(drain_timeout + CLOSE_GRACE_S), **uvicorn_options)
     with serving_log(log_output):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .adapters import Adapters
 from .errors import ApiError
+from .limits import CLIENT_TIMEOUT_S
 from .metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class ServerState:
     announce: Callable[[str], None] = log.info
     chat_template: str | None = None
     """``--chat-template``: the template text, instead of the tokenizer's."""
+    client_timeout: float = CLIENT_TIMEOUT_S
+    """``--client-timeout``: seconds a streaming client may take no bytes."""
     url: str | None = None
     """``http://HOST:PORT/v1`` once a server listens (set by ``intelrt.serving.server``)."""
     warm: bool = False
@@ -154,6 +157,10 @@ class ServerState:
         if self.scheduler is not None:
             self.scheduler.abort(SHUTDOWN_MESSAGE)
             self.scheduler.stop(timeout=30)
+            # What is left once the decode thread has ended: 0 and 0, or a row or block leaked.
+            completions, used, blocks = self.scheduler.held()
+            self.announce(f"intelrt serve: stopped: {completions} completions left in the engine, {used:,} of "
+                          f"{blocks:,} KV blocks held")
         self.tokenizing.shutdown(wait=False, cancel_futures=True)
         self.embedding.shutdown(wait=False, cancel_futures=True)
 

@@ -91,6 +91,9 @@ class TextAssembler:
             return text[:cut + len(stop)] if self.include_stop else text[:cut]
         if final:
             return text
-        keep = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        # Only prefixes no longer than the text can be what it ends with: a stop string of a million
+        # characters would otherwise cost a million slices per token, on the decode thread.
+        keep = max((k for s in self.stop for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])),
+                   default=0)
         self._held = text[len(text) - keep:] if keep else ""
         return text[:len(text) - keep]
