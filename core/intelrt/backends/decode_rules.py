@@ -55,6 +55,10 @@ def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = Fals
                 "which the fast loop's static KV cache does not hold; transformers' generate runs it")
     if not arch.takes_cache:
         return f"{arch.name}.forward takes no KV cache to reuse; transformers' generate runs it"
+    if not arch.takes_positions:
+        return (f"{arch.name}.forward takes no position_ids: it derives positions itself (from the cache's "
+                "length, one number for every row, or ALiBi over its keys), which the fast loop's rows at their own "
+                "lengths cannot hand it; transformers' generate runs it")
     if not arch.static_cache:
         return (f"transformers does not declare {arch.name} fit for a static KV cache (_can_compile_fullgraph is "
                 "False), which the fast loop runs on; transformers' generate runs it")

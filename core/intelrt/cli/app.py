@@ -27,6 +27,7 @@ from .arguments import (
     verbose_requested,
 )
 from .failures import EXIT_FAILED, describe, print_traceback
+from .interrupt import interrupts
 from .models import (
     announce_download,
     check_tokens,
@@ -411,7 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         command, verbosity = args.command, args.verbose
         restore = configure_logging(verbosity)
-        code = int(args.func(args))
+        with interrupts():
+            code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
     except BrokenPipeError:

@@ -18,7 +18,6 @@ the model's forward over its paged cache the same way (``generation/continuous_b
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -173,12 +172,6 @@ class ModelForward:
         if self.attention not in MASKED_ATTENTION:
             return (f"the model runs {self.attention} attention, which takes no 4D mask over gathered context; the "
                     f"engine runs the model's own forward with {' or '.join(MASKED_ATTENTION)} attention")
-        if "position_ids" not in inspect.signature(type(self.model).forward).parameters:
-            # BART's and BigBird-Pegasus' decoders (Bloom's ALiBi: from the 2D mask) derive positions from
-            # cache.get_seq_length(), one number, where the paged batch's rows each have their own
-            return (f"{type(self.model).__name__}'s forward takes no position_ids (it counts positions from the "
-                    "cache's length, one number for every row); the engine runs the model's own forward only for "
-                    "models that take each row's positions")
         odd = sorted(set(self.kinds) - set(LAYER_KINDS))
         if odd:
             return (f"the model has {', '.join(odd)} layers; the engine masks the model's own forward for "

@@ -33,6 +33,9 @@ class Architecture:
     """A recurrent state carried between steps (RWKV, Mamba …: ``_is_stateful``)."""
     takes_cache: bool
     """Its forward takes a KV cache (``cache`` / ``past_key_values``) intelrt's loop can hand it."""
+    takes_positions: bool = True
+    """Its forward takes ``position_ids``: each row's positions, which a batch of rows at different
+    lengths needs (BART's and BigBird-Pegasus' decoders count them from the cache's length instead)."""
     static_cache: bool = False
     """transformers declares it runs with a static KV cache under ``torch.compile``
     (``_can_compile_fullgraph``): the cache intelrt's loop hands a model's own forward."""

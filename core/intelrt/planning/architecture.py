@@ -155,7 +155,7 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
                                  or getattr(cls, "_supports_flash_attn_2", False)),
         supports_flex_attn=bool(getattr(cls, "_supports_flex_attn", False)),
         stateful=bool(getattr(cls, "_is_stateful", False)),
-        takes_cache=bool(CACHE_ARGUMENTS & set(parameters)),
+        takes_cache=bool(CACHE_ARGUMENTS & set(parameters)), takes_positions="position_ids" in parameters,
         static_cache=bool(getattr(cls, "_can_compile_fullgraph", False)),
         attention_backend=bool(getattr(cls, "_supports_attention_backend", False)),
         layer_types=tuple(str(t) for t in getattr(text, "layer_types", None) or ()),
