@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
-from .model_limits import check_counts, check_length, check_token_ids
+from .model_limits import check_counts, check_length, check_text, check_token_ids
 
 
 class _Checked:
@@ -25,6 +25,21 @@ class _Checked:
 
     model: Any
     _intelrt_prompt_width = 1
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Before the pipeline's preprocessing: an empty batch ends in an IndexError there (its first
+        # item is read to tell chats from texts), None and a lone surrogate in TypeErrors.
+        inputs = args[0] if args else kwargs.get("text_inputs", kwargs.get("inputs"))
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            raise ConfigurationError("the pipeline was given an empty list of prompts; pass a prompt or a list of "
+                                     "at least one")
+        if inputs is None and (args or "text_inputs" in kwargs) and \
+                type(self).__name__ == "TextGenerationPipeline":
+            raise ConfigurationError("the pipeline was given None as its prompt; pass a string, a list of strings or "
+                                     "chat messages")
+        check_text(args)
+        check_text(kwargs)
+        return super().__call__(*args, **kwargs)  # type: ignore[misc]
 
     def forward(self, model_inputs: Any, **forward_params: Any) -> Any:
         ids = model_inputs.get("input_ids") if isinstance(model_inputs, Mapping) else None
