@@ -1,8 +1,9 @@
 """Fault catalogue: ``intelrt.pipeline("text-generation", …)`` called as a careless caller would —
 lengths past the model's positions (``max_new_tokens=10**12`` ran for ever), token ids outside the
 vocabulary (``pad_token_id=10**9`` in a padded batch ended in an IndexError), an empty prompt (a
-``ValueError`` asking for ``input_ids``), an empty batch, ``None`` and a lone surrogate (an
-IndexError and TypeErrors from the pipeline's preprocessing) — and the calls that must still work.
+``ValueError`` asking for ``input_ids``), an empty batch, ``None``, a lone surrogate and chat
+messages without a role or content (an IndexError and TypeErrors from the pipeline's
+preprocessing, or an empty turn rendered without a word) — and the calls that must still work.
 
 The pipeline is transformers' own ``TextGenerationPipeline`` with intelrt's checks mixed in
 (``intelrt.runtime.checked_pipeline``); it is built once for the module from the tiny model (512
@@ -55,6 +56,13 @@ REFUSED = [
        "None as its prompt"),
     _p("lone-surrogate", "a lone surrogate in the prompt (a TypeError from the tokenizer)", "Intel \ud800 GPUs",
        {"max_new_tokens": 2}, "lone surrogate", "at character 6"),
+    _p("chat-without-role", "a chat message without a role (a TypeError inside the pipeline)",
+       [{"content": "hi"}], {"max_new_tokens": 2}, "chat message 0 has role None"),
+    _p("chat-without-content", "a chat message without content", [{"role": "user"}], {"max_new_tokens": 2},
+       "chat message 0 (user) has no content", risk="silent wrong"),
+    _p("chat-role-number", "a chat message whose role is a number", [{"role": "user", "content": "hi"},
+                                                                      {"role": 5, "content": "x"}],
+       {"max_new_tokens": 2}, "chat message 1 has role 5", risk="silent wrong"),
     _p("pad-1e9-batch", "pad_token_id=10**9 in a padded batch (an IndexError)", BATCH,
        {"max_new_tokens": 2, "pad_token_id": 10**9}, "pad_token_id=1000000000", "vocabulary (0..383)"),
     _p("pad-negative", "pad_token_id=-3", "x", {"max_new_tokens": 2, "pad_token_id": -3}, "pad_token_id=-3",
