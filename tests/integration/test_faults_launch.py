@@ -9,7 +9,7 @@ the hung rank and where it is; the port is probed before torchrun starts.
 
 The hangs are real: two CPU ranks under torchrun with gloo, rank 0 in an ``all_reduce`` while
 rank 1 sleeps (its heartbeat shows where) or holds the GIL in a regular expression's backtracking
-(its heartbeat stops) — ``--hang-timeout 3``; no rank process is left behind.
+(its heartbeat stops) — ``--hang-timeout 5``; no rank process is left behind.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ RANK = textwrap.dedent('''
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
+    dist.barrier()                                   # both ranks up: what follows is the hang, not a slow start
     if dist.get_rank() == 1 and sys.argv[1] == "sleep":
         time.sleep(600)                              # a sleep left in: Python, the heartbeat shows the line
     if dist.get_rank() == 1 and sys.argv[1] == "gil":
@@ -40,7 +41,7 @@ RANK = textwrap.dedent('''
     dist.all_reduce(total)
     dist.destroy_process_group()
 ''')
-HANG_TIMEOUT_S = 3
+HANG_TIMEOUT_S = 5
 
 
 @pytest.fixture
@@ -65,11 +66,11 @@ def processes_running(path: Path) -> list[int]:
 HANGS = [
     error("launch-hung-rank-sleeping", "launch", "a rank that hangs mid-job (a sleep left in) while the other waits "
           "in all_reduce (30 minutes, then a waiting rank was blamed)", "rank 1 stopped making progress",
-          "rank_script.py:8", "hang timeout of 3 s", "--hang-timeout", risk="hang", exit_code=1,
-          trigger="intelrt launch --nproc 2 --hang-timeout 3 rank_script.py sleep", data="sleep"),
+          "rank_script.py:9", "hang timeout of 5 s", "--hang-timeout", risk="hang", exit_code=1,
+          trigger="intelrt launch --nproc 2 --hang-timeout 5 rank_script.py sleep", data="sleep"),
     error("launch-hung-rank-holding-the-gil", "launch", "a rank stuck in native code holding the GIL (its heartbeat "
-          "stops)", "rank 1 stopped making progress", "no heartbeat", "hang timeout of 3 s", risk="hang", exit_code=1,
-          trigger="intelrt launch --nproc 2 --hang-timeout 3 rank_script.py gil", data="gil"),
+          "stops)", "rank 1 stopped making progress", "no heartbeat", "hang timeout of 5 s", risk="hang", exit_code=1,
+          trigger="intelrt launch --nproc 2 --hang-timeout 5 rank_script.py gil", data="gil"),
 ]
 
 
