@@ -54,6 +54,10 @@ def build_tokenizer(directory: Path) -> None:
     fast.save_pretrained(directory)
 
 
+CAUSAL_LM_POSITIONS = 512
+"""The tiny causal LM's ``max_position_embeddings`` (prompt and new tokens together)."""
+
+
 def build_causal_lm(directory: Path, *, hidden_size: int = 64, layers: int = 2, seed: int = 0) -> None:
     """Save a random-initialised tiny Qwen3 causal LM with its tokenizer into ``directory``."""
     import torch
@@ -64,7 +68,7 @@ def build_causal_lm(directory: Path, *, hidden_size: int = 64, layers: int = 2, 
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden_size // 4,
-        max_position_embeddings=512, tie_word_embeddings=True,
+        max_position_embeddings=CAUSAL_LM_POSITIONS, tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)

@@ -490,6 +490,24 @@ def claim_workdir(path: str | None) -> None:
     (work / WORKDIR_MARKER).write_text("made by `intelrt bench`: a random model, safe to delete\n", encoding="utf-8")
 
 
+def check_positions(args: argparse.Namespace) -> None:
+    """A prompt and its new tokens past the bench model's positions: transformers reads the position
+    table past its end (garbage, or an index error on some devices) after minutes of work, and the run
+    reported "0 tok/s". Refused before anything is built."""
+    from ..tiny import CAUSAL_LM_POSITIONS
+
+    positions = CAUSAL_LM_POSITIONS if args.tiny else int(QWEN3_0_6B["max_position_embeddings"])
+    needed = args.prompt_tokens + args.new_tokens
+    if needed <= positions:
+        return
+    model = "the --tiny model" if args.tiny else "the Qwen3-0.6B-shaped model"
+    way = (f"pass --prompt-tokens {positions - args.new_tokens} or less" if args.new_tokens < positions else
+           f"pass --new-tokens {positions - args.prompt_tokens} or less" if args.prompt_tokens < positions else
+           "lower both")
+    raise ConfigurationError(f"--prompt-tokens {args.prompt_tokens} with --new-tokens {args.new_tokens} needs {needed} "
+                             f"positions, and {model} reads at most {positions} (max_position_embeddings); {way}")
+
+
 def _writable(flag: str, path: str | None) -> None:
     """An output file whose directory is missing fails after minutes of benchmarking: check first."""
     if path is not None and not Path(path).resolve().parent.is_dir():
@@ -522,6 +540,7 @@ def main(args: argparse.Namespace) -> int:
         args.requests = 8 if args.tiny else 64
     if args.new_tokens is None:
         args.new_tokens = 32 if args.tiny else 256
+    check_positions(args)
     claim_workdir(args.workdir)
     results = run(args)
     data = asdict(results)

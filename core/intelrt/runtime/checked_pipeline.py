@@ -1,7 +1,9 @@
 """The pipelines ``intelrt`` builds for generating tasks check each call as ``Loaded.generate``
 does, before ``model.generate`` runs: a length past the model's positions (``max_new_tokens=10**12``
 would run for ever), a token id outside its vocabulary, and an empty prompt for a model with no
-``bos_token_id`` to start from (transformers' own message then asks for ``input_ids``).
+``bos_token_id`` to start from (transformers' own message then asks for ``input_ids``); and, before
+the pipeline's preprocessing, an empty batch, ``None``, a lone surrogate and a chat message without a
+role or content (an ``IndexError`` or a ``TypeError`` there).
 
 A subclass of the task's own pipeline class, passed to ``transformers.pipeline(pipeline_class=…)``
 (transformers/pipelines/__init__.py, ``pipeline``): everything else is transformers' pipeline,
@@ -17,7 +19,8 @@ from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
-from .model_limits import check_counts, check_length, check_token_ids
+from .model_limits import check_counts, check_length, check_text, check_token_ids
+from .plain_generate import check_message
 
 
 class _Checked:
@@ -25,6 +28,32 @@ class _Checked:
 
     model: Any
     _intelrt_prompt_width = 1
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Before the pipeline's preprocessing: an empty batch ends in an IndexError there (its first
+        # item is read to tell chats from texts), None and a lone surrogate in TypeErrors.
+        inputs = args[0] if args else kwargs.get("text_inputs", kwargs.get("inputs"))
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            raise ConfigurationError("the pipeline was given an empty list of prompts; pass a prompt or a list of "
+                                     "at least one")
+        if inputs is None and (args or "text_inputs" in kwargs) and \
+                type(self).__name__ == "TextGenerationPipeline":
+            raise ConfigurationError("the pipeline was given None as its prompt; pass a string, a list of strings or "
+                                     "chat messages")
+        check_text(args)
+        check_text(kwargs)
+        if type(self).__name__ == "TextGenerationPipeline" and isinstance(inputs, (list, tuple)):
+            # transformers reads a list whose first item is a dict as one chat (a list of such lists as
+            # several); a message without a role or content ended in a TypeError of its preprocessing
+            chats = [inputs] if isinstance(inputs[0], Mapping) else [
+                c for c in inputs if isinstance(c, (list, tuple)) and c and isinstance(c[0], Mapping)]
+            for chat in chats:
+                for index, message in enumerate(chat):
+                    if not isinstance(message, Mapping):
+                        raise ConfigurationError(f"chat message {index} is a {type(message).__name__}, not a "
+                                                 "{'role': …, 'content': …} dict")
+                    check_message(index, message)
+        return super().__call__(*args, **kwargs)  # type: ignore[misc]
 
     def forward(self, model_inputs: Any, **forward_params: Any) -> Any:
         ids = model_inputs.get("input_ids") if isinstance(model_inputs, Mapping) else None

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -193,6 +194,34 @@ def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost
     return list(chosen.values()) + users
 
 
+#: Counts ``TrainingArguments`` takes without checking them: 0 ends in a ``ZeroDivisionError`` (Trainer's
+#: steps per epoch) or torch's sampler refusing ``batch_size=0``, after the model and data are ready.
+_AT_LEAST_ONE = ("gradient_accumulation_steps", "per_device_train_batch_size", "per_device_eval_batch_size")
+
+
+def check_value_types(arguments: type, settings: list[TrainingSetting]) -> None:
+    """Your settings of the ``int``, ``float`` and ``bool`` fields of ``arguments`` (a
+    ``TrainingArguments`` class) hold such values: ``TrainingArguments.__post_init__`` converts
+    none, so ``learning_rate="fast"`` reached ``torch.optim.AdamW`` (a ``TypeError`` about ``<=``)
+    and ``seed="x"`` numpy's seeding; and the counts of :data:`_AT_LEAST_ONE` are >= 1."""
+    kinds = {f.name: f.type for f in dataclasses.fields(arguments)}
+    for s in settings:
+        kind, value = kinds.get(s.name), s.value
+        if s.source != USER or kind not in (int, float, bool):
+            continue
+        if kind is bool:
+            fits = isinstance(value, bool)
+        elif kind is int:
+            fits = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        else:
+            fits = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not fits:
+            raise ConfigurationError(f"{s.name}={value!r:.80}: TrainingArguments takes {'an' if kind is int else 'a'} "
+                                     f"{kind.__name__} there (help(transformers.TrainingArguments))")
+        if s.name in _AT_LEAST_ONE and value < 1:
+            raise ConfigurationError(f"{s.name}={value!r} must be >= 1")
+
+
 def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
                              settings: list[TrainingSetting], seq2seq: bool = False) -> Any:
     """``TrainingArguments(output_dir, **settings)`` (``Seq2SeqTrainingArguments`` for
@@ -208,6 +237,7 @@ def build_training_arguments(output_dir: str | os.PathLike[str], plan: Plan,
         if s.source != USER:
             log.info("TrainingArguments %s", s)
     arguments = Seq2SeqTrainingArguments if seq2seq else TrainingArguments
+    check_value_types(arguments, settings)
     try:
         return arguments(output_dir=os.fspath(output_dir), **kwargs)
     except ValueError as exc:

@@ -34,6 +34,8 @@ from typing import Any
 HEARTBEATS_VAR = "INTELRT_RANK_HEARTBEATS"
 """The directory the ranks' heartbeats go to (set by intelrt launch for every rank)."""
 INTERVAL_S = 0.5
+STALE_S = 4 * INTERVAL_S
+"""A heartbeat older than this no longer says where its rank is (it may have stopped beating)."""
 DEFAULT_HANG_TIMEOUT_S = 600.0
 """How long a rank may keep the others waiting in a collective before the job is stopped."""
 WAITING_IN = ("/torch/distributed/", "/torch/autograd/graph.py")
@@ -134,8 +136,11 @@ def check(directory: Path, timeout: float, ranks: int, now: float | None = None)
     """The hang the heartbeats in ``directory`` show, or ``None`` (``ranks``: how many to expect)."""
     now = time.time() if now is None else now
     beats = _read(directory)
+    # A heartbeat that has stopped says where the rank *was*: a rank that entered native code holding
+    # the GIL right after a collective (or a slow init) still reads "waiting". Only a beating rank is
+    # known to wait; one silent for a few beats is not known yet, until it is silent long enough to be hung.
     waiting = [(str(b["rank"]), str(b["where"]), now - float(b["since"])) for b in beats
-               if b.get("waiting") and now - float(b["since"]) > timeout]
+               if b.get("waiting") and now - float(b["time"]) <= STALE_S and now - float(b["since"]) > timeout]
     if not waiting:
         return None
     long_waiting = {r for r, _, _ in waiting}
@@ -147,6 +152,8 @@ def check(directory: Path, timeout: float, ranks: int, now: float | None = None)
         silent = now - float(b["time"])
         if silent > max(timeout, 5 * INTERVAL_S):
             hung.append((rank, f"no heartbeat for {silent:.0f} s (stuck in native code, or gone); last at {b['where']}"))
+        elif silent > STALE_S:
+            return None  # neither beating nor silent long enough: look again
         elif not b.get("waiting"):
             hung.append((rank, str(b["where"])))
     seen = {str(b["rank"]) for b in beats}
