@@ -4,7 +4,7 @@ hook, ``mkdocs.yml: hooks``, as ``docs/reference.py`` renders the hook reference
 The marker ``<!-- fault-catalogue -->`` in a page becomes: the counts per area and outcome, the
 counts per risk, then one table per area — every case of every ``tests/*/test_faults_*.py``
 module (``tests/faults.py`` declares them), with the test that runs it.
-``tests/contract/test_reliability_catalogue.py`` checks the page holds the marker and that every case
+``tests/contract/test_catalogue_page.py`` checks the page holds the marker and that every case
 is rendered.
 """
 
