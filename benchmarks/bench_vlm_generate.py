@@ -5,15 +5,16 @@
 
 The model is built from its config with random weights (no download): a LLaVA whose language model
 is Qwen2-1.5B-shaped (a compact-step family of intelrt's fast loop) and whose vision tower is
-CLIP-ViT-L/14-336-shaped. One image and a text prompt; greedy ``--new-tokens`` tokens, batch 1.
-Prints and writes (``<out>/bench_vlm_generate.json``) for each side the new tokens per second
-(median of ``--repeats``), the ratio intelrt / plain, the peak device memory, the path intelrt took
-and why (``Loaded.last_generation``), and whether the tokens are identical — in float32 by
-default (``--dtype bfloat16`` for the speed of a real deployment).
-
-Today intelrt runs ``model.generate`` for vision-language models (the fast loop decodes token ids
-through a decoder's self-attention cache; a VLM's prefill merges image features), so the ratio
-measures intelrt's own overhead; it is the yardstick for a fast loop over the language model.
+CLIP-ViT-L/14-336-shaped. One image (576 image tokens) and a text prompt; greedy ``--new-tokens``
+tokens, batch 1. Both sides run the same model object in one process: plain ``model.generate``,
+then intelrt's ``Loaded.generate_ids`` — transformers' ``generate`` prefills (vision tower,
+projector, merged embeddings), then intelrt's engine steps the language model (compact step,
+compiled and graph-captured on a GPU: planned with ``workload="batch"``, so the warm-up call
+compiles). Prints and writes (``<out>/bench_vlm_generate.json``) for each side the new tokens per
+second of whole calls (median of ``--repeats`` after one warm-up call, prefill included), the ratio
+intelrt / plain, the peak device memory, the path intelrt took and why
+(``Loaded.last_generation``), and whether the tokens are identical — in float32 by default
+(``--dtype bfloat16`` for the speed of a real deployment). Exit status 1 when they differ.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def build(shape: dict[str, Any], workdir: Path, dtype: Any, device: str) -> tupl
                          text_config=dict(shape["text_config"]), vision_config=dict(shape["vision_config"]))
     config.architectures = ["LlavaForConditionalGeneration"]
     config.save_pretrained(workdir)
-    plan = intelrt.plan(workdir, backend="cuda" if device == "cuda" else "cpu",
+    plan = intelrt.plan(workdir, backend="cuda" if device == "cuda" else "cpu", workload="batch",
                         dtype="float32" if dtype == torch.float32 else "bfloat16")
     torch.manual_seed(0)
     with torch.device(device):

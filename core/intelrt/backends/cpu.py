@@ -117,8 +117,8 @@ class CpuBackend(Backend):
         choice = decided.quantization if quantized(decided) else None
         if bitsandbytes_4bit(choice) and decided.attention == "flex_attention":
             return plain_generate(CPU_FLEX_OVER_4BIT)
-        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model)
-        misfit = kernel_blocker(model) if step == "compact" else None
+        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model, decided.task)
+        misfit = kernel_blocker(model, decided.task) if step == "compact" else None
         decode_graphs(request, None, "the CPU has no device graphs")
         warm = decode_warmup(request, None, decode_compile(request, None), "the CPU has no device graphs",
                              "compile warm-up outweighs its gain on the CPU")

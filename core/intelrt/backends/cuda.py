@@ -121,8 +121,8 @@ class CudaBackend(Backend):
         if decode_blockers(model, decided, four_bit=True) is not None:
             return None  # the generic rule explains the fallback
         choice = decided.quantization if quantized(decided) else None
-        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model)
-        misfit = kernel_blocker(model) if step == "compact" else None
+        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model, decided.task)
+        misfit = kernel_blocker(model, decided.task) if step == "compact" else None
         graphs = decode_graphs(request, "cuda", "")
         compiler = None if choice is not None else decode_compile(request, "inductor")
         warm = decode_warmup(request, graphs, compiler, "graphs='off'",

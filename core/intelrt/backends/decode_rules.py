@@ -17,7 +17,7 @@ from ..hooks.model import ModelInfo
 from ..hooks.payloads import BatchingChoice, DecodeChoice, QuantizationChoice
 from ..hooks.request import Request
 from ..hooks.types import Decision
-from .families import attention_kernel_blocker, compact_blocker
+from .families import FAMILIES, TRANSFORMERS_MODELS, attention_kernel_blocker, compact_blocker
 
 #: Layer kinds (transformers' ``config.layer_types``) the decode engine's paged cache masks; a
 #: ``chunked_attention`` layer (Llama 4) attends in chunks no mask here reproduces.
@@ -33,12 +33,64 @@ def layer_types(model: ModelInfo) -> tuple[str, ...]:
     return tuple(str(t) for t in (config.get("text_config") or config).get("layer_types") or ())
 
 
+VISION_LANGUAGE = "image-text-to-text"
+OWN_POSITIONS = {
+    "PaliGemmaForConditionalGeneration": ("PaliGemma numbers positions from 1 (PaliGemmaModel.forward: "
+                                          "position_ids + 1), where the fast loop's decode steps count from 0"),
+}
+"""Vision-language classes whose language model gets positions other than 0, 1, 2 … of the prompt's
+tokens, and how: their decode steps are not the language model's plain ones. (The engine also checks
+the positions each prefill used, ``decoding/vision_language.py``, and falls back where they differ.)"""
+
+
+def decoder_of(model: ModelInfo, task: str | None) -> tuple[str, str, Mapping[str, object]]:
+    """(class name, module, config) of what the fast loop's step decodes with: for ``task``
+    image-text-to-text the model's language model (the causal-LM class of its text config), else
+    the model's own class (a vision-language class loaded for text generation steps as itself)."""
+    arch = model.architecture
+    if task == VISION_LANGUAGE and arch is not None and arch.language_model is not None:
+        text = model.config.get("text_config")
+        return (arch.language_model, f"{TRANSFORMERS_MODELS}{arch.text_model_type}",
+                text if isinstance(text, Mapping) else model.config)
+    return (arch.name, arch.module, model.config) if arch is not None else ("", "", model.config)
+
+
+def vision_language_blocker(model: ModelInfo) -> str | None:
+    """Why the fast loop cannot decode this vision-language model's language model after its
+    prefill (``None``: it can). The prefill — vision tower, projector, merged embeddings — is
+    transformers' own ``generate`` computing the first token; every later step is the language
+    model's, which the compact step runs for its families."""
+    arch = model.architecture
+    if arch is None or not arch.from_transformers:
+        return None  # decode_blockers says why an unknown class decodes with generate
+    name, _module, _config = decoder_of(model, VISION_LANGUAGE)
+    if arch.language_model is None:
+        return (f"{arch.name}'s text decoder ({arch.text_model_type or 'not a sub-model'}) is no causal LM "
+                "transformers maps, so after the image prefill there is no language model for the fast loop to "
+                "step; transformers' generate runs it")
+    if name not in FAMILIES:
+        return (f"{arch.name}'s language model ({name}) is not one of the compact step's families, which the "
+                "vision-language decode runs on; transformers' generate runs it")
+    if FAMILIES[name].latent_attention:
+        return (f"its language model ({name}) keeps a latent KV cache (one latent per token), not the per-head keys "
+                "and values transformers' prefill hands over; transformers' generate runs it")
+    own = OWN_POSITIONS.get(arch.name)
+    if own is not None:
+        return f"{own}; transformers' generate runs it"
+    return None
+
+
 def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = False) -> str | None:
     """Why the fast decode loop cannot serve this model/plan, or ``None`` when it can.
     ``four_bit``: the backend runs bitsandbytes 4-bit models on the loop (the model's own forward,
     not compiled; see ``quantized_step``)."""
     task = decided.task
-    if task is not None and task != "text-generation":
+    vision_language = task == VISION_LANGUAGE
+    if vision_language:
+        why = vision_language_blocker(model)
+        if why is not None:
+            return why
+    elif task is not None and task != "text-generation":
         return f"the task is {task}: only text generation decodes tokens"
     config = model.config
     if config.get("is_encoder_decoder"):
@@ -55,11 +107,12 @@ def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = Fals
                 "which the fast loop's static KV cache does not hold; transformers' generate runs it")
     if not arch.takes_cache:
         return f"{arch.name}.forward takes no KV cache to reuse; transformers' generate runs it"
-    if not arch.takes_positions:
+    # a vision-language model's steps are its language model's (a compact-step family); its own class only prefills
+    if not arch.takes_positions and not vision_language:
         return (f"{arch.name}.forward takes no position_ids: it derives positions itself (from the cache's "
                 "length, one number for every row, or ALiBi over its keys), which the fast loop's rows at their own "
                 "lengths cannot hand it; transformers' generate runs it")
-    if not arch.static_cache:
+    if not arch.static_cache and not vision_language:
         return (f"transformers does not declare {arch.name} fit for a static KV cache (_can_compile_fullgraph is "
                 "False), which the fast loop runs on; transformers' generate runs it")
     odd = sorted(set(layer_types(model)) - set(ENGINE_LAYER_TYPES))
@@ -183,10 +236,11 @@ def decode_attention_kernel(request: Request, runs_here: bool, why_not: str, ste
     return runs_here and step == "compact" and model_blocker is None
 
 
-def kernel_blocker(model: ModelInfo) -> str | None:
-    """Why the one-kernel decode attention cannot serve this model's compact step (``None``: it can)."""
-    arch = model.architecture
-    return attention_kernel_blocker(arch.name if arch else "", model.config)
+def kernel_blocker(model: ModelInfo, task: str | None) -> str | None:
+    """Why the one-kernel decode attention cannot serve this model's compact step for ``task``
+    (``None``: it can)."""
+    name, _module, config = decoder_of(model, task)
+    return attention_kernel_blocker(name, config)
 
 
 @dataclass(frozen=True)
@@ -290,18 +344,20 @@ def quantized_step(choice: QuantizationChoice) -> str:
     return f"{what} in the model's own forward, which the step runs over the loop's static KV cache"
 
 
-def compact_step(model: ModelInfo) -> tuple[str, str]:
+def compact_step(model: ModelInfo, task: str | None) -> tuple[str, str]:
     """(``compact`` or ``model``, why): which forward the fast loop's step runs for this model.
 
     ``compact`` is intelrt's compact step (``decoding/compact.py``) for the families of
     ``decoding/families.py``;
     ``model`` is the model's own forward. Decided from the config; the loaded modules are checked
     again at the first call (adapters or replaced projections fall back, with a note)."""
-    arch = model.architecture
-    blocker = (compact_blocker(arch.name, arch.module, model.config) if arch is not None else
+    name, module, config = decoder_of(model, task)
+    blocker = (compact_blocker(name, module, config) if name else
                "the model's class is unknown; the step runs the model's own forward")
     if blocker is None:
-        return "compact", (f"{model.model_type} layers run as intelrt's compact step (q/k/v and gate/up "
+        layers = f"{model.model_type} layers" if task != VISION_LANGUAGE else \
+            f"after the image prefill, its language model's {config.get('model_type')} layers"
+        return "compact", (f"{layers} run as intelrt's compact step (q/k/v and gate/up "
                            "projections fused, grouped-query attention without expanding K/V, its own KV cache)")
     return "model", blocker
 
@@ -337,7 +393,9 @@ CONTINUOUS_ATTENTION = ("sdpa", "eager", "paged|eager")
 
 
 def continuous_batching_blocker(decided: Decided) -> str | None:
-    """Why transformers' continuous batching cannot run the plan's attention (``None`` when it can)."""
+    """Why transformers' continuous batching cannot run the plan's attention or inputs (``None`` when it can)."""
+    if decided.task == VISION_LANGUAGE:
+        return "its prompts carry images, and continuous batching (generate_batch) takes token ids only"
     attention = str(decided.attention or "sdpa")
     if attention in CONTINUOUS_ATTENTION or "flash" in attention:
         return None

@@ -37,6 +37,7 @@ from .keywords import DecodeOptions
 from .lora import EngineAdapters
 from .memory import EngineSize, KVShape, MemoryBudget, kv_shape, memory_budget, size_engine
 from .paged import PagedCache
+from .prefilled import PrefilledPrompt
 from .report import GenerationReport
 from .sampling import DecodeRequest, SamplingParams
 from .tuning import DecodeTuning
@@ -344,10 +345,13 @@ class FastDecoder:
         return tokens.to(input_ids.device), report
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], *,
-                 rows: int, streamer: Any = None) -> tuple[list[list[int]], GenerationReport]:
+                 rows: int, streamer: Any = None, prefilled: Sequence[PrefilledPrompt] | None = None
+                 ) -> tuple[list[list[int]], GenerationReport]:
         """New tokens of every prompt (up to and including a stop token), at most ``rows`` decoding
         at once, and the report of the run. A failing graph capture or compilation is turned off,
-        with a note, and the run goes on (or starts again, if nothing was handed out yet)."""
+        with a note, and the run goes on (or starts again, if nothing was handed out yet).
+        ``prefilled``: each prompt's keys, values and logits computed outside the engine
+        (``prefilled.py``), one per prompt."""
         import torch
 
         each = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
@@ -357,7 +361,7 @@ class FastDecoder:
             for _ in range(4):
                 stream = _Stream(streamer, prompts[0], each[0].stop_token_ids) if streamer is not None else None
                 try:
-                    return self._generate(prompts, each, rows, stream)
+                    return self._generate(prompts, each, rows, stream, prefilled)
                 except StreamerRaised as raised:
                     raise (raised.__cause__ or raised) from None  # the caller's own error: no retry
                 except Exception as exc:
@@ -384,7 +388,8 @@ class FastDecoder:
         return self._offline
 
     def _generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams], rows: int,
-                  stream: _Stream | None) -> tuple[list[list[int]], GenerationReport]:
+                  stream: _Stream | None, prefilled: Sequence[PrefilledPrompt] | None = None
+                  ) -> tuple[list[list[int]], GenerationReport]:
         import torch
 
         self._compact_model()  # built, or its projections rejoined to the fused tensors
@@ -402,7 +407,9 @@ class FastDecoder:
                                             step_reason=self.step_reason, warmup=self.warmup)
             batch.report.attention_kernel = bool(getattr(batch._forward(batch.buckets[-1]), "fused_attention", False))
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()  # torch.manual_seed makes a call repeatable
-            handles = batch.add((DecodeRequest(tuple(p), q) for p, q in zip(prompts, params, strict=True)), seeds)
+            handed: Sequence[PrefilledPrompt | None] = prefilled if prefilled is not None else [None] * len(prompts)
+            handles = batch.add((DecodeRequest(tuple(p), q, prefilled=h)
+                                 for p, q, h in zip(prompts, params, handed, strict=True)), seeds)
             outputs: dict[int, list[int]] = {h: [] for h in handles}
             steps = self.tuning.stream_every if stream is not None else self.tuning.eos_check_every
             try:

@@ -13,6 +13,7 @@ from typing import Any
 from ..hooks.payloads import DecodeChoice
 from .engine import FastDecoder
 from .keywords import DecodeOptions, resolve
+from .prefilled import PrefilledPrompt
 from .report import GenerationReport
 from .routing import GenerationPlan, Route, choose_route
 from .tuning import DecodeTuning
@@ -79,18 +80,24 @@ class Generator:
                                                                          self.tuning)
         return self._decoder
 
-    def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
-            ) -> tuple[list[list[int]], GenerationReport]:
-        """New tokens per prompt and the report of what ran."""
+    def route(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
+              ) -> tuple[Route, DecodeOptions | None]:
+        """The path for this call and, where the fast loop or continuous batching can honour its
+        settings, the options they run with (``None``: ``generate`` runs it)."""
         options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
         if options is not None and unsupported is None:
             unsupported = self._beyond_the_loop(prompts, options)
             options = None if unsupported else options
-        route = choose_route(self.plan, len(prompts), as_list, unsupported)
+        return choose_route(self.plan, len(prompts), as_list, unsupported), options
+
+    def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
+            ) -> tuple[list[list[int]], GenerationReport]:
+        """New tokens per prompt and the report of what ran."""
+        route, options = self.route(prompts, as_list, kwargs)
         report = GenerationReport(route.path, route.reason, len(prompts))
         if route.path == "fast" and options is not None:
             try:
-                outputs = self._fast(prompts, route, options, report)
+                outputs = self.fast(prompts, route, options, report)
             except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
                 if options.streamer is not None:
                     raise  # tokens may have reached the streamer already: running again would repeat them
@@ -123,12 +130,13 @@ class Generator:
                     f"{limit}; transformers' generate runs this call as it would")
         return None
 
-    def _fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
-              report: GenerationReport) -> list[list[int]]:
+    def fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
+             report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None) -> list[list[int]]:
         """Every prompt through one run of the decode engine, at most ``route.batch_rows`` decoding
-        at once (the others join as rows free up)."""
+        at once (the others join as rows free up); ``prefilled``: their prefills, computed outside
+        the engine (a vision-language model's)."""
         outputs, ran = self.decoder().generate(prompts, options.params(), rows=route.batch_rows,
-                                               streamer=options.streamer)
+                                               streamer=options.streamer, prefilled=prefilled)
         for name in ("batches", "graphs", "compiled", "step", "attention_kernel", "step_reason", "captured",
                      "warmup", "steps", "preemptions", "oom_retries", "prefix_hit_tokens"):
             setattr(report, name, getattr(ran, name))

@@ -102,8 +102,10 @@ class _Sequence:
         self.handle, self.request, self.params, self.seed = handle, request, request.params, seed
         self.adapter_key = adapter.key if adapter is not None else None
         """The PEFT name of the LoRA adapter it decodes with (``None``: the base model)."""
-        self.salt = adapter.salt if adapter is not None else None
-        """Where its blocks' digest chain starts: an adapter's keys and values differ from the base's."""
+        self.prefilled = request.prefilled
+        self.salt = adapter.salt if adapter is not None else request.prefilled.digest if request.prefilled else None
+        """Where its blocks' digest chain starts: an adapter's keys and values differ from the base's, and a
+        handed prefill's from those of the same token ids with other images."""
         self.tokens = list(request.prompt)
         self.prompt_length = len(request.prompt)
         self.generated = 0
@@ -186,6 +188,8 @@ class InflightBatch:
         """Prefilling and decoding requests, in the order they were admitted (the newest is preempted first)."""
         self._decoding: list[_Sequence] = []
         """Decoding requests by row: ``_decoding[r].row == r``."""
+        self._handed: list[_Sequence] = []
+        """Requests admitted this look whose whole prompt was a handed prefill (``prefilled.py``)."""
         self._handles = 0
         self.stats = EngineStats()
         self.row_cap = rows
@@ -446,6 +450,10 @@ class InflightBatch:
             request.params.check_vocabulary(self.vocab)
             if any(t >= self.vocab for t in request.prompt):
                 raise ValueError(f"the prompt holds a token id outside the model's vocabulary of {self.vocab}")
+            if request.prefilled is not None:
+                why = request.prefilled.mismatch(self.cache, len(request.prompt))
+                if why is not None:
+                    raise ValueError(why)
         handles = []
         for i, request in enumerate(requests):
             seed = request.params.seed
@@ -500,6 +508,11 @@ class InflightBatch:
             chunks = self._schedule_prefill()
             if chunks:
                 self._prefill(chunks, progress)
+            handed, self._handed = self._handed, []
+            if handed:
+                logits = torch.stack([s.prefilled.logits for s in handed if s.prefilled is not None])
+                self._first_tokens(handed, logits, progress)
+            if chunks or handed:
                 self._ensure_decode_blocks(steps)  # rows that just got their first token
             if self._decoding:
                 self._decode(steps, progress)
@@ -595,9 +608,12 @@ class InflightBatch:
             usable = (len(sequence.tokens) - 1) // self.block_size
             found = self.pool.lookup(sequence.full_digests(usable, self.block_size))
             start = len(found) * self.block_size
-            count = min(len(sequence.tokens) - start, budget)
+            # the forward starts after a handed prefill's keys, which are written, not computed
+            handed = sequence.prompt_length if sequence.prefilled is not None and start < sequence.prompt_length \
+                else start
+            count = min(len(sequence.tokens) - handed, budget)
             evictable = sum(1 for b in found if self.pool.refs(b) == 0)
-            need = self.pool.blocks_for(start + count) - len(found)
+            need = self.pool.blocks_for(handed + count) - len(found)
             if need > self.pool.free - evictable:
                 break  # admission by free blocks: it waits, and so do those behind it
             self._waiting.popleft()
@@ -609,9 +625,26 @@ class InflightBatch:
             sequence.computed = sequence.remembered = start
             sequence.state = "prefill"
             self._running.append(sequence)
-            chunks.append((sequence, count))
-            budget -= count
+            if handed > start:
+                self._write_prefilled(sequence, start, handed)
+            if count:
+                chunks.append((sequence, count))
+                budget -= count
+            else:
+                self._handed.append(sequence)  # its first token comes from the prefill's logits
         return chunks
+
+    def _write_prefilled(self, sequence: _Sequence, start: int, end: int) -> None:
+        """Write ``sequence``'s handed prefill keys and values of positions ``start .. end - 1``."""
+        import torch
+
+        assert sequence.prefilled is not None
+        block = self.block_size
+        slots = torch.tensor([sequence.blocks[p // block] * block + p % block for p in range(start, end)],
+                             dtype=torch.long).to(self.device, non_blocking=True)
+        sequence.prefilled.write(self.cache, slots, start, end)
+        sequence.computed = end
+        self._remember(sequence)
 
     def _prefill(self, chunks: list[tuple[_Sequence, int]], progress: Progress) -> None:
         """Run this look's prompt chunks in one pass; requests whose prompt is then complete get

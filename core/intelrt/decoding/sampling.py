@@ -30,7 +30,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .prefilled import PrefilledPrompt
 
 MAX_LOGPROBS = 20
 """The most top log-probabilities one token may carry (OpenAI's ``top_logprobs`` limit, vLLM's
@@ -212,6 +215,9 @@ class DecodeRequest:
     adapter: str | None = None
     """The LoRA adapter this completion decodes with, by the name it was loaded under
     (``InflightBatch.load_adapter``); ``None``: the base model."""
+    prefilled: PrefilledPrompt | None = None
+    """The prompt's keys, values and next-token logits computed outside the engine (a
+    vision-language model's prefill, ``decoding/prefilled.py``); ``None``: the engine prefills it."""
 
     def __post_init__(self) -> None:
         prompt = tuple(self.prompt)
@@ -224,6 +230,9 @@ class DecodeRequest:
             raise ValueError(f"DecodeRequest.params must be a SamplingParams, got {type(self.params).__name__}")
         if self.adapter is not None and (not isinstance(self.adapter, str) or not self.adapter):
             raise ValueError(f"DecodeRequest.adapter must be an adapter's name or None, got {self.adapter!r}")
+        if self.prefilled is not None and self.adapter is not None:
+            raise ValueError("DecodeRequest.prefilled was computed by the base model; it cannot decode with adapter "
+                             f"{self.adapter!r}")
 
     @property
     def max_new_tokens(self) -> int:

@@ -59,6 +59,11 @@ class Architecture:
     """The model type of its text decoder when that is a sub-config (a vision-language model's
     language model: ``qwen2`` in a LLaVA), else ``None``: what a decode loop over the language
     model would check its family by."""
+    language_model: str | None = None
+    """The causal-LM class transformers maps that text decoder's config to
+    (``MODEL_FOR_CAUSAL_LM_MAPPING``: ``Qwen2ForCausalLM`` for a LLaVA over Qwen2), or ``None``
+    (no text sub-config, or one no causal-LM class takes: Qwen2-VL's ``qwen2_vl_text``): the class
+    whose decode the fast loop runs after a vision-language model's prefill."""
 
     @property
     def from_transformers(self) -> bool:
@@ -87,7 +92,7 @@ class Architecture:
         return {"name": self.name, "module": self.module, "attention": list(self.attention),
                 "stateful": self.stateful, "takes_cache": self.takes_cache, "static_cache": self.static_cache,
                 "tensor_parallel": self.tensor_parallel, "auto_class": self.auto_class,
-                "text_model_type": self.text_model_type,
+                "text_model_type": self.text_model_type, "language_model": self.language_model,
                 "sub_models": [{"key": k, "class": c, "attention": list(a)} for k, c, a in self.sub_models]}
 
 

@@ -148,6 +148,7 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
         return None
     parameters = inspect.signature(cls.forward).parameters
     text = _text_config(config)
+    text_type = str(text.model_type) if text.model_type != config.model_type else None
     return Architecture(
         name=cls.__name__, module=cls.__module__,
         supports_sdpa=bool(getattr(cls, "_supports_sdpa", False)),
@@ -161,4 +162,13 @@ def resolve(model: ModelInfo, task: str) -> Architecture | None:
         layer_types=tuple(str(t) for t in getattr(text, "layer_types", None) or ()),
         tensor_parallel=bool(getattr(cls, "_tp_plan", None) or getattr(config, "base_model_tp_plan", None)
                              or getattr(text, "base_model_tp_plan", None)),
-        auto_class=auto, sub_models=sub_models(config), text_model_type=str(text.model_type) if text.model_type != config.model_type else None)
+        auto_class=auto, sub_models=sub_models(config), text_model_type=text_type,
+        language_model=_causal_class(text_type) if text_type is not None else None)
+
+
+def _causal_class(model_type: str) -> str | None:
+    """The causal-LM class transformers maps ``model_type`` to (``None``: none)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    return name if isinstance(name, str) else None

@@ -163,8 +163,7 @@ class Loaded:
         processor = self.processor
         prepared = plain_generate.prepare(self.model, processor, self.tokenizer, prompt, images=images, audio=audio,
                                           sampling_rate=sampling_rate, videos=videos, tensors=tensors)
-        output, rows = self._plain(prepared, settings, self._plain_reason(media or prompt is None or
-                                                                          _has_media(prompt), settings))
+        output, rows = self._prepared(prepared, settings, media or prompt is None or _has_media(prompt))
         if rows is None:
             return output
         decoder = processor if hasattr(processor, "batch_decode") else self._require_tokenizer("generate()")
@@ -200,12 +199,16 @@ class Loaded:
         import torch
 
         mask = settings.pop("attention_mask", None)
-        input_ids = torch.tensor([p + [pad] * (width - len(p)) for p in ids])  # an encoder reads the mask
+        # an encoder reads the mask; a decoder-only model continues each row's last token: padded on the left
+        left = not self._encoder_decoder
+        input_ids = torch.tensor([[pad] * (width - len(p)) * left + p + [pad] * (width - len(p)) * (not left)
+                                  for p in ids])
         if mask is None:
-            mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in ids])
+            mask = torch.tensor([[0] * (width - len(p)) * left + [1] * len(p) + [0] * (width - len(p)) * (not left)
+                                 for p in ids])
         prepared = plain_generate.prepare(self.model, None, None, None, tensors={
             "input_ids": input_ids, "attention_mask": torch.as_tensor(mask), **tensors})
-        output, rows = self._plain(prepared, settings, self._plain_reason(bool(tensors), settings))
+        output, rows = self._prepared(prepared, settings, bool(tensors))
         return output if rows is None else _per_prompt(rows, len(ids), single)
 
     @property
@@ -261,12 +264,72 @@ class Loaded:
                 "(task='text-generation', 'text2text-generation', 'image-text-to-text', "
                 "'automatic-speech-recognition')")
 
+    def _prepared(self, prepared: plain_generate.Prepared, settings: dict[str, Any], media: bool
+                  ) -> tuple[Any, list[list[int]] | None]:
+        """A call of a model that is not a plain language model, on its prepared inputs: a
+        vision-language model's through the fast loop where the plan decodes it there and the
+        call's settings allow, else transformers' ``generate``; (output, new ids per row) as
+        :meth:`_plain` returns them."""
+        if self._vision_language_fast and not self._wants_output(settings):
+            rows, reason = self._vision_language(prepared, settings)
+            if rows is not None:
+                return None, rows
+            return self._plain(prepared, settings, reason)
+        return self._plain(prepared, settings, self._plain_reason(media, settings))
+
+    @property
+    def _vision_language_fast(self) -> bool:
+        decode = self.plan.decided.decode
+        return self.task == "image-text-to-text" and decode is not None and decode.fast
+
+    def _vision_language(self, prepared: plain_generate.Prepared, settings: dict[str, Any]
+                         ) -> tuple[list[list[int]] | None, str]:
+        """New ids per row of a vision-language call: transformers' ``generate`` prefills, the fast
+        loop decodes its language model (``decoding/vision_language.py``); ``(None, why)`` when
+        this call runs on ``generate`` instead."""
+        from ..decoding import vision_language
+        from ..decoding.generation import GenerationReport
+
+        ids = prepared.inputs.get("input_ids")
+        if ids is None:
+            return None, "the call gives no input_ids (the fast loop continues a prompt of token ids)"
+        mask = prepared.inputs.get("attention_mask")
+        prompts = [row.tolist() if mask is None else row[m.bool()].tolist()
+                   for row, m in zip(ids, mask if mask is not None else ids, strict=True)]
+        settings = dict(settings)
+        settings.setdefault("pad_token_id", self._pad_id(settings))
+        check_length(self.model, prepared.prompt_width, settings)
+        generator = self._current_generator()
+        route, options = generator.route(prompts, not prepared.single, settings)
+        if route.path != "fast" or options is None:
+            return None, route.reason
+        try:
+            prefilled = vision_language.prefill(self.model, prepared.inputs, int(settings["pad_token_id"]))
+        except vision_language.PrefillMisfit as why:
+            return None, f"{why}; transformers' generate runs this call"
+        report = GenerationReport("fast", f"{route.reason}; the image prefill by transformers' generate, then the "
+                                  "language model's steps", len(prompts))
+        try:
+            outputs = generator.fast(prompts, route, options, report, prefilled)
+        except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
+            if options.streamer is not None:
+                raise  # tokens may have reached the streamer already: running again would repeat them
+            log.warning("intelrt fast decode failed (%s: %s); transformers' generate runs this call",
+                        type(exc).__name__, str(exc)[:300])
+            return None, (f"the fast decode loop failed ({type(exc).__name__}: {str(exc)[:200]}); transformers' "
+                          "generate ran this call")
+        self.last_generation = report
+        return outputs, report.reason
+
     def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
         """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
         if self._wants_output(settings):
             return plain_generate.REASONS["output"]
         if self._encoder_decoder:
             return plain_generate.REASONS["encoder-decoder"]
+        decode = self.plan.decisions.get("decode")
+        if self.task == "image-text-to-text" and decode is not None:
+            return decode.reason
         if media:
             return plain_generate.REASONS["multimodal"]
         return (f"the model is loaded for {self.plan.task!r}: intelrt's fast decode loop runs text-generation "
@@ -372,7 +435,12 @@ class Loaded:
             batching_reason=batching.reason if batching is not None else "the plan has no batching decision",
             trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
             and parallelism.sharded_load)
-        return Generator(self.model, generation, self._graph_capturer, self.decode_tuning)
+        model = self.model
+        if self._vision_language_fast:
+            from ..decoding.vision_language import language_model
+
+            model = language_model(self.model)  # the engine steps the language model after the image prefill
+        return Generator(model, generation, self._graph_capturer, self.decode_tuning)
 
     def _graph_capturer(self) -> Callable[..., Any] | None:
         """The backend's capturer for the plan's device-graph kind (asked once, at the first fast call)."""
