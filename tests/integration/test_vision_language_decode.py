@@ -223,3 +223,21 @@ def test_paligemma_counts_positions_from_one_and_stays_on_generate(tmp_path: Pat
         prefill(model, inputs, 0)
     assert loaded.generate_ids(ids[0].tolist(), pixel_values=inputs["pixel_values"], max_new_tokens=3)
     assert loaded.last_generation.path == "generate" and "positions from 1" in loaded.last_generation.reason
+
+
+def test_the_vision_language_benchmark_runs_both_sides_and_finds_the_same_tokens(tmp_path: Path) -> None:
+    """``benchmarks/bench_vlm_generate.py --tiny`` in its own process (the H200 command at a tiny
+    size): both sides' timings, the ratio, the path intelrt took, identical tokens in float32."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_vlm_generate.py"
+    done = subprocess.run([sys.executable, str(script), "--tiny", "--out", str(tmp_path), "--new-tokens", "8",
+                           "--repeats", "1", "--no-static"], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "bench_vlm_generate.json").read_text())
+    assert result["identical"] and result["intelrt"]["path"] == "fast" and result["ratio"] > 0
+    assert "tokens identical to plain generate" in done.stdout
