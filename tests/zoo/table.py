@@ -42,7 +42,12 @@ Paths: **compact step** — intelrt's fast decode loop running its compact step;
 the fast loop running the model's own forward over a static KV cache; **plain generate** —
 transformers' `generate`. For a list of prompts: **padded fast**, **padded generate** (padded
 batches through the fast loop or `generate`) or **continuous** (transformers' continuous batching).
-On an accelerator the same rules decide; the CPU plans shown here compile nothing.
+On an accelerator the same rules decide; the CPU plans shown here compile nothing. A path marked
+**falls back** is the plan's, but the model's first call fails on it and every call runs on
+`generate` instead (same tokens, no speed-up): known defects of the plan, listed in
+`tests/zoo/sides.py` (`FALLS_BACK`) and checked by the test — a planned path that fails anywhere
+else fails the test. Vision-language models decode on the fast loop after `generate`'s image
+prefill where their language model allows (`tests/integration/test_vision_language_decode.py`).
 
 """
 
@@ -73,8 +78,9 @@ def row(model_type: str, directory: Path) -> str:
     plan = intelrt.plan(str(directory), dtype="float32")
     arch = plan.model.architecture
     reason = plan.decisions["decode"].reason
-    return (f"| {model_type} | {arch.name if arch else '—'} | {_one(plan)} | {_many(plan)} | "
-            f"{_cell(reason)} |")
+    falls = sides.FALLS_BACK.get(model_type)
+    one = _one(plan) + (f" (falls back to generate at its first call: {falls})" if falls else "")
+    return f"| {model_type} | {arch.name if arch else '—'} | {one} | {_many(plan)} | {_cell(reason)} |"
 
 
 def render_tasks() -> list[str]:

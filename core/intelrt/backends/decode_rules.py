@@ -119,12 +119,39 @@ def decode_blockers(model: ModelInfo, decided: Decided, *, four_bit: bool = Fals
     if odd:
         return (f"{model.model_type} has {', '.join(odd)} layers, which the fast loop's paged KV cache does not "
                 "mask; transformers' generate runs it")
+    differ = per_layer_cache_shapes(model.config)
+    if differ:
+        return (f"its layers' keys and values differ in size ({differ}: config.per_layer_config), and the fast loop's "
+                "paged KV cache holds one size for every layer; transformers' generate runs it")
+    name, module, decoder_config = decoder_of(model, task)
+    if decoder_config.get("kv_lora_rank") and compact_blocker(name, module, decoder_config) is not None:
+        return (f"{arch.name} has multi-head latent attention (kv_lora_rank): under its own forward its keys and "
+                "values differ in size, which the paged KV cache does not hold (the compact step holds DeepSeek-V2/V3's "
+                "latent cache); transformers' generate runs it")
     blocker = quantization_blocker(decided.quantization, four_bit)
     if blocker is not None:
         return blocker
     if decided.placement is not None and decided.placement.device_map == "auto":
         return "the model is split across devices (device_map='auto'); one device graph cannot span several devices"
     return sharded_blocker(decided)
+
+
+CACHE_SIZE_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads", "hidden_size")
+"""Per-layer config overrides that change a layer's KV cache size (transformers' heterogeneous configs)."""
+
+
+def per_layer_cache_shapes(config: Mapping[str, object]) -> str | None:
+    """The per-layer overrides (``per_layer_config``, transformers' heterogeneous configs) of the
+    model's or its text decoder's config that give a layer another KV size, or ``None``."""
+    found = []
+    for part in (config, config.get("text_config")):
+        overrides = part.get("per_layer_config") if isinstance(part, Mapping) else None
+        if not isinstance(overrides, Mapping):
+            continue
+        for layer, values in sorted(overrides.items(), key=lambda item: str(item[0])):
+            if isinstance(values, Mapping):
+                found += [f"layer {layer} {key}={values[key]}" for key in CACHE_SIZE_FIELDS if key in values]
+    return ", ".join(found[:3]) if found else None
 
 
 def quantization_blocker(choice: QuantizationChoice | None, four_bit: bool) -> str | None:
@@ -180,6 +207,12 @@ def continuous_blocker(model: ModelInfo) -> str | None:
     odd = sorted(set(layer_types(model)) - set(CONTINUOUS_LAYER_TYPES))
     if odd:
         return f"{model.model_type} has {', '.join(odd)} layers, which the paged cache does not hold"
+    differ = per_layer_cache_shapes(config)
+    if differ:
+        return f"its layers' keys and values differ in size ({differ}), which the paged cache does not hold"
+    if any(isinstance(part, Mapping) and part.get("kv_lora_rank") for part in (config, config.get("text_config"))):
+        return "its multi-head latent attention (kv_lora_rank) has keys and values of different sizes, which the paged " \
+               "cache does not hold"
     return None
 
 

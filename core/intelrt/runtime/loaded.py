@@ -123,9 +123,10 @@ class Loaded:
         its ``generation_config`` or the model's sets a length. A decoder-only language model decodes
         on the path the plan picked — intelrt's fast loop (static KV cache, compiled and
         graph-captured step), transformers' continuous batching for lists, or plain ``model.generate``
-        — each setting either honoured by it or sending the call to ``generate``; encoder-decoder,
-        vision-language and speech models, and calls with ``return_dict_in_generate=True``, run on
-        ``model.generate``. ``last_generation`` names the path taken and why. With
+        — each setting either honoured by it or sending the call to ``generate``; a vision-language
+        model loaded for image-text-to-text is prefilled by ``model.generate`` and decoded by the
+        fast loop where the plan says so; encoder-decoder and speech models, and calls with
+        ``return_dict_in_generate=True``, run on ``model.generate``. ``last_generation`` names the path taken and why. With
         ``num_return_sequences=n > 1`` each prompt gives a list of ``n`` texts;
         ``return_dict_in_generate=True`` returns transformers' own output (``GenerateDecoderOnlyOutput``
         …, its ``sequences`` holding the prompt too).
@@ -331,6 +332,11 @@ class Loaded:
         if self.task == "image-text-to-text" and decode is not None:
             return decode.reason
         if media:
+            arch = self.plan.model.architecture
+            if arch is not None and arch.language_model is not None:
+                return (f"the call carries images, and the model is loaded for {self.task!r}: transformers' generate "
+                        "runs it (intelrt.load(..., task='image-text-to-text') decodes images on the fast loop where "
+                        "its language model allows)")
             return plain_generate.REASONS["multimodal"]
         return (f"the model is loaded for {self.plan.task!r}: intelrt's fast decode loop runs text-generation "
                 "models, so transformers' generate runs this call")

@@ -1,14 +1,15 @@
 """``Loaded.generate`` where transformers' ``generate`` runs the whole call (SPEC T3): encoder-decoder
-models (T5, BART, Marian, Whisper …), vision-language and speech models, and calls that ask for
-transformers' own output structure (``return_dict_in_generate=True``).
+models (T5, BART, Marian, Whisper …), speech models, vision-language models the plan keeps off the
+fast loop, and calls that ask for transformers' own output structure (``return_dict_in_generate=True``).
 
 Why ``generate`` and not intelrt's fast loop: the fast loop decodes decoder-only causal LMs from
-token ids (its static KV cache holds self-attention only). An encoder-decoder model runs its encoder
+token ids (its KV cache holds self-attention only). An encoder-decoder model runs its encoder
 once and then decodes with a cross-attention cache over the encoder's output — exactly what
 ``generate`` does (``GenerationMixin._prepare_encoder_decoder_kwargs_for_generation``, then the
-decoder loop); a vision-language model merges image features into the prompt's embeddings at the
-prefill. Both would need steps the loop does not have, so ``generate`` runs them and
-``Loaded.last_generation`` says so.
+decoder loop), a step the loop does not have, so ``generate`` runs it and
+``Loaded.last_generation`` says so. A vision-language model loaded for image-text-to-text whose
+language model the loop steps decodes there after ``generate``'s prefill
+(``decoding/vision_language.py``); the inputs are prepared here for both.
 
 The inputs are what the checkpoint's own processor makes of the call — text, ``images=``,
 ``audio=`` (with ``sampling_rate=``), chat messages with image parts — or the model's inputs given
@@ -28,9 +29,9 @@ from ..errors import ConfigurationError
 REASONS = {
     "encoder-decoder": ("an encoder-decoder model: transformers' generate runs its encoder once and its decoder "
                         "loop over the encoder's cached output (intelrt's fast loop decodes decoder-only models)"),
-    "multimodal": ("the prompt carries images, audio or other model inputs the processor made: the model merges "
-                   "them at the prefill, which intelrt's fast loop (token ids only) does not, so transformers' "
-                   "generate runs this call"),
+    "multimodal": ("the prompt carries images, audio or other model inputs the processor made, which the model "
+                   "merges at the prefill: transformers' generate runs this call (the fast loop decodes after such a "
+                   "prefill only for vision-language models loaded for image-text-to-text)"),
     "output": ("return_dict_in_generate=True asks for transformers' own output structure (sequences, scores, "
                "logits …): transformers' generate runs this call and its output is returned as it is"),
     "attention_mask": ("the attention_mask given masks tokens that are not left padding: transformers' generate "
