@@ -45,10 +45,9 @@ def architectures(kind: str) -> list[str]:
 
 FALLS_BACK: dict[str, str] = {
     "dory": "its attention writes a cache of other shape than its config says (index_copy_ size mismatch)",
-    "falcon": "multi_query=True: one key/value head, where its config's num_kv_heads says 4",
     "gpt_neox_japanese": "its attention's key/value layout cannot be viewed as the paged cache's",
     "hrm_text": "its forward reads cache-layer attributes (supports_early_init) the paged cache's layers lack",
-    "mimo_v2_flash": "its layers differ in key/value heads (layer 1: 4, the config's num_key_value_heads: 2)",
+    "mimo_v2_flash": "its layers store different numbers of key/value heads (2 and 4), and the paged cache holds one shape",
     "mllama": "its forward reads the cache layers' keys (cross-attention states) itself",
 }
 """Causal LMs whose planned fast loop (the model's own forward over the paged cache) fails at its

@@ -103,6 +103,7 @@ class FastDecoder:
         self._compiled_model: Callable[..., Any] | None = None
         self._compiled_record: Callable[..., Any] | None = None
         self._offline: InflightBatch | None = None
+        self._stored_shape: KVShape | None = None
         self._compiled_keys: set[tuple[Any, ...]] = set()
         self.adapters = EngineAdapters(model)
         """LoRA adapters served per row (a server's ``/v1/load_lora_adapter``: ``InflightBatch.load_adapter``)."""
@@ -164,14 +165,50 @@ class FastDecoder:
         return int(self.model.config.get_text_config().vocab_size)
 
     def kv_shape(self) -> KVShape:
-        """What the KV cache this step reads and writes holds per token (``memory.KVShape``)."""
+        """What the KV cache this step reads and writes holds per token (``memory.KVShape``): the
+        compact step's, else what the model's own forward stores (:meth:`_stored_kv_shape`)."""
         compact = self.compact
         if compact is not None:
             return compact.kv_shape()
-        shape = kv_shape(self.model.config, self.model.dtype.itemsize)
-        if shape is None:
-            raise InflightUnavailable("the model's config does not say its layers, key/value heads and head size")
-        return shape
+        if self._stored_shape is None:
+            self._stored_shape = self._stored_kv_shape()
+        return self._stored_shape
+
+    def _stored_kv_shape(self) -> KVShape:
+        """The keys and values the model's own forward stores per token, read from a one-token
+        forward into transformers' ``DynamicCache``: a config may not say them plainly (Falcon's
+        ``multi_query`` keeps one head whatever ``num_kv_heads`` says). ``InflightUnavailable`` when
+        its layers store different shapes, or none, since the paged cache holds one shape."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        token = torch.zeros((1, 1), dtype=torch.long, device=self.model.device)
+        try:
+            with torch.inference_mode():
+                self.model(input_ids=token, use_cache=True, **{self.cache_kwarg: cache})
+        except Exception as exc:  # noqa: BLE001 - the config's word then; the step's own checks say why it cannot run
+            log.debug("intelrt fast decode: a one-token forward to read the KV shape failed", exc_info=exc)
+            shape = kv_shape(self.model.config, self.model.dtype.itemsize)
+            if shape is None:
+                raise InflightUnavailable("the model's config does not say its layers, key/value heads and head size, "
+                                          f"and a one-token forward failed ({type(exc).__name__})") from exc
+            return shape
+        shapes = []
+        for layer in cache.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if keys is None or values is None or keys.dim() != 4:
+                raise InflightUnavailable("its cache holds layers without per-head keys and values (a recurrent or "
+                                          "linear-attention state), which the paged cache does not hold")
+            shapes.append((int(keys.shape[1]), int(keys.shape[3]), int(values.shape[3])))
+        if not shapes or len(set(shapes)) != 1:
+            raise InflightUnavailable(f"its layers store keys and values of different shapes ({sorted(set(shapes))} as "
+                                      "(heads, key size, value size)); the paged cache holds one shape for every layer")
+        heads, key_dim, value_dim = shapes[0]
+        if value_dim != key_dim:
+            raise InflightUnavailable(f"its keys ({key_dim} per head) and values ({value_dim}) differ in size, which the "
+                                      "paged cache under the model's own forward does not hold")
+        return KVShape(len(shapes), heads, key_dim, self.model.dtype.itemsize)
 
     def new_cache(self, blocks: int, block_size: int, device: Any) -> PagedCache:
         """A paged KV cache of ``blocks`` blocks for this step."""
