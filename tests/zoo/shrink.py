@@ -193,6 +193,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "t5": {"decoder_start_token_id": PAD_ID},  # T5Config has no default; real checkpoints set 0
     "esm": {"vocab_size": VOCAB},  # EsmConfig's default vocab_size is None
+    # Perceiver's latent array is not named like a hidden size: 256 latents of 1280 through 2 x 26
+    # self-attention layers by default (about 30 s a classification on the CPU); the task zoo's sizes
+    "perceiver": {"d_latents": 64, "num_latents": 16, "num_self_attends_per_block": 2},
     "qwen4_exp_text": _QWEN4_EXP_TEXT,
     "qwen4_exp": {"text_config": _QWEN4_EXP_TEXT},
     # derived sizes the generic rules cannot see
