@@ -66,6 +66,7 @@ def main() -> None:
               "backend": dist.get_backend_config() if world > 1 else None, "losses": losses, "weights": weights}
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     if world > 1:
+        dist.barrier()  # no rank tears its connections down while another still uses them (gloo aborts then)
         dist.destroy_process_group()
 
 
