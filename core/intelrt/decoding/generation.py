@@ -96,18 +96,11 @@ class Generator:
         route, options = self.route(prompts, as_list, kwargs)
         report = GenerationReport(route.path, route.reason, len(prompts))
         if route.path == "fast" and options is not None:
-            try:
-                outputs = self.fast(prompts, route, options, report)
-            except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
-                if options.streamer is not None:
-                    raise  # tokens may have reached the streamer already: running again would repeat them
-                log.warning("intelrt fast decode failed (%s: %s); transformers' generate runs this call",
-                            type(exc).__name__, str(exc)[:300])
-                log.debug("intelrt fast decode failure", exc_info=exc)
-                report = GenerationReport("generate", f"the fast decode loop failed ({type(exc).__name__}: "
-                                          f"{str(exc)[:200]}); transformers' generate ran this call", len(prompts))
-                outputs = self._generate(prompts, Route("generate", report.reason, route.batch_rows), kwargs,
-                                         report)
+            ran = self.fast_or_failure(prompts, route, options, report)
+            if isinstance(ran, str):
+                report = GenerationReport("generate", ran, len(prompts))
+                ran = self._generate(prompts, Route("generate", ran, route.batch_rows), kwargs, report)
+            outputs = ran
         elif route.path == "continuous" and options is not None and self.plan.batching is not None:
             from .continuous import generate_continuous
 
@@ -129,6 +122,23 @@ class Generator:
             return (f"prompt and new tokens reach position {longest}, past the model's max_position_embeddings="
                     f"{limit}; transformers' generate runs this call as it would")
         return None
+
+    def fast_or_failure(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
+                        report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None
+                        ) -> list[list[int]] | str:
+        """:meth:`fast`'s tokens, or why it failed (a str: the caller runs transformers' generate
+        instead, and says so). A call with a streamer raises: tokens may have reached it already,
+        and running again would repeat them."""
+        try:
+            return self.fast(prompts, route, options, report, prefilled)
+        except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
+            if options.streamer is not None:
+                raise
+            log.warning("intelrt fast decode failed (%s: %s); transformers' generate runs this call",
+                        type(exc).__name__, str(exc)[:300])
+            log.debug("intelrt fast decode failure", exc_info=exc)
+            return (f"the fast decode loop failed ({type(exc).__name__}: {str(exc)[:200]}); transformers' generate "
+                    "ran this call")
 
     def fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
              report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None) -> list[list[int]]:

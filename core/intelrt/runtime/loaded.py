@@ -126,7 +126,8 @@ class Loaded:
         — each setting either honoured by it or sending the call to ``generate``; a vision-language
         model loaded for image-text-to-text is prefilled by ``model.generate`` and decoded by the
         fast loop where the plan says so; encoder-decoder and speech models, and calls with
-        ``return_dict_in_generate=True``, run on ``model.generate``. ``last_generation`` names the path taken and why. With
+        ``return_dict_in_generate=True``, run on ``model.generate``. ``last_generation`` names the
+        path taken and why. With
         ``num_return_sequences=n > 1`` each prompt gives a list of ``n`` texts;
         ``return_dict_in_generate=True`` returns transformers' own output (``GenerateDecoderOnlyOutput``
         …, its ``sequences`` holding the prompt too).
@@ -295,8 +296,8 @@ class Loaded:
         if ids is None:
             return None, "the call gives no input_ids (the fast loop continues a prompt of token ids)"
         mask = prepared.inputs.get("attention_mask")
-        prompts = [row.tolist() if mask is None else row[m.bool()].tolist()
-                   for row, m in zip(ids, mask if mask is not None else ids, strict=True)]
+        prompts = [row.tolist() for row in ids] if mask is None else \
+            [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
         settings = dict(settings)
         settings.setdefault("pad_token_id", self._pad_id(settings))
         check_length(self.model, prepared.prompt_width, settings)
@@ -310,17 +311,11 @@ class Loaded:
             return None, f"{why}; transformers' generate runs this call"
         report = GenerationReport("fast", f"{route.reason}; the image prefill by transformers' generate, then the "
                                   "language model's steps", len(prompts))
-        try:
-            outputs = generator.fast(prompts, route, options, report, prefilled)
-        except Exception as exc:  # noqa: BLE001 - this call runs on transformers' generate instead
-            if options.streamer is not None:
-                raise  # tokens may have reached the streamer already: running again would repeat them
-            log.warning("intelrt fast decode failed (%s: %s); transformers' generate runs this call",
-                        type(exc).__name__, str(exc)[:300])
-            return None, (f"the fast decode loop failed ({type(exc).__name__}: {str(exc)[:200]}); transformers' "
-                          "generate ran this call")
+        ran = generator.fast_or_failure(prompts, route, options, report, prefilled)
+        if isinstance(ran, str):
+            return None, ran
         self.last_generation = report
-        return outputs, report.reason
+        return ran, report.reason
 
     def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
         """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
