@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-v4
+STAMP := $(VENV)/.installed-v6
 EXAMPLES := docs/examples/intelrt-gemma2-eager docs/examples/intelrt-acme
 
 .PHONY: install run check test lint unit docs conformance clean
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml plugins/xpu/pyproject.toml plugins/hpu/pyproject.toml
 	# Not the kernels extra: the range transformers accepts (>=0.18.2,<0.19) has no release on PyPI
 	# yet. The tests simulate that version's install (docs/backends/fidelity.md) over the module of
 	# the last release, 0.17.2, which they import.
-	$(PY) -m pip install --progress-bar on -e ".[bitsandbytes,torchao,autoround,compressed-tensors,train,serve,vision,audio]" -e plugins/xpu -e plugins/hpu \
+	$(PY) -m pip install --progress-bar on -e ".[bitsandbytes,torchao,autoround,compressed-tensors,inc,train,serve,ray,vision,audio]" -e plugins/xpu -e plugins/hpu \
 		kernels==0.17.2 --group dev
 	# earlier versions of this Makefile installed the example plugins here; they are for the tests only
 	$(PY) -m pip uninstall -q -y intelrt-acme intelrt-gemma2-eager 2>/dev/null || true

@@ -11,13 +11,27 @@ tokens — and no end-of-sequence token (every request generates exactly its ``m
 one server at a time, each a process of its own on 127.0.0.1: ``intelrt serve`` (and, with
 ``intelrt-no-prefix-cache`` in ``--servers``, the same with ``--no-prefix-caching``),
 ``transformers serve --continuous-batching`` (and plain ``transformers serve`` when named).
+``intelrt-ray`` in ``--servers`` runs ``intelrt serve --replicas 1``: the same server as one Ray
+Serve replica behind Ray's HTTP proxy and intelrt's ingress (``intelrt[ray]``); its rows against
+plain ``intelrt``'s are the cost of Ray Serve (``ray_overhead`` in the results, issue 40's target
+within 10 % on tok/s and TTFT p50).
 
 Workloads (``--workloads``), each a seeded list of (prompt tokens, new tokens) per request:
 
 * ``mixed``: prompts log-uniform in 16 … 1,536 tokens, outputs log-uniform in 16 … 384;
 * ``long``: every 8th prompt 8,192 tokens, the others log-uniform in 16 … 256; outputs 16 … 256;
 * ``prefix``: one shared 1,024-token prefix, then 16 … 128 tokens of each request's own; outputs
-  16 … 128 (the prefix-cache comparison: run with ``intelrt-no-prefix-cache`` too).
+  16 … 128 (the prefix-cache comparison: run with ``intelrt-no-prefix-cache`` too);
+* ``chat`` (issue 38): prompts log-normal with a median of 400 tokens (sigma 0.6, 16 … 4,096) and
+  every 16th prompt 6,000 tokens, outputs log-normal with a median of 150 (sigma 0.5, 8 … 1,024).
+
+Every cell also prints its *limit* — the tok/s this GPU could reach on exactly the requests the
+cell finished: their prompt tokens at the matrix peak (``--peak-tflops``, two FLOPs per parameter
+per token) plus ``outputs / concurrency`` decode steps, each reading the weights and the live KV
+cache (every row at its mean context) at ``--bandwidth`` — and the share of it reached, and, for
+intelrt, what its engine did meanwhile (from ``/metrics``): steps, the share of them that carried
+prompt chunks with the decoding rows, and the host's own milliseconds per look (the time not spent
+waiting for the device).
 
 For each workload and concurrency (``--concurrency``, default 1, 32, 128, 256): after an
 unmeasured warm-up round, ``concurrency`` clients of the ``openai`` Python client (spread over
@@ -29,7 +43,9 @@ inter-token latency p50/p99 (over every token after a request's first: a chunk's
 tokens), and the server process's peak device memory during the cell (``nvidia-smi``; on the CPU
 its resident memory). intelrt's ratio to ``transformers serve --continuous-batching`` follows.
 
-Ends with PASS/MISS against issue 27's targets: every intelrt cell 100 % finished with no error;
+Ends with PASS/MISS against issue 38's targets on the chat workload (tok/s at least 55 % of the
+limit at concurrency 128 and 256; at 128 TTFT p50 <= 1.5 s, p99 <= 6 s, ITL p99 <= 60 ms, and
+>= 10x transformers serve --continuous-batching) and issue 27's: every intelrt cell 100 % finished with no error;
 tok/s >= 4x the continuous-batching transformers serve at concurrency 32 and above; TTFT p99 <= 2 s
 at concurrency 32 on the mixed workload; with the shared prefix, TTFT p50 <= 0.3x the run without
 prefix caching; peak device memory within the ceiling intelrt printed at start. Results are
@@ -60,9 +76,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-SERVERS = ("intelrt", "intelrt-no-prefix-cache", "transformers-cb", "transformers")
+SERVERS = ("intelrt", "intelrt-no-prefix-cache", "intelrt-ray", "transformers-cb", "transformers")
 DEFAULT_SERVERS = "intelrt,intelrt-no-prefix-cache,transformers-cb"
-WORKLOADS = ("mixed", "long", "prefix")
+WORKLOADS = ("mixed", "long", "prefix", "chat")
 TARGET_TOK_S_RATIO = 4.0
 """At concurrency 32 and above: intelrt's tok/s over transformers serve --continuous-batching's."""
 TARGET_TTFT_P99_S = 2.0
@@ -78,11 +94,21 @@ QWEN3_1_7B = {
     "head_dim": 128, "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True, "hidden_act": "silu"}
 """Qwen3-1.7B's shape (the model of issue 27's report)."""
-SHAPES = ("qwen3-1.7b", "qwen3-0.6b", "tiny")
+SHAPES = ("llama-3.1-8b", "qwen3-1.7b", "qwen3-0.6b", "tiny")
+CHAT_LONG_PROMPT = 6000
+TARGET_CHAT_SHARE = 0.55
+"""Chat workload, concurrency 128 and 256: intelrt's tok/s over the cell's limit."""
+TARGET_CHAT_TTFT_P50_S, TARGET_CHAT_TTFT_P99_S, TARGET_CHAT_ITL_P99_S = 1.5, 6.0, 0.060
+TARGET_CHAT_PEER_RATIO = 10.0
+H200_PEAK_TFLOPS = 790.0
+"""An H200's bf16 matrix throughput as measured on one (the device README's KINDS.md)."""
+H200_BANDWIDTH = 4.3e12
+"""An H200's device-to-device copy rate as measured on one (bytes read and written per second)."""
 
 
 @dataclass
 class Request:
+    prompt_tokens: int = 0
     ttft: float | None = None
     gaps: list[float] = field(default_factory=list)
     """Inter-token latency samples: each chunk after the first, its gap over its tokens, per token."""
@@ -109,6 +135,14 @@ class Cell:
     peak_memory_mib: float | None = None
     memory_source: str | None = None
     error_examples: list[str] = field(default_factory=list)
+    limit_tok_s: float | None = None
+    """What this GPU could reach on the requests the cell finished (the module's docstring)."""
+    engine: dict[str, float] = field(default_factory=dict)
+    """intelrt's engine counters over the cell (``/metrics``): steps, mixed steps, looks, seconds."""
+
+    @property
+    def share(self) -> float | None:
+        return self.tok_s / self.limit_tok_s if self.limit_tok_s else None
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -127,12 +161,17 @@ def build(workdir: Path, shape: str) -> None:
     if shape == "tiny":
         build_model(workdir, tiny=True, device="cpu")
     else:
-        config = QWEN3_1_7B if shape == "qwen3-1.7b" else {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-                                                            **QWEN3_0_6B}
-        model = random_model(config, dtype=torch.bfloat16, device="cpu")
+        from intelrt.cli.shapes import shape as shape_config
+
+        config = (shape_config("Llama-3.1-8B") if shape == "llama-3.1-8b" else QWEN3_1_7B if shape == "qwen3-1.7b"
+                  else {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **QWEN3_0_6B})
+        # built on the GPU when there is one (seconds, where an 8B model takes minutes on the CPU)
+        model = random_model(config, dtype=torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu")
         model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = None, None, 1
         model.save_pretrained(workdir, safe_serialization=True)
         del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     config = AutoConfig.from_pretrained(workdir)
     # Special tokens are matched anywhere in a text: named so that no word contains one.
     vocabulary = {"<unk>": 0, "<pad>": 1, **{f"w{i}": i for i in range(2, config.vocab_size)}}
@@ -157,6 +196,10 @@ def _log_uniform(rng: random.Random, low: int, high: int) -> int:
     return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
 
 
+def _log_normal(rng: random.Random, median: float, sigma: float, low: int, high: int) -> int:
+    return int(min(high, max(low, round(rng.lognormvariate(math.log(median), sigma)))))
+
+
 def workload(name: str, count: int, vocab: int, seed: int, scale: float = 1.0) -> list[tuple[str, int]]:
     """``count`` (prompt text, max_tokens) of workload ``name``, seeded; ``scale`` shrinks every
     length (the tiny model's CPU smoke run)."""
@@ -179,6 +222,9 @@ def workload(name: str, count: int, vocab: int, seed: int, scale: float = 1.0) -
             requests.append((words(length), out(16, 256)))
         elif name == "prefix":
             requests.append((f"{shared} {words(_log_uniform(rng, 16, 128))}", out(16, 128)))
+        elif name == "chat":
+            length = CHAT_LONG_PROMPT if i % 16 == 15 else _log_normal(rng, 400, 0.6, 16, 4096)
+            requests.append((words(length), max(2, int(_log_normal(rng, 150, 0.5, 8, 1024) * scale))))
         else:
             raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     return requests
@@ -202,6 +248,8 @@ def start(server: str, workdir: Path, device: str, context: int, log: Path,
                    "--max-queue", "4096", *extra]
         if server == "intelrt-no-prefix-cache":
             command.append("--no-prefix-caching")
+        if server == "intelrt-ray":  # the same server as one Ray Serve replica (intelrt[ray]; issue 40)
+            command += ["--replicas", "1", "--proxy-location", "HeadOnly"]
         name = "bench"
     else:
         cli = shutil.which("transformers", path=os.path.dirname(sys.executable)) or "transformers"
@@ -316,7 +364,7 @@ class MemoryWatch:
 
 async def _one(client: Any, model: str, prompt: str, max_tokens: int, deadline: float) -> Request:
     """One streamed completion; cut (unfinished, its streamed words counted as tokens) at ``deadline``."""
-    result = Request()
+    result = Request(prompt_tokens=len(prompt.split()))
     sent = time.perf_counter()
     last: float | None = None
     words = 0
@@ -382,9 +430,71 @@ def _client_process(url: str, model: str, work: list[tuple[str, int]], clients: 
     return [asdict(r) for r in results], began, ended
 
 
+@dataclass(frozen=True)
+class Hardware:
+    """What the limit of a cell is computed from: the model's parameters (those a token's matrix work
+    multiplies), the bytes a decode step reads of its weights, its KV bytes per token, the device's
+    matrix peak and memory bandwidth."""
+
+    parameters: int
+    weight_bytes: int
+    kv_bytes_per_token: int
+    peak_flops: float
+    bandwidth: float
+
+    @classmethod
+    def of(cls, model_dir: Path, peak_tflops: float, bandwidth: float) -> Hardware:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(model_dir)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        embedding = model.get_input_embeddings().weight.numel()
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        total = sum(p.numel() for p in model.parameters())
+        read = total - (0 if tied else embedding)  # a step reads one row of an untied input embedding
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        dtype_bytes = 2 if str(getattr(config, "dtype", None) or config.torch_dtype) != "torch.float32" else 4
+        return cls(read, read * dtype_bytes, 2 * config.num_hidden_layers * kv_heads * head_dim * dtype_bytes,
+                   peak_tflops * 1e12, bandwidth)
+
+    def limit(self, requests: list[Request], concurrency: int) -> float | None:
+        """tok/s of ``requests`` (finished ones) at this hardware's limit (the module's docstring)."""
+        if not requests:
+            return None
+        outputs = sum(r.tokens for r in requests)
+        prefill = sum(r.prompt_tokens for r in requests) * 2 * self.parameters / self.peak_flops
+        rows = min(concurrency, len(requests))
+        context = sum(r.prompt_tokens + r.tokens / 2 for r in requests) / len(requests)
+        step = (self.weight_bytes + rows * context * self.kv_bytes_per_token) / self.bandwidth
+        seconds = prefill + math.ceil(outputs / rows) * step
+        return outputs / seconds if seconds else None
+
+
+def engine_counters(url: str) -> dict[str, float]:
+    """intelrt's engine counters from ``/metrics`` (empty for a server without them)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        match = re.match(r"intelrt_engine_(\w+)_total (\S+)$", line)
+        if match:
+            found[match.group(1)] = float(match.group(2))
+    return found
+
+
 def run_cell(server: str, name: str, url: str, model: str, work: list[tuple[str, int]], concurrency: int,
-             seconds: float, pid: int, device: str) -> Cell:
+             seconds: float, pid: int, device: str, hardware: Hardware | None = None) -> Cell:
     """``concurrency`` clients streaming ``work`` back to back, stopped after ``seconds``."""
+    counted = engine_counters(url)
     processes = max(1, math.ceil(concurrency / CLIENTS_PER_PROCESS)) if concurrency > 1 else 1
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
     with MemoryWatch(pid, device) as memory:
@@ -410,6 +520,10 @@ def run_cell(server: str, name: str, url: str, model: str, work: list[tuple[str,
         cell.itl_p50, cell.itl_p99 = _percentile(gaps, 50), _percentile(gaps, 99)
     cell.peak_memory_mib, cell.memory_source = memory.peak, memory.source
     cell.error_examples = sorted({r.error for r in requests if r.error})[:3]
+    if hardware is not None:
+        cell.limit_tok_s = hardware.limit([r for r in requests if r.finished and not r.error], concurrency)
+    after = engine_counters(url)
+    cell.engine = {key: after[key] - counted.get(key, 0.0) for key in after}
     return cell
 
 
@@ -431,7 +545,8 @@ def table(cells: list[Cell]) -> str:
         return f"{value * 1000:,.1f}" if value is not None else "-"
 
     lines = [f"{'workload':<8} {'server':<24} {'conc':>4} {'done':>9} {'err':>4} {'tok/s':>9} {'vs tf-cb':>8} "
-             f"{'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'peak MiB':>9}  (ms)"]
+             f"{'limit':>7} {'share':>6} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'peak MiB':>9}"
+             f"  (ms)  engine: steps, mixed, host ms/look"]
     order = {s: i for i, s in enumerate(SERVERS)}
     for cell in sorted(cells, key=lambda c: (WORKLOADS.index(c.workload) if c.workload in WORKLOADS else 9,
                                              c.concurrency, order.get(c.server, 9))):
@@ -439,9 +554,16 @@ def table(cells: list[Cell]) -> str:
         ratio = (f"{cell.tok_s / theirs.tok_s:.2f}x" if cell.server.startswith("intelrt") and theirs is not None
                  and theirs.tok_s else "")
         peak = f"{cell.peak_memory_mib:,.0f}" if cell.peak_memory_mib is not None else "-"
+        limit = f"{cell.limit_tok_s:,.0f}" if cell.limit_tok_s else "-"
+        share = f"{cell.share:.0%}" if cell.share is not None else "-"
+        engine = cell.engine
+        looks = engine.get("looks") or 0
+        host = ((engine.get("look_seconds", 0) - engine.get("wait_seconds", 0)) / looks * 1000) if looks else None
+        steps = (f"  {engine.get('steps', 0):,.0f}, {engine.get('mixed_steps', 0):,.0f}, {host:.1f}"
+                 if host is not None else "")
         lines.append(f"{cell.workload:<8} {cell.server:<24} {cell.concurrency:>4} {cell.finished:>4}/{cell.sent:<4} "
-                     f"{cell.errors:>4} {cell.tok_s:>9,.0f} {ratio:>8} {ms(cell.ttft_p50):>9} {ms(cell.ttft_p99):>9} "
-                     f"{ms(cell.itl_p50):>8} {ms(cell.itl_p99):>8} {peak:>9}"
+                     f"{cell.errors:>4} {cell.tok_s:>9,.0f} {ratio:>8} {limit:>7} {share:>6} {ms(cell.ttft_p50):>9} "
+                     f"{ms(cell.ttft_p99):>9} {ms(cell.itl_p50):>8} {ms(cell.itl_p99):>8} {peak:>9}{steps}"
                      + (f"  errors: {'; '.join(cell.error_examples)}" if cell.error_examples else ""))
     return "\n".join(lines)
 
@@ -467,6 +589,7 @@ def verdict(cells: list[Cell], ceilings: dict[str, float | None]) -> list[str]:
         lines.append(f"{'PASS' if ratio >= TARGET_TOK_S_RATIO else 'MISS'} {cell.workload} c={cell.concurrency}: "
                      f"{cell.tok_s:,.0f} tok/s = {ratio:.2f}x transformers-cb ({theirs.tok_s:,.0f}; target >= "
                      f"{TARGET_TOK_S_RATIO:g}x)")
+    lines += chat_verdict(cells)
     mixed = _find(cells, "intelrt", "mixed", 32)
     if mixed is not None and mixed.ttft_p99 is not None:
         ok = mixed.ttft_p99 <= TARGET_TTFT_P99_S
@@ -491,11 +614,59 @@ def verdict(cells: list[Cell], ceilings: dict[str, float | None]) -> list[str]:
     return lines
 
 
+def chat_verdict(cells: list[Cell]) -> list[str]:
+    """PASS/MISS lines for issue 38's targets on the chat workload (cells measured only)."""
+    lines = []
+    for level in (128, 256):
+        cell = _find(cells, "intelrt", "chat", level)
+        if cell is not None and cell.share is not None:
+            lines.append(f"{'PASS' if cell.share >= TARGET_CHAT_SHARE else 'MISS'} chat c={level}: {cell.tok_s:,.0f} "
+                         f"tok/s = {cell.share:.0%} of the limit ({cell.limit_tok_s:,.0f}; target >= "
+                         f"{TARGET_CHAT_SHARE:.0%})")
+    cell = _find(cells, "intelrt", "chat", 128)
+    if cell is not None:
+        for what, value, target in (("TTFT p50", cell.ttft_p50, TARGET_CHAT_TTFT_P50_S),
+                                    ("TTFT p99", cell.ttft_p99, TARGET_CHAT_TTFT_P99_S),
+                                    ("ITL p99", cell.itl_p99, TARGET_CHAT_ITL_P99_S)):
+            if value is not None:
+                lines.append(f"{'PASS' if value <= target else 'MISS'} chat c=128: {what} {value * 1000:,.0f} ms "
+                             f"(target <= {target * 1000:,.0f} ms)")
+        theirs = _find(cells, "transformers-cb", "chat", 128)
+        if theirs is not None and theirs.tok_s:
+            ratio = cell.tok_s / theirs.tok_s
+            lines.append(f"{'PASS' if ratio >= TARGET_CHAT_PEER_RATIO else 'MISS'} chat c=128: {ratio:.1f}x "
+                         f"transformers serve --continuous-batching ({theirs.tok_s:,.0f} tok/s; target >= "
+                         f"{TARGET_CHAT_PEER_RATIO:g}x)")
+    return lines
+
+
 # -- the run -----------------------------------------------------------------------------------
+
+RAY_TARGET = 0.10
+"""intelrt-ray's tok/s and TTFT p50 within this share of plain intelrt's at concurrency 32 and above (issue 40)."""
+
+
+def ray_overhead(cells: list[Cell]) -> list[str]:
+    """PASS/MISS per cell where both intelrt and intelrt-ray ran: Ray Serve's cost on tok/s and TTFT p50."""
+    lines = []
+    for cell in (c for c in cells if c.server == "intelrt-ray" and c.concurrency >= 32):
+        plain = _find(cells, "intelrt", cell.workload, cell.concurrency)
+        if plain is None or not plain.tok_s or plain.ttft_p50 is None or cell.ttft_p50 is None:
+            continue
+        tok = cell.tok_s / plain.tok_s
+        ttft = cell.ttft_p50 / plain.ttft_p50
+        ok = tok >= 1 - RAY_TARGET and ttft <= 1 + RAY_TARGET and cell.finished == cell.sent and not cell.errors
+        lines.append(f"{'PASS' if ok else 'MISS'} ray {cell.workload} c={cell.concurrency}: tok/s {tok:.3f}x plain "
+                     f"intelrt ({cell.tok_s:,.0f} vs {plain.tok_s:,.0f}), TTFT p50 {ttft:.3f}x "
+                     f"({cell.ttft_p50 * 1000:.1f} vs {plain.ttft_p50 * 1000:.1f} ms); {cell.finished}/{cell.sent} "
+                     f"finished (target: within {RAY_TARGET:.0%})")
+    return lines
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="directory for results.json, the model and the server logs")
+    parser.add_argument("--model-dir", default=None, help="where the model is built (default: inside --out)")
     parser.add_argument("--shape", choices=SHAPES, default="qwen3-1.7b", help="the model's shape (random weights)")
     parser.add_argument("--tiny", action="store_true", help="--shape tiny on the CPU, lengths scaled down, few requests")
     parser.add_argument("--device", default=None, help="cuda, xpu, hpu or cpu (default: cuda when present)")
@@ -511,6 +682,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run intelrt without prefix caching (its rows are then that comparison)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=None,
                         help="passed to intelrt serve (its default: 0.9)")
+    parser.add_argument("--peer-concurrency", default=None,
+                        help="client counts for the transformers servers (default: as --concurrency)")
+    parser.add_argument("--peak-tflops", type=float, default=H200_PEAK_TFLOPS,
+                        help="the device's bf16 matrix throughput for the limit (default: an H200's, measured)")
+    parser.add_argument("--bandwidth", type=float, default=H200_BANDWIDTH,
+                        help="the device's memory bandwidth in bytes/s for the limit (default: an H200's, measured)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.tiny:
@@ -524,12 +701,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown server(s) or workload(s) {', '.join(unknown)}")
     levels = [int(c) for c in args.concurrency.split(",")]
+    peer_levels = [int(c) for c in (args.peer_concurrency or args.concurrency).split(",")]
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = out / f"model-{args.shape}"
+    model_dir = Path(args.model_dir) if args.model_dir else out / f"model-{args.shape}"
     began = time.monotonic()
     if not (model_dir / "config.json").is_file():
         model_dir.mkdir(parents=True, exist_ok=True)
@@ -537,7 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    longest = max(int(LONG_PROMPT * scale) + 384, int((PREFIX_TOKENS + 128) * scale) + 384, 1536 + 384)
+    longest = max(int(LONG_PROMPT * scale) + 384, int((PREFIX_TOKENS + 128) * scale) + 384, 1536 + 384,
+                  int(CHAT_LONG_PROMPT * scale) + 1024)
+    hardware = Hardware.of(model_dir, args.peak_tflops, args.bandwidth)
     context = min(int(AutoConfig.from_pretrained(model_dir).max_position_embeddings), longest)
     extra = ["--no-prefix-caching"] if args.no_prefix_caching else []
     if args.gpu_memory_utilization is not None:
@@ -554,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         results.write_text(json.dumps({"shape": args.shape, "device": device, "torch": torch.__version__,
                                        "scale": scale, "context": context, "cells": [asdict(c) for c in cells],
-                                       "ceilings": ceilings, "verdict": verdict(cells, ceilings)}, indent=2))
+                                       "ceilings": ceilings, "verdict": verdict(cells, ceilings),
+                                       "ray_overhead": ray_overhead(cells)}, indent=2))
 
     for server in servers:
         log = out / f"{server}.log"
@@ -564,16 +745,18 @@ def main(argv: list[str] | None = None) -> int:
             ceilings[server] = ceiling_gib(log) if server.startswith("intelrt") else None
             print(f"bench_serve: {server} ready after {ready:.0f} s", flush=True)
             for name in names:
-                for level in levels:
+                for level in (levels if server.startswith("intelrt") else peer_levels):
                     count = max(args.requests or (24 if tiny else 192), level)
                     work = workload(name, count, vocab, args.seed + level, scale)
                     warm = workload(name, level, vocab, args.seed + 1000 + level, scale)
                     run_cell(server, name, url, model, [(p, min(8, n)) for p, n in warm], level, args.startup_seconds,
                              process.pid, device)
-                    cell = run_cell(server, name, url, model, work, level, seconds, process.pid, device)
+                    cell = run_cell(server, name, url, model, work, level, seconds, process.pid, device, hardware)
                     cells.append(cell)
                     print(f"bench_serve: {server} {name} c={level}: {cell.finished}/{cell.sent} finished, "
-                          f"{cell.tok_s:,.0f} tok/s, TTFT p50 {(cell.ttft_p50 or 0) * 1000:.1f} ms"
+                          f"{cell.tok_s:,.0f} tok/s ({cell.share or 0:.0%} of the limit), TTFT p50 "
+                          f"{(cell.ttft_p50 or 0) * 1000:.1f} ms, ITL p99 {(cell.itl_p99 or 0) * 1000:.1f} ms; engine "
+                          f"{json.dumps({k: round(v, 3) for k, v in cell.engine.items()})}"
                           + (f"; errors: {'; '.join(cell.error_examples)}" if cell.error_examples else ""), flush=True)
                     save()  # after every cell: a run cut short still leaves its rows
         except Exception as exc:  # noqa: BLE001 - the other servers still run; the verdict says what is missing
@@ -586,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"intelrt serve vs transformers serve — {args.shape}, random weights, on {device} "
           f"(torch {torch.__version__}); {time.monotonic() - began:.0f} s in all; results in {results}")
     print(table(cells))
-    for line in verdict(cells, ceilings):
+    for line in verdict(cells, ceilings) + ray_overhead(cells):
         print(line)
     for failure in failures:
         print(f"FAILED {failure.splitlines()[0]}")

@@ -14,6 +14,7 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 VARIANTS: dict[str, dict[str, object]] = {
     # the model's own forward
@@ -87,7 +88,7 @@ def main() -> None:
     ids = torch.randint(2, 384, (1, 32), generator=torch.Generator().manual_seed(0)).to(model.device)
     mask = torch.ones_like(ids)
     options = DecodeOptions(256, False, 1.0, 0, 1.0, (), 1)
-    check_fused_attention(model, ids)
+    check_fused_attention(model, ids, loaded.plan.backend)
     reference = None
     for name in args.variants.split(","):
         if time.perf_counter() - start > args.budget:
@@ -102,7 +103,7 @@ def main() -> None:
                                  if knob in settings})
         choice = DecodeChoice("fast", cache="static", graphs=kind, compile="inductor", step=step,
                               compile_options=settings, attention_kernel=fused and step == "compact")  # type: ignore[arg-type]
-        decoder = FastDecoder(model, choice, capturer, tuning)
+        decoder = FastDecoder(model, choice, capturer, tuning, backend=loaded.plan.backend)
         t0 = time.perf_counter()
         tokens, report = decoder.decode(ids, mask, options)
         warm = time.perf_counter() - t0
@@ -119,7 +120,7 @@ def main() -> None:
               f"fused={report.attention_kernel} "
               f"notes={report.notes} tokens {same}; calls {min(calls) * 1000:.1f}-{max(calls) * 1000:.1f} ms", flush=True)
         batch = decoder._offline  # the engine's batch of the last call, its one-row step captured
-        replays = list(batch._replays.values()) if batch is not None else []
+        replays = list(batch.runner._replays.values()) if batch is not None else []
         if not replays or device == "cpu":
             continue
         replay_step = replays[-1]
@@ -156,14 +157,14 @@ def main() -> None:
         del decoder, batch, replays, replay_step
 
 
-def check_fused_attention(model: object, ids: object) -> None:
+def check_fused_attention(model: object, ids: object, backend: Any) -> None:
     """Logits of one decode step with the one-kernel attention against the torch-ops attention, on
     this model and device (prints the largest difference relative to the largest logit)."""
     import torch
 
     from intelrt.decoding.compact import CompactModel
 
-    compact = CompactModel(model)
+    compact = CompactModel(model, backend=backend)
     device = ids.device  # type: ignore[attr-defined]
     if device.type != "cuda" or not compact.attention_kernel_fits():
         print("fused attention: not available here")

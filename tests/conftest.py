@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -102,6 +105,19 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT as Python sets it up in a foreground terminal: ``KeyboardInterrupt``, in this process
+    and in the processes the test starts, however the suite itself was started. A shell without job
+    control starts a background job (``make test > log &``) with SIGINT ignored, and Python then
+    leaves it ignored (docs.python.org/3/library/signal.html); handled here, it reaches a child as
+    the default action (execve(2): "the dispositions of any signals that are being caught are reset
+    to the default", ignored ones stay ignored), so its Python raises ``KeyboardInterrupt`` too."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session")
 def train_until_killed() -> ModuleType:
     """tests/scripts/train_until_killed.py as a module: its run settings and a child that hangs
@@ -112,6 +128,18 @@ def train_until_killed() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def disk_limit() -> Iterator[Any]:
+    """``set(n)``: files of this process cannot grow past ``n`` bytes (EFBIG, SIGXFSZ ignored) until the test ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        yield lambda n: resource.setrlimit(resource.RLIMIT_FSIZE, (n, hard))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
 
 
 def _fault_summary(terminalreporter: pytest.TerminalReporter) -> None:

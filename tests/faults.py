@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-AREAS = ("load", "plan", "generate", "pipeline", "train", "resume", "save", "launch", "serve", "bench", "plugins",
-         "cli")
+AREAS = ("load", "plan", "generate", "pipeline", "inputs", "train", "resume", "save", "quantize", "launch", "serve",
+         "bench", "plugins", "env", "secrets", "cli")
 CLEAR_ERROR = "clear error"
 """The outcome: an error that names what was wrong and how to fix it (no traceback without ``-v``)."""
 CORRECT = "correct behaviour"

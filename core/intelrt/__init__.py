@@ -23,6 +23,7 @@ from .errors import (
     UnsafeModelError,
 )
 from .hooks.markers import hookimpl
+from .support import redaction as _redaction  # noqa: F401 - every IntelrtError's text masked
 from .support import startup as _startup  # noqa: F401 - the environment at import: the user's (SPEC C2)
 
 if TYPE_CHECKING:

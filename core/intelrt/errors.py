@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+_mask: Callable[[str], str] | None = None
+"""What every error's text goes through: ``intelrt.support.redaction.redact_text``, which registers
+itself when imported (``import intelrt`` imports it). This module is below every other layer, so it
+is handed the function rather than importing it."""
+
+
+def mask_messages_with(mask: Callable[[str], str]) -> None:
+    """Have every :class:`IntelrtError`'s text go through ``mask`` (secrets replaced)."""
+    global _mask
+    _mask = mask
+
 
 class IntelrtError(Exception):
-    """Base class: catching it catches every deliberate intelrt error."""
+    """Base class: catching it catches every deliberate intelrt error. Its text has secrets masked
+    (a message may quote a URL with a token in its query, or a library's words that do)."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return _mask(text) if _mask is not None else text
 
 
 class ConfigurationError(IntelrtError, ValueError):

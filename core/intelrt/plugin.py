@@ -11,35 +11,24 @@ The names fall into four groups:
   :class:`Situation` and :class:`Endorsement`, the argument and result types of every hook
   (``BackendStatus``, ``DeviceInfo``, ``Decision``, ``EnvVar``, ``Finding``, ``Setting``,
   ``Request``, ``ModelInfo``, ``Decided``, ``Plan``) and the typed decision values (``DecodeChoice`` …);
-* **errors** a hook raises to refuse a request (``PlanError``, ``ConfigurationError``);
+* **errors** a hook raises to refuse a request (``PlanError``, ``ConfigurationError``) or a device
+  it cannot have (``BackendUnavailableError``);
 * **facts about the machine**: installed versions, visibility-variable parsing, the hub cache,
   the launch environment;
 * **shared decisions** a backend may answer with or delegate to: the generic defaults' sizing
-  rules, the decode-path rules and the device-graph capturers.
+  rules and the device-graph capturers (the decode and batching rules read a backend's facts
+  instead: their 0.1 helpers are deprecated, see ``DEPRECATED``).
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
+from .backends import decode_rules
 from .backends.capture import begin_end, stream_capturer
-from .backends.decode_rules import (
-    compact_step,
-    continuous_batching_blocker,
-    continuous_blocker,
-    decode_attention_kernel,
-    decode_blockers,
-    decode_compile,
-    decode_graphs,
-    decode_warmup,
-    fast_decode,
-    fast_decode_planned,
-    kernel_blocker,
-    padded_generate_instead,
-    plain_generate,
-    quantized,
-    quantized_step,
-    triton_installed,
-)
-from .backends.generic import DEVICE_COLLECTIVES, attention_fallback, check_training_overrides
+from .backends.decode_rules import plain_generate
+from .backends.generic import attention_fallback, check_training_overrides
 from .backends.parallelism import decide_parallelism, rank_placement
 from .backends.sizing import (
     BYTES_PER_PARAM,
@@ -49,7 +38,7 @@ from .backends.sizing import (
     context_limit,
     fits_one_device,
 )
-from .errors import ConfigurationError, IntelrtError, PlanError
+from .errors import BackendUnavailableError, ConfigurationError, IntelrtError, PlanError
 from .hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from .hooks.concerns import Decided
 from .hooks.markers import PROJECT, hookimpl
@@ -69,8 +58,10 @@ from .hooks.payloads import (
     QuantizationChoice,
 )
 from .hooks.plan import Plan, PlannedDecision
+from .hooks.quantization import Cell, Column, QuantizationColumns
 from .hooks.request import Request
 from .hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
+from .quantization.methods import core_cell
 from .support.distributed import is_distributed_launch, world_size
 from .support.hubcache import hub_cache_dir, hub_offline, is_repo_cached
 from .support.startup import environment_at_import
@@ -94,9 +85,9 @@ __all__ = [
     "Request", "DeviceId", "ModelInfo", "Architecture", "Plan", "PlannedDecision",
     "Payload", "DecisionValue", "JSONValue",
     "BatchingChoice", "CompileChoice", "DecodeChoice", "KernelChoice", "QuantizationChoice", "ParallelismChoice",
-    "Placement", "Buckets",
+    "Placement", "Buckets", "QuantizationColumns", "Column", "Cell",
     # errors
-    "IntelrtError", "ConfigurationError", "PlanError",
+    "IntelrtError", "ConfigurationError", "PlanError", "BackendUnavailableError",
     # facts about the machine
     "package_version", "at_least", "parse", "torch_version", "format_bytes", "kernels_problem",
     "hub_kernels_problem", "KernelsProblem",
@@ -104,12 +95,38 @@ __all__ = [
     "hub_cache_dir", "hub_offline", "is_repo_cached",
     "world_size", "is_distributed_launch", "environment_at_import",
     # shared decisions
-    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEVICE_COLLECTIVES", "DEFAULT_CONTEXT",
+    "BYTES_PER_PARAM", "FIT_HEADROOM", "DEFAULT_CONTEXT",
     "bytes_per_parameter", "fits_one_device", "context_limit", "check_training_overrides",
     "decide_parallelism", "rank_placement",
-    "attention_fallback", "padded_generate_instead", "continuous_blocker", "continuous_batching_blocker",
-    "decode_blockers", "decode_compile", "decode_graphs", "decode_attention_kernel", "kernel_blocker",
-    "decode_warmup", "triton_installed",
-    "compact_step", "fast_decode", "plain_generate", "fast_decode_planned", "quantized", "quantized_step",
+    "attention_fallback", "plain_generate", "core_cell",
     "stream_capturer", "begin_end",
 ]
+
+
+# -- deprecated names (docs/plugin-api.md, "Deprecated"): importable with a DeprecationWarning for one minor
+# release, then removed; none is in __all__.
+DECODE_FACTS = ("the decode and batching rules are intelrt's, over the facts a Backend declares (fast_decode, "
+                "compact_decode, graph_kind, graphs_default_from, decode_compiler, compiles_quantized, "
+                "compile_worker_missing, engine_batching, continuous_graphs, async_batching, kv_sizing …; "
+                "graphs_missing, compile_missing, decode_problem, runs_triton for one run): declare them instead of "
+                "select_decode / select_batching")
+DEPRECATED: dict[str, tuple[Callable[[], object], str]] = {
+    "DEVICE_COLLECTIVES": (lambda: {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu"},
+                           "Backend.sharding_support: a backend's ShardingSupport(collective=...) declares its "
+                           "library, and the collective decision and the ddp_backend check follow it"),
+    **{name: ((lambda name=name: getattr(decode_rules, name)), DECODE_FACTS)  # type: ignore[misc]
+       for name in ("compact_step", "continuous_batching_blocker", "continuous_blocker", "decode_attention_kernel",
+                    "decode_blockers", "decode_compile", "decode_graphs", "decode_warmup", "fast_decode",
+                    "fast_decode_planned", "kernel_blocker", "padded_generate_instead", "quantized",
+                    "quantized_compact_step", "quantized_step", "triton_installed")},
+}
+"""Name → (its value, what replaces it): deprecated in intelrt 0.2, gone in 0.3."""
+
+
+def __getattr__(name: str) -> object:
+    if name in DEPRECATED:
+        value, instead = DEPRECATED[name]
+        warnings.warn(f"intelrt.plugin.{name} is deprecated (intelrt 0.2) and goes in 0.3; instead: {instead}",
+                      DeprecationWarning, stacklevel=2)
+        return value()
+    raise AttributeError(f"module 'intelrt.plugin' has no attribute {name!r}")

@@ -17,6 +17,7 @@ import pytest
 
 import intelrt
 from intelrt.backends.cuda import CudaBackend
+from intelrt.backends.decode_rules import decide_decode
 from intelrt.errors import PlanError
 from intelrt.hooks.request import Request
 from intelrt.host.manager import get_host
@@ -39,30 +40,35 @@ TEXT = Decided(task="text-generation")
 
 
 def test_cuda_backend_plans_graphs_and_builds_the_capturer(tiny_model: Path) -> None:
-    """The built-in cuda answers: CUDA graphs around an inductor-compiled step — the compact step
-    for a Qwen3, the model's own forward with frozen weights for an architecture it does not cover."""
+    """The decode rule on the built-in cuda's facts: CUDA graphs around an inductor-compiled step — the
+    compact step for a Qwen3, the model's own forward for an architecture it does not cover."""
     import dataclasses
 
     model = intelrt.plan(tiny_model).model  # with its transformers class resolved
     assert model.architecture is not None
-    decision = CUDA.select_decode(Situation(Request.build(tiny_model), model, {}, TEXT))
+    decision = decide_decode(CUDA, Situation(Request.build(tiny_model), model, {}, TEXT))
     assert decision is not None
     assert decision.value == DecodeChoice("fast", cache="static", graphs="cuda", compile="inductor", step="compact",
                                           compile_options={"coordinate_descent_tuning": True},
-                                          attention_kernel=triton_installed(), warmup="adaptive")
+                                          attention_kernel=triton_installed(), warmup="adaptive", step_tokens=8192,
+                                          step_attention="triton" if triton_installed() else "torch",
+                                          compile_worker=True)
     assert "CUDA graph" in decision.reason and "qwen3 layers run as intelrt's compact step" in decision.reason
+    assert any("engine steps of at most 8192 tokens" in note and "NVIDIA H200's 790 TFLOP/s" in note
+               for note in decision.notes), decision.notes
     other = dataclasses.replace(model, config={**model.config, "model_type": "olmo"},
                                 architecture=dataclasses.replace(model.architecture, name="OlmoForCausalLM",
                                                                  module="transformers.models.olmo.modeling_olmo"))
-    fallback = CUDA.select_decode(Situation(Request.build(tiny_model), other, {}, TEXT))
+    fallback = decide_decode(CUDA, Situation(Request.build(tiny_model), other, {}, TEXT))
     assert fallback is not None and fallback.value.step == "model"
     assert fallback.value.compile_options == {"coordinate_descent_tuning": True}
     assert "OlmoForCausalLM is not one of the classes the compact step reproduces" in fallback.reason
-    off = CUDA.select_decode(Situation(Request.build(tiny_model, graphs="off", compile="none"), model, {}))
+    off = decide_decode(CUDA, Situation(Request.build(tiny_model, graphs="off", compile="none"), model, {}))
     assert off is not None and off.value.graphs is None and off.value.compile is None
     assert "graphs='off'" in off.reason and "compile='none'" in off.reason
-    assert callable(CUDA.graph_capturer("cuda"))
-    assert CUDA.graph_capturer("xpu") is None
+    host = get_host()
+    assert callable(host.graph_capturer(CUDA, "cuda")) and callable(CUDA.graph_capturer())
+    assert host.graph_capturer(CUDA, "xpu") is None  # not CUDA's own graphs: nothing to capture them with
 
 
 def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> None:
@@ -73,12 +79,13 @@ def test_decode_graphs_xpu_are_opt_in_before_torch_2_14(tiny_model: Path) -> Non
         capture = get_host().graph_capturer(plan.backend, "xpu")
     decode = plan.decisions["decode"]
     assert (decode.plugin, decode.value.graphs, decode.value.compile) == ("xpu", None, "inductor")
-    assert "no XPU graph by default with torch 2.13" in decode.reason and "vllm-project/vllm#38193" in decode.reason
-    assert asked.value.graphs == "xpu" and "as asked (graphs='on')" in asked.reason
+    assert "XPU graphs are opt-in below torch 2.14 (this is torch 2.13" in decode.reason
+    assert "vllm-project/vllm#38193" in decode.reason
+    assert asked.value.graphs == "xpu" and "captured in an XPU graph" in asked.reason
     assert callable(capture)
     with simulate("xpu", 1, torch_version="2.14.0"):
         default = intelrt.plan(tiny_model).decisions["decode"]
-    assert default.value.graphs == "xpu" and "default from torch 2.14" in default.reason
+    assert default.value.graphs == "xpu" and "XPU graphs by default from torch 2.14" in default.reason
 
 
 def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: Path) -> None:
@@ -87,7 +94,7 @@ def test_decode_graphs_xpu_without_xpugraph_decodes_without_graphs(tiny_model: P
         with pytest.raises(PlanError, match="has no torch.xpu.XPUGraph"):
             intelrt.plan(tiny_model, graphs="on")
     assert decode.value.method == "fast" and decode.value.graphs is None
-    assert "no XPU graph" in decode.reason
+    assert "no device graph (torch 2.13.0+xpu has no torch.xpu.XPUGraph" in decode.reason
 
 
 @pytest.mark.claim("H1")
@@ -115,7 +122,66 @@ def test_decode_graphs_hpu_eager_mode_compiles_with_hpu_backend(tiny_model: Path
         with pytest.raises(PlanError, match="set PT_HPU_LAZY_MODE=1"):
             intelrt.plan(tiny_model, graphs="on")
     assert (decode.value.graphs, decode.value.compile, decode.claim) == (None, "hpu_backend", "H9")
-    assert "HPU graphs need lazy mode" in decode.reason
+    assert "HPU graphs record lazy-mode work and this run is eager" in decode.reason
+
+
+def test_a_backend_of_intelrt_0_1_still_builds_its_capturer_with_a_deprecation_warning() -> None:
+    """``graph_capturer(kind)`` (intelrt 0.1) still works for a minor release: the host passes the kind and
+    warns naming the replacement (docs/plugin-api.md, Deprecated); the 0.2 form is asked only for its
+    own ``graph_kind``."""
+    from intelrt.backends.cpu import CpuBackend
+
+    asked: list[str] = []
+
+    class Old(CpuBackend):
+        def graph_capturer(self, kind: str) -> Callable[..., Any] | None:  # type: ignore[override]
+            asked.append(kind)
+            return _rerun_capturer([]) if kind == "npu" else None
+
+    class New(CpuBackend):
+        graph_kind = "npu"
+
+        def graph_capturer(self) -> Callable[..., Any] | None:
+            return _rerun_capturer([])
+
+    host = get_host()
+    status = CpuBackend.detect({})
+    with pytest.warns(DeprecationWarning, match=r"graph_capturer\(kind\) is deprecated: declare the class "
+                                                r"attribute graph_kind = 'npu'"):
+        assert host.graph_capturer(Old(status), "npu") is not None
+    assert asked == ["npu"]
+    assert host.graph_capturer(New(status), "npu") is not None and host.graph_capturer(New(status), "cuda") is None
+
+
+def test_the_cpu_backend_answers_the_run_stage_without_a_device_runtime() -> None:
+    """The CPU has no allocator, streams or timed events to ask: the engine's queries answer None (its
+    budget is the configured one) and its compiled steps are kept as built for ``cpu``."""
+    import torch
+
+    from intelrt.backends.cpu import CpuBackend
+
+    cpu, device = CpuBackend(CpuBackend.detect({})), torch.device("cpu")
+    assert cpu.device_module() is None and cpu.memory_info(device) is None
+    assert cpu.memory_in_use(device) is None and cpu.timing_events(device) is None
+    assert cpu.capability(device) is None and cpu.compiled_for(device) == "cpu" and cpu.computes_on_host
+    cpu.synchronize(device)  # nothing to wait for
+    with cpu.side_stream(device):
+        pass
+
+
+def test_the_collective_table_and_the_decode_helpers_are_deprecated_with_their_replacement() -> None:
+    import intelrt.plugin as api
+
+    with pytest.warns(DeprecationWarning, match="DEVICE_COLLECTIVES is deprecated .* Backend.sharding_support"):
+        assert api.DEVICE_COLLECTIVES["xccl"] == "xpu"  # type: ignore[attr-defined]
+    assert "DEVICE_COLLECTIVES" not in api.__all__
+    # the decode helpers a backend's own select_decode assembled: still there for a minor release, warning
+    for name in ("fast_decode", "decode_graphs", "padded_generate_instead", "decode_warmup", "triton_installed"):
+        with pytest.warns(DeprecationWarning, match=f"{name} is deprecated .* the decode and batching rules are"):
+            assert callable(getattr(api, name))
+        assert name not in api.__all__
+    with pytest.raises(AttributeError):
+        api.NOT_A_NAME  # type: ignore[attr-defined]  # noqa: B018
 
 
 # -- the engine with a capturer ----------------------------------------------------------------
@@ -152,8 +218,8 @@ def test_decode_engine_counts_warmup_steps_and_captures_once(loaded: intelrt.Loa
     from intelrt.decoding.engine import FastDecoder
 
     log: list[str] = []
-    plain = FastDecoder(loaded.model, EAGER, None)
-    graphed = FastDecoder(loaded.model, replace(EAGER, graphs="test"), _rerun_capturer(log))
+    plain = FastDecoder(loaded.model, EAGER, None, backend=loaded.plan.backend)
+    graphed = FastDecoder(loaded.model, replace(EAGER, graphs="test"), _rerun_capturer(log), backend=loaded.plan.backend)
     expected, _ = _decode(plain, loaded, ["Intel GPUs are", "hi"], 20)
     for _ in range(2):
         tokens, report = _decode(graphed, loaded, ["Intel GPUs are", "hi"], 20)
@@ -167,8 +233,8 @@ def test_decode_engine_falls_back_without_graphs_when_capture_fails(loaded: inte
     def broken(step: Callable[[], object], warmup: int = 2) -> Callable[[], object]:
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    expected, _ = _decode(FastDecoder(loaded.model, EAGER, None), loaded, ["Gaudi"], 12)
-    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), broken)
+    expected, _ = _decode(FastDecoder(loaded.model, EAGER, None, backend=loaded.plan.backend), loaded, ["Gaudi"], 12)
+    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), broken, backend=loaded.plan.backend)
     tokens, report = _decode(decoder, loaded, ["Gaudi"], 12)
     assert tokens.tolist() == expected.tolist()
     assert report.graphs is None and any("graph capture (test) failed" in n for n in report.notes)
@@ -191,8 +257,8 @@ def test_decode_engine_captures_one_step_per_row_bucket_and_sampler_kind(loaded:
         return step
 
     compact = replace(EAGER, step="compact")
-    plain = FastDecoder(loaded.model, compact, None)
-    graphed = FastDecoder(loaded.model, replace(compact, graphs="test"), naming_capturer)
+    plain = FastDecoder(loaded.model, compact, None, backend=loaded.plan.backend)
+    graphed = FastDecoder(loaded.model, replace(compact, graphs="test"), naming_capturer, backend=loaded.plan.backend)
     pair, one, other, long = ["Intel GPUs are", "hi"], ["Intel GPUs are"], ["hi there"], ["hello " * 12]
     block = graphed.tuning.block_size
     assert all(len(loaded.tokenizer(p)["input_ids"]) + 11 <= block for p in pair + other), "one block each"
@@ -231,7 +297,8 @@ def test_decode_engine_pauses_the_garbage_collector_only_for_captured_shapes(loa
 
         return replay
 
-    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), recording_capturer)
+    decoder = FastDecoder(loaded.model, replace(EAGER, graphs="test"), recording_capturer,
+                          backend=loaded.plan.backend)
     assert gc.isenabled()
     _, first = _decode(decoder, loaded, ["Intel GPUs are"], 12)
     assert first.captured and collector_on and all(collector_on)

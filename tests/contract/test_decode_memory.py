@@ -1,7 +1,7 @@
 """The decode engine's memory budget and its one sizing function (``decoding/memory.py``, issue
-27): the device's own memory query (an Intel GPU under simulation: ``torch.xpu.mem_get_info``
-through the simulated Level Zero runtime), a configured budget on the CPU, blocks within the
-budget, and refusals that name the largest value that fits."""
+27): the device's own memory query, asked through the plan's backend (an Intel GPU under
+simulation: ``torch.xpu.mem_get_info`` through the simulated Level Zero runtime), a configured
+budget on the CPU, blocks within the budget, and refusals that name the largest value that fits."""
 
 from __future__ import annotations
 
@@ -11,24 +11,32 @@ from intelrt.decoding.memory import (
     GIB,
     KVShape,
     MemoryBudget,
-    device_memory,
     memory_budget,
     size_engine,
 )
 from intelrt.decoding.tuning import DecodeTuning
 from intelrt.errors import ConfigurationError
+from intelrt.hooks.backend import Backend
+from intelrt.host.manager import get_host
 from intelrt.testing.simulation import simulate
 
 #: Qwen3-0.6B's KV: 28 layers x 8 key/value heads x 128 features, bfloat16 (114,688 bytes a token).
 QWEN3 = KVShape(28, 8, 128, 2)
 
 
+def detected(name: str) -> Backend:
+    """The backend ``name`` as this process detects it (the one a plan on it holds)."""
+    return next(b for b in get_host().detect({}) if b.name == name)
+
+
 def test_the_budget_on_an_intel_gpu_comes_from_its_runtime() -> None:
     import torch
 
     with simulate("xpu", 1, memory_gib=64) as sim:
-        free, total = device_memory(torch.device("xpu", 0))  # type: ignore[misc]
-        budget = memory_budget(torch.device("xpu", 0), DecodeTuning(), activation_bytes=2 * GIB, graph_bytes=GIB)
+        xpu = detected("xpu")
+        free, total = xpu.memory_info(torch.device("xpu", 0))  # type: ignore[misc]
+        budget = memory_budget(xpu, torch.device("xpu", 0), DecodeTuning(), activation_bytes=2 * GIB,
+                               graph_bytes=GIB)
     assert "xpu.mem_get_info" in sim.calls and total == 64 * GIB
     assert budget.kv_bytes == int(0.9 * free) - 3 * GIB
     assert "0.9 x 64.00 GiB free on xpu:0" in budget.how and budget.ceiling == (total - free) + int(0.9 * free)
@@ -38,10 +46,11 @@ def test_the_utilization_scales_the_budget_and_is_checked() -> None:
     import torch
 
     with simulate("xpu", 1, memory_gib=64):
-        full = memory_budget(torch.device("xpu", 0), DecodeTuning())
-        half = memory_budget(torch.device("xpu", 0), DecodeTuning(memory_utilization=0.45))
+        xpu = detected("xpu")
+        full = memory_budget(xpu, torch.device("xpu", 0), DecodeTuning())
+        half = memory_budget(xpu, torch.device("xpu", 0), DecodeTuning(memory_utilization=0.45))
         with pytest.raises(ConfigurationError, match=r"must be in \(0, 1\]"):
-            memory_budget(torch.device("xpu", 0), DecodeTuning(), utilization=1.5)
+            memory_budget(xpu, torch.device("xpu", 0), DecodeTuning(), utilization=1.5)
     assert half.kv_bytes * 2 == pytest.approx(full.kv_bytes, rel=1e-6)
     with pytest.raises(ValueError, match="memory_utilization must be in"):
         DecodeTuning(memory_utilization=0)
@@ -50,7 +59,7 @@ def test_the_utilization_scales_the_budget_and_is_checked() -> None:
 def test_the_cpu_budget_is_the_configured_one() -> None:
     import torch
 
-    budget = memory_budget(torch.device("cpu"), DecodeTuning(cpu_kv_cache_bytes=3 * 2**20))
+    budget = memory_budget(detected("cpu"), torch.device("cpu"), DecodeTuning(cpu_kv_cache_bytes=3 * 2**20))
     assert budget.kv_bytes == 3 * 2**20 and "configured for the CPU" in budget.how and budget.ceiling is None
 
 

@@ -41,7 +41,7 @@ def test_buckets_pad_to_the_smallest_bucket_that_holds_the_batch() -> None:
 
 
 @pytest.mark.claim("H11")
-@pytest.mark.parametrize(("workload", "warm"), [("server", True), ("batch", True), ("one-shot", False), ("auto", False)])
+@pytest.mark.parametrize(("workload", "warm"), [("server", True), ("batch", True), ("auto", False)])
 def test_gaudi2_buckets_are_warmed_for_server_and_batch_workloads(simulate: Any, tiny_model: Path, workload: str,
                                                                   warm: bool) -> None:
     simulate("hpu", 8, generation="gaudi2", env=INT64)
@@ -49,6 +49,29 @@ def test_gaudi2_buckets_are_warmed_for_server_and_batch_workloads(simulate: Any,
     assert isinstance(decision.value, Buckets) and decision.value.warmup is warm and decision.plugin == "hpu"
     assert decision.value.decode_batch_sizes[-1] == 64 and decision.value.block_size == 128
     assert "vllm-gaudi" in decision.reason and ("warmed up at load" in decision.reason) is warm
+
+
+def test_one_shot_work_on_eager_gaudi_runs_the_step_eagerly_and_pads_no_shapes(simulate: Any, tiny_model: Path) -> None:
+    """One short generate does not pay for a compile on Gaudi either (the decode rule weighs the workload on
+    every backend): the step runs eagerly, nothing compiles per shape, and no buckets are planned."""
+    simulate("hpu", 8, generation="gaudi2", env=INT64)
+    plan = intelrt.plan(tiny_model, workload="one-shot")
+    decode = plan.decisions["decode"]
+    assert (decode.value.compile, decode.value.graphs, decode.value.warmup) == (None, None, "eager")
+    assert "one-shot work" in decode.reason and "buckets" not in plan.decisions
+    compiled = intelrt.plan(tiny_model, workload="one-shot", compile="on").decisions["buckets"]
+    assert compiled.value is not None and compiled.value.warmup is False  # compile= asked: buckets, not warmed
+
+
+@pytest.mark.claim("H11")
+def test_gaudi_one_shot_work_runs_eagerly_with_nothing_to_pad(simulate: Any, tiny_model: Path) -> None:
+    """One-shot work is not worth a compile (issue 39: nothing compiles where the user waits): the
+    eager-mode step runs uncompiled, so no shape compiles and nothing is padded to buckets."""
+    simulate("hpu", 8, generation="gaudi2", env=INT64)
+    decisions = intelrt.plan(tiny_model, workload="one-shot").decisions
+    assert "buckets" not in decisions
+    assert (decisions["decode"].value.prepared, decisions["decode"].value.compile) == ("eager", None)
+    assert "one-shot work" in decisions["decode"].reason
 
 
 @pytest.mark.claim("H11")

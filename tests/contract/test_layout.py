@@ -149,6 +149,17 @@ def test_the_import_graph_has_no_cycle(package: str) -> None:
     assert not cycles, "import cycles:\n" + "\n".join(details)
 
 
+TYPE_ONLY_CYCLES = [["intelrt.hooks.backend", "intelrt.hooks.plan"]]
+"""Import cycles through ``TYPE_CHECKING`` imports alone that remain, each with its reason: a Backend's
+methods take the Plan (``training_arguments(plan, ...)``) and the Plan holds its Backend; a Protocol in
+place of either would make every plugin's override annotated ``plan: Plan`` fail mypy's override check."""
+
+
+def test_no_import_cycle_even_through_type_only_imports() -> None:
+    graph = _graph("intelrt", type_checking=True)
+    assert strongly_connected(graph) == TYPE_ONLY_CYCLES
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     grimp = pytest.importorskip("grimp")
     made = grimp.ImportGraph()
@@ -210,6 +221,35 @@ def test_every_concern_option_is_a_request_option_and_every_check_a_backend_meth
             assert hasattr(Backend, f"check_{declared.name}"), f"a forced {declared.name} has no check_ method"
 
 
+def test_every_selection_hook_is_written_out_in_the_hookspecs() -> None:
+    """A reader (and mypy, an IDE, grep) finds each selection hook where it is declared: one ``def``
+    per concern in hooks/hookspecs.py, taking what the host passes, nothing injected at import."""
+    from intelrt.hooks import hookspecs
+
+    source = inspect.getsource(hookspecs)
+    tree = ast.parse(source)
+    written = {node.name: [a.arg for a in node.args.args] for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for declared in CONCERNS:
+        if declared.hook is not None:
+            assert written.get(declared.hook) == ["backend", "request", "model", "env", "decided"], declared.hook
+    assert "globals()" not in source and "setattr(" not in source
+
+
+def test_the_host_calls_each_concern_by_its_written_out_method() -> None:
+    """host/manager.py binds each concern to its backend method, generic rule and checks in one table
+    (no ``getattr(backend, f"select_{name}")``): the table covers exactly the hooked concerns, and
+    a concern forced as a value has both checks."""
+    from intelrt.host import manager
+
+    assert set(manager.CALLS) == {c.name for c in CONCERNS if c.hook is not None}
+    for declared in CONCERNS:
+        if declared.hook is not None and (declared.answer is not None or declared.verbatim):
+            calls = manager.CALLS[declared.name]
+            assert calls.check is not None and calls.generic_check is not None, declared.name
+    source = inspect.getsource(manager)
+    assert 'getattr(backend, f"' not in source and 'getattr(GENERIC, f"' not in source
+
+
 @pytest.mark.parametrize("function", [intelrt.plan, intelrt.load], ids=["plan", "load"])
 def test_plan_and_load_take_exactly_the_declared_options(function) -> None:  # type: ignore[no-untyped-def]
     parameters = inspect.signature(function).parameters
@@ -235,15 +275,104 @@ def test_the_cli_offers_every_option(command: str) -> None:
 
 # -- the backends --------------------------------------------------------------------------------
 
+DEVICE_KINDS = frozenset({"cpu", "cuda", "xpu", "hpu", "mps"})
+"""The torch device types (and backend names) a question about the device compares with."""
+VENDOR_MODULES = frozenset({"cuda", "xpu", "hpu", "mps"})
+
+
+def _dotted(node: ast.AST) -> list[str]:
+    """The names along an attribute chain, innermost last (``x.device.type``: type, device, x)."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names
+
+
+def _is_device_kind(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in DEVICE_KINDS
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_is_device_kind(e) for e in node.elts)
+
+
+def _is_identity(node: ast.AST) -> bool:
+    """A device's type or a backend's name: ``device.type``, ``x.device.type``, ``backend.device_type``,
+    ``backend.name``, ``getattr(device, "type")``, ``str(device)``."""
+    if isinstance(node, ast.Attribute) and node.attr in ("type", "device_type"):
+        return node.attr == "device_type" or any("device" in n for n in _dotted(node.value))
+    if isinstance(node, ast.Attribute) and node.attr == "name":
+        return any("backend" in n.lower() for n in _dotted(node.value))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+        if node.func.id == "getattr" and len(node.args) > 1:
+            key = node.args[1]
+            return isinstance(key, ast.Constant) and key.value in ("type", "device_type", "name")
+        if node.func.id == "str":
+            return _is_identity(node.args[0]) or any("device" in n for n in _dotted(node.args[0]))
+    return False
+
+
+def device_questions(source: str, *, vendor_modules: bool) -> list[int]:
+    """The lines where ``source`` asks which device or backend it runs on: a comparison with a device
+    kind (``== "cuda"``, ``in ("cpu",)``) or of a device's type or a backend's name (``device.type``,
+    ``getattr(device, "type")``, ``str(device)``, ``backend.name``, ``backend.device_type``), a
+    ``startswith`` of a device kind, and (``vendor_modules``) a reach into one vendor's torch module
+    (``torch.cuda``)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(_is_device_kind(p) or _is_identity(p)
+                                                 for p in (node.left, *node.comparators)):
+            found.add(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                and node.func.attr in ("startswith", "endswith") and _is_device_kind(node.args[0]):
+            found.add(node.lineno)
+        elif vendor_modules and isinstance(node, ast.Attribute) and node.attr in VENDOR_MODULES \
+                and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_the_device_question_check_catches_every_spelling() -> None:
+    spellings = ['device.type == "cuda"', 'x.device.type != "cpu"', 'getattr(device, "type", None) != "cuda"',
+                 'device.type in ("cuda", "xpu")', 'str(device).startswith("cuda")', '"cpu" == kind',
+                 'backend.name != "xpu"', 'self.backend.device_type == other', 'str(model.device) == want',
+                 'torch.cuda.synchronize()', 'getattr(plan.backend, "name") == "hpu"']
+    for spelling in spellings:
+        assert device_questions(spelling, vendor_modules=True) == [1], spelling
+    fine = ['fmt.type == "text"', 'part.type != "image_url"', 'backend.computes_on_host', 'kind == wanted',
+            'torch.get_device_module(device)']
+    assert all(device_questions(text, vendor_modules=True) == [] for text in fine)
+
+
+def _questions_under(roots: list[Path], *, vendor_modules: bool) -> list[str]:
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            found += [f"{path.relative_to(ROOT)}:{n}: {lines[n - 1].strip()}"
+                      for n in device_questions("\n".join(lines), vendor_modules=vendor_modules)]
+    return found
+
+
 def test_no_plugin_or_backend_asks_which_backend_it_is() -> None:
-    """A backend's code runs only for its own backend: no guard on ``backend.name`` in intelrt's
-    backends or the Intel plugins (third-party selection hooks may still check)."""
-    guard = "backend.name" + " != "
+    """A backend's code runs only for its own backend: no comparison of a backend's name or device
+    type, however spelled, in intelrt's backends or the Intel plugins (third-party selection hooks
+    may still check); its own vendor's torch module it may use."""
     roots = [ROOT / "core" / "intelrt" / "backends", *sorted((ROOT / "plugins").glob("*/intelrt_*"))]
-    found = [f"{path.relative_to(ROOT)}:{n}" for root in roots for path in sorted(root.rglob("*.py"))
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if guard in line or "def mine(" in line or "def owns(" in line or "def _mine(" in line]
-    assert not found, "backend-name guards:\n" + "\n".join(found)
+    found = _questions_under(roots, vendor_modules=False)
+    found += [f"{path.relative_to(ROOT)}:{n}" for root in roots for path in sorted(root.rglob("*.py"))
+              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+              if "def mine(" in line or "def owns(" in line or "def _mine(" in line]
+    assert not found, "backend guards:\n" + "\n".join(found)
+
+
+def test_the_engine_and_the_server_never_ask_which_device_they_run_on() -> None:
+    """``decoding/`` and ``serving/`` ask the plan's backend (``Backend.memory_info``, ``synchronize``,
+    ``computes_on_host`` …), never the device's type or one vendor's torch module (docs/architecture.md)."""
+    roots = [ROOT / "core" / "intelrt" / "decoding", ROOT / "core" / "intelrt" / "serving"]
+    found = _questions_under(roots, vendor_modules=True)
+    assert not found, "the run stage asks which device it is on:\n" + "\n".join(found)
 
 
 def test_every_installed_backend_is_a_backend_object_with_its_facts() -> None:
@@ -255,3 +384,31 @@ def test_every_installed_backend_is_a_backend_object_with_its_facts() -> None:
     assert (classes["hpu"][1].compiler, classes["hpu"][1].indexed_devices) == ("hpu_backend", False)
     assert classes["cpu"][1].ranks_are_devices is False and classes["cuda"][1].max_padded_batch == 256
     assert Decided().dtype is None
+
+
+def test_the_contract_tier_starts_no_process() -> None:
+    """tests/contract promises no subprocesses (conftest.py, the Makefile's ``check``): a test that starts
+    one belongs in tests/integration (issue 41 moved six files' such tests there)."""
+    spawning = ("subprocess", "multiprocessing", "Popen", "os.system", "os.spawn", "os.fork", "pexpect")
+    found = []
+    for path in sorted((ROOT / "tests" / "contract").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else
+                     [ast.unparse(node)] if isinstance(node, ast.Attribute) else [])
+            if any(name == spawn or name.startswith(spawn + ".") or name.endswith("." + spawn)
+                   for name in names for spawn in spawning):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "the contract tier starts processes:\n" + "\n".join(sorted(set(found)))
+
+
+def test_every_module_has_its_place_in_the_architecture_page() -> None:
+    """docs/architecture.md names every module of core/intelrt (testing/ aside: its own page), so that
+    the page stays the map a newcomer reads (issue 41)."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    package = ROOT / "core" / "intelrt"
+    missing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+               if path.name != "__init__.py" and "testing" not in path.relative_to(package).parts
+               and path.name not in page]
+    assert not missing, f"docs/architecture.md names none of {missing}"
+

@@ -181,19 +181,6 @@ def intelrt_backends():
 
 
 @pytest.mark.claim("C6")
-def test_c6_debug_traces_hook_calls_to_stderr(tiny_model, capfd) -> None:  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    code = f"import intelrt; intelrt.plan({str(tiny_model)!r})"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**__import__("os").environ, "INTELRT_DEBUG": "1"}, check=True)
-    assert "intelrt-trace: call intelrt_select_attention" in result.stderr
-    assert "CpuBackend.select_attention <- cpu returned None" in result.stderr
-    assert "defaults.select_attention <- defaults returned Decision(value='sdpa'" in result.stderr
-
-
-@pytest.mark.claim("C6")
 def test_c6_a_hanging_plugin_times_out_with_its_name(third_party, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     third_party("hangs", '''
 import threading

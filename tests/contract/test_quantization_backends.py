@@ -21,9 +21,25 @@ import pytest
 import intelrt
 from intelrt.errors import PlanError
 from intelrt.hooks.options import QUANTIZATIONS
+from intelrt.hooks.quantization import Cell
 from intelrt.hooks.request import Request
 from intelrt.planning.planner import make_plan
-from intelrt.quantization.methods import COLUMN, TABLE, Target, request_method
+from intelrt.quantization.methods import TABLE, Method, Target, cell_of, request_method
+from intelrt_hpu.quantization import HPU_QUANTIZATION
+from intelrt_xpu.quantization import XPU_QUANTIZATION
+
+OWN = {"xpu": XPU_QUANTIZATION, "hpu": HPU_QUANTIZATION}
+COLUMN = {c.key: c for columns in OWN.values() for c in columns.columns}
+
+
+def cell(method: Method, column: str) -> Cell:
+    """``method``'s cell in a column of the Intel plugins (their ``quantization_columns``)."""
+    kind = COLUMN[column].kind
+    return cell_of(method, COLUMN[column], OWN[kind])
+
+
+def target(kind: str) -> Target:
+    return Target(kind, columns=OWN[kind])
 
 CHECKPOINTS = json.loads((Path(__file__).parents[1] / "data" / "quantization_checkpoints.json").read_text())
 INT64 = {"PT_ENABLE_INT64_SUPPORT": "1"}
@@ -70,9 +86,9 @@ def test_each_request_on_each_simulated_device_is_planned_as_the_table_says(
         simulate: Callable[..., Any], tiny_model: Path, machine: str, request_: str) -> None:
     column = on(simulate, machine)
     kind = MACHINES[machine][0]
-    method = request_method(request_, Target(kind))
-    cell = method.cells[column]
-    if cell.runs == "no":
+    method = request_method(request_, target(kind))
+    found = cell(method, column)
+    if found.runs == "no":
         with pytest.raises(PlanError, match=re.escape(f"quantization='{request_}': {method.title} does not run on "
                                                       f"{COLUMN[column].title} (") + ".*Instead"):
             intelrt.plan(tiny_model, quantization=request_)
@@ -81,9 +97,9 @@ def test_each_request_on_each_simulated_device_is_planned_as_the_table_says(
     decision = plan.decisions["quantization"]
     choice = decision.value
     assert decision.forced and decision.reason.startswith(f"requested by the user; {method.title} runs on "
-                                                          f"{COLUMN[column].title} ({cell.package} ")
+                                                          f"{COLUMN[column].title} ({found.package} ")
     assert (choice.method, choice.requested, choice.source, choice.package, choice.extra) == (
-        method.family, request_, "request", cell.package, method.extra)
+        method.family, request_, "request", found.package, method.extra)
     assert decision.claim == {"xpu": "X9", "hpu": "H7"}[kind]
     assert plan.decided.dtype == (choice.dtype or "bfloat16")  # XPU and Gaudi default to bfloat16
 
@@ -136,18 +152,18 @@ def test_a_checkpoint_is_planned_unasked_in_the_dtype_transformers_quantizer_cas
                                                                    "auto-round": "auto-round"}.get(key, key)
                   and (m.family != "bitsandbytes" or m.bits == 4)
                   and (m.family != "torchao" or m.key == "torchao-int4"))
-    cell = method.cells[column]
-    refused = cell.runs == "no" or (name == "bnb_fp4" and column.startswith("gaudi")) or \
+    found = cell(method, column)
+    refused = found.runs == "no" or (name == "bnb_fp4" and column.startswith("gaudi")) or \
         (name == "torchao_int4" and column.startswith("xpu"))  # tinygemm's CUDA layout; the XPU's is plain_int32
     if refused:
-        with pytest.raises(PlanError, match="Instead|NF4 only|Quantize the unquantized checkpoint"):
+        with pytest.raises(PlanError, match="Instead|NF4 checkpoints only|Quantize the unquantized checkpoint"):
             intelrt.plan(quantized_copies[name])
         return
     plan = intelrt.plan(quantized_copies[name])
     decision = plan.decisions["quantization"]
     assert not decision.forced and decision.reason.startswith("the checkpoint is quantized: ")
     assert decision.value.source == "checkpoint" and decision.value.requested is None and decision.claim == "T4"
-    assert plan.decided.dtype == (cell.dtype or cast), (name, machine)
+    assert plan.decided.dtype == (found.dtype or cast), (name, machine)
     if plan.decided.dtype != "bfloat16":  # the method's cast replaces the backend's choice, saying so
         dtype = plan.decisions["dtype"]
         assert dtype.reason.startswith("quantization: the checkpoint is quantized: ") and "bfloat16 was chosen" in \
@@ -169,7 +185,7 @@ def test_awq_on_an_intel_gpu_refuses_a_forced_bfloat16_and_a_second_quantization
 def test_a_missing_package_is_refused_naming_the_extra_on_a_simulated_device(
         simulate: Callable[..., Any], tiny_model: Path, quantized_copies: dict[str, Path]) -> None:
     on(simulate, "gaudi2", **{"neural-compressor-pt": None, "auto-round": None})
-    with pytest.raises(PlanError, match=r"Intel Neural Compressor FP8 \(Gaudi\) .*|neural-compressor-pt, which is not "
+    with pytest.raises(PlanError, match=r"Intel Neural Compressor FP8 .*|neural-compressor-pt, which is not "
                                         r"installed: pip install 'intelrt\[inc\]'"):
         intelrt.plan(tiny_model, quantization="fp8")
     with pytest.raises(PlanError, match=r"auto-round, which is not installed: pip install 'intelrt\[autoround\]'"):
@@ -204,3 +220,36 @@ def test_fp8_on_gaudi_is_intel_neural_compressors_two_stages_as_quant_config_nam
 
 def test_every_request_value_is_a_row_of_the_table() -> None:
     assert sorted({m.request for m in TABLE if m.request}) == sorted(QUANTIZATIONS)
+
+
+@pytest.mark.parametrize("machine, request_, kernel", [
+    ("max", "int4", "aten._weight_int4pack_mm_with_scales_and_zeros"),
+    ("arc", "autoround", "ark (auto_round_kernel_xpu"),
+    ("gaudi3", "fp8", "INC's PatchedLinear"),
+])
+def test_the_decode_decision_names_the_kernel_of_the_quantized_projections(
+        simulate: Callable[..., Any], tiny_model: Path, machine: str, request_: str, kernel: str) -> None:
+    """Issue 42: the kernel each backend runs a quantized projection with is a fact of the plan,
+    named in the decode decision's reason (Intel GPUs and Gaudi step through the model's own forward)."""
+    column = on(simulate, machine)
+    plan = intelrt.plan(tiny_model, quantization=request_)
+    method = request_method(request_, target(MACHINES[machine][0]))
+    found = cell(method, column)
+    assert kernel in str(found.kernel)
+    assert plan.decisions["quantization"].value.details["kernel"] == found.kernel
+    assert f"the kernel: {found.kernel}" in plan.decisions["decode"].reason
+
+
+@pytest.mark.claim("X9")
+@pytest.mark.parametrize("machine", ["arc", "max"])
+def test_X9_an_aqlm_checkpoint_and_a_gguf_file_are_planned_on_a_simulated_intel_gpu(
+        simulate: Callable[..., Any], tiny_model: Path, quantized_copies: dict[str, Path], machine: str) -> None:
+    """The two methods of the overview's Intel GPU column intelrt did not plan: an AQLM checkpoint was
+    refused ("intelrt does not plan"), a GGUF file (from_pretrained(gguf_file=...)) went unnoticed."""
+    on(simulate, machine, aqlm="1.1.7")
+    aqlm = intelrt.plan(quantized_copies["aqlm"]).decisions["quantization"]
+    assert (aqlm.value.method, aqlm.value.bits, aqlm.value.source, aqlm.claim) == ("aqlm", 2, "checkpoint", "T4")
+    assert aqlm.reason.startswith("the checkpoint is quantized: AQLM (additive quantization) runs on Intel")
+    gguf = intelrt.plan(tiny_model, gguf_file="tiny.Q4_K_M.gguf").decisions["quantization"]
+    assert (gguf.value.method, gguf.value.dequantized, gguf.value.trainable) == ("gguf", False, False)
+    assert "ggml-org/ggml-quantization" in " ".join(gguf.notes)

@@ -15,7 +15,18 @@ import pytest
 
 from intelrt.errors import PlanError
 from intelrt.quantization import REQUESTS, Target, decide, read_checkpoint_quantization
-from intelrt.quantization.methods import COLUMNS, TABLE
+from intelrt.quantization.methods import CPU_QUANTIZATION, CUDA_QUANTIZATION, TABLE
+from intelrt_hpu.quantization import HPU_QUANTIZATION
+from intelrt_xpu.quantization import XPU_QUANTIZATION
+
+#: The backends' columns, as each backend class declares them (Backend.quantization_columns).
+OWN = {"cpu": CPU_QUANTIZATION, "cuda": CUDA_QUANTIZATION, "xpu": XPU_QUANTIZATION, "hpu": HPU_QUANTIZATION}
+
+
+def target(kind: str, variant: str | None = None, **facts: Any) -> Target:
+    """The target of a ``kind`` backend, with that backend's quantization columns."""
+    return Target(kind, variant, columns=OWN[kind], **facts)
+
 
 COLUMNS_BY_KIND = {"cpu": "CPU", "h200": "CUDA", "a100": "CUDA", "arc": "Intel Arc / client GPU",
                    "max": "Intel Data Center GPU Max", "gaudi1": "Gaudi 1", "gaudi2": "Gaudi 2", "gaudi3": "Gaudi 3"}
@@ -23,11 +34,11 @@ CHECKPOINTS = json.loads((Path(__file__).parents[1] / "data" / "quantization_che
 EVERYTHING = {"torchao": "0.18.0", "bitsandbytes": "0.50.2", "auto-round": "0.16.1", "neural-compressor-pt": "3.10",
               "gptqmodel": "5.6.0", "optimum": "2.0.0", "compressed-tensors": "0.20.1", "hqq": "0.2.8",
               "kernels": "0.18.2", "triton": "3.6.0", "fbgemm-gpu": "1.4.0", "optimum-quanto": "0.2.7"}
-TARGETS = {"cpu": Target("cpu", packages=EVERYTHING), "h200": Target("cuda", capability=(9, 0), packages=EVERYTHING),
-           "a100": Target("cuda", capability=(8, 0), packages=EVERYTHING),
-           "arc": Target("xpu", "arc", packages=EVERYTHING), "max": Target("xpu", "max", packages=EVERYTHING),
-           "gaudi1": Target("hpu", "gaudi1", packages=EVERYTHING), "gaudi2": Target("hpu", "gaudi2", packages=EVERYTHING),
-           "gaudi3": Target("hpu", "gaudi3", packages=EVERYTHING)}
+TARGETS = {"cpu": target("cpu", packages=EVERYTHING), "h200": target("cuda", capability=(9, 0), packages=EVERYTHING),
+           "a100": target("cuda", capability=(8, 0), packages=EVERYTHING),
+           "arc": target("xpu", "arc", packages=EVERYTHING), "max": target("xpu", "max", packages=EVERYTHING),
+           "gaudi1": target("hpu", "gaudi1", packages=EVERYTHING), "gaudi2": target("hpu", "gaudi2", packages=EVERYTHING),
+           "gaudi3": target("hpu", "gaudi3", packages=EVERYTHING)}
 
 
 def checkpoint(name: str) -> Any:
@@ -75,7 +86,7 @@ def test_awq_and_gptq_on_gaudi_load_through_auto_round_or_say_which_extra() -> N
     for name in ("awq", "gptq"):
         plan = decide(None, checkpoint(name), TARGETS["gaudi2"])
         assert plan.choice and plan.choice.details["loader"] == "auto-round" and plan.choice.dtype == "bfloat16"
-        without = Target("hpu", "gaudi3", packages={**EVERYTHING, "auto-round": None})
+        without = target("hpu", "gaudi3", packages={**EVERYTHING, "auto-round": None})
         with pytest.raises(PlanError, match=r"auto-round, which is not installed: pip install 'intelrt\[autoround\]'"):
             decide(None, checkpoint(name), without)
 
@@ -102,7 +113,7 @@ def test_fp8_checkpoints_dequantize_where_transformers_dequantizes_them() -> Non
 
 
 def test_bitsandbytes_fp4_checkpoints_are_refused_on_gaudi_and_nf4_runs() -> None:
-    with pytest.raises(PlanError, match="NF4 only.*fp4"):
+    with pytest.raises(PlanError, match="runs NF4 checkpoints only, and this checkpoint is fp4"):
         decide(None, checkpoint("bnb_fp4"), TARGETS["gaudi2"])
     plan = decide(None, checkpoint("bnb_nf4"), TARGETS["gaudi2"])
     assert plan.choice and (plan.choice.quant_type, plan.choice.compute_dtype) == ("nf4", "bfloat16")
@@ -143,11 +154,11 @@ def test_a_missing_library_names_the_extra_that_installs_it() -> None:
     for request_, extra in (("int4", "intelrt[torchao]"), ("autoround", "intelrt[autoround]"),
                             ("4bit", "intelrt[bitsandbytes]")):
         with pytest.raises(PlanError, match="not installed: pip install '" + re.escape(extra) + "'"):
-            decide(request_, None, Target("cpu", packages=bare))
+            decide(request_, None, target("cpu", packages=bare))
     with pytest.raises(PlanError, match=r"intelrt\[inc\]"):
-        decide("fp8", None, Target("hpu", "gaudi2", packages=bare))
+        decide("fp8", None, target("hpu", "gaudi2", packages=bare))
     with pytest.raises(PlanError, match="gptqmodel, which is not installed: pip install 'gptqmodel>=1.4.3'"):
-        decide(None, checkpoint("gptq"), Target("xpu", "max", packages=bare))
+        decide(None, checkpoint("gptq"), target("xpu", "max", packages=bare))
 
 
 def test_int4_groups_by_what_divides_every_projection() -> None:
@@ -159,8 +170,38 @@ def test_int4_groups_by_what_divides_every_projection() -> None:
 
 def test_every_cell_of_the_table_has_a_source() -> None:
     for method in TABLE:
-        assert set(method.cells) == {c.key for c in COLUMNS}, method.key
-        for column, cell in method.cells.items():
+        cells = {c.key: columns.cell(method.key, c.key) for columns in OWN.values() for c in columns.columns}
+        assert None not in cells.values(), (method.key, [k for k, v in cells.items() if v is None])
+        for column, cell in cells.items():
+            assert cell is not None
             assert cell.source.strip(), (method.key, column)
             if cell.runs == "no":
                 assert cell.note, (method.key, column)
+
+
+def test_X9_aqlm_and_gguf_are_planned_on_intel_gpus_as_the_overview_marks_them() -> None:
+    """transformers' quantization overview marks AQLM and GGUF as running on Intel GPUs; an AQLM
+    checkpoint used to get "intelrt does not plan", and GGUF (from_pretrained(gguf_file=...)) was not known."""
+    from transformers import AqlmConfig
+
+    saved = json.loads(AqlmConfig().to_json_string())  # what save_pretrained writes into config.json
+    aqlm = read_checkpoint_quantization({"model_type": "llama", "quantization_config": saved})
+    assert aqlm is not None and (aqlm.family, aqlm.bits, aqlm.scheme) == ("aqlm", 2, "1x16")  # 16-bit codes per 8
+    installed = {**EVERYTHING, "aqlm": "1.1.7"}
+    for variant in ("arc", "max"):
+        plan = decide(None, aqlm, target("xpu", variant, packages=installed))
+        assert plan.choice and (plan.choice.method, plan.choice.pre_quantized, plan.choice.trainable) == \
+            ("aqlm", True, True)
+    with pytest.raises(PlanError, match=r"uses aqlm, which is not installed: pip install 'aqlm'"):
+        decide(None, aqlm, TARGETS["max"])
+    with pytest.raises(PlanError, match=r"AQLM \(additive quantization\) does not run on Gaudi 2"):
+        decide(None, aqlm, target("hpu", "gaudi2", packages=installed))
+    gguf = read_checkpoint_quantization({"model_type": "llama"}, gguf_file="qwen3-0.6b-q4_k_m.gguf")
+    assert gguf is not None and gguf.family == "gguf"
+    packed = decide(None, gguf, TARGETS["arc"])
+    assert packed.choice and packed.choice.method == "gguf" and not packed.choice.dequantized
+    unpacked = decide(None, gguf, target("xpu", "max", packages={**EVERYTHING, "kernels": None}))
+    assert unpacked.choice and unpacked.choice.dequantized and "no memory saved" in " ".join(unpacked.notes)
+    assert decide(None, gguf, TARGETS["gaudi2"]).choice.dequantized  # type: ignore[union-attr]
+    with pytest.raises(PlanError, match="contradicts the checkpoint"):
+        decide("4bit", gguf, TARGETS["max"])

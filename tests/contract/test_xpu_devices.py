@@ -192,3 +192,93 @@ def test_card_dot_tile_ids_are_refused_by_backends_without_tiles(simulate, tiny_
         simulate("hpu", 2, env={"PT_ENABLE_INT64_SUPPORT": "1"})
     with pytest.raises(PlanError, match=rf"'0\.1' names one tile of a card .*the {kind} backend takes whole device ids"):
         intelrt.plan(tiny_model, backend=kind, devices="0.1")
+
+
+# -- the driver the seed's own first check loads (issue 44) ---------------------------------------
+
+def _physical(index: int) -> str:
+    """The uuid of device ``index`` in this process (the simulated driver names card and tile)."""
+    import torch
+
+    return str(torch.xpu.get_device_properties(index).uuid.hex())
+
+
+def _seeds_first_check() -> tuple[bool, int]:
+    """The Intel GPU guide's first check: on torch 2.13 without pyzes, it loads the driver."""
+    import torch
+
+    return torch.xpu.is_available(), torch.xpu.device_count()
+
+
+@pytest.mark.claim("X2", "C2")
+def test_X2_after_the_seeds_check_a_mask_exported_in_process_does_not_move_devices_2(
+        simulate, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The seed's check loads the driver with no mask; ZE_AFFINITY_MASK=2 exported afterwards selects
+    nothing here, so devices=[2] must land on physical device 2, and the plan says the mask is dead."""
+    sim = simulate("xpu", count=2)  # four FLAT devices
+    assert _seeds_first_check() == (True, 4) and "xpu.driver_init" in sim.calls
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "2")
+    plan = intelrt.plan(tiny_model, devices=[2])
+    assert plan.decided.placement.device_map == "xpu:2"
+    assert _physical(2) == start_uuid(card=1, tile=0)
+    assert any("ZE_AFFINITY_MASK=2 was set after this process's Level Zero driver loaded" in n
+               for n in plan.backend.notes), plan.backend.notes
+
+
+@pytest.mark.claim("X2", "C2")
+def test_X2_a_mask_the_count_cannot_tell_apart_is_refused_rather_than_placed_on_the_wrong_gpu(
+        simulate, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Four devices either way: the driver that read no mask, or one that read 1,2,3,4 on a larger
+    machine. The first places device 2 at xpu:2, the second at xpu:1; intelrt used to take the mask of
+    now and place it at xpu:1 (physical device 1), saying nothing. Now it refuses, naming both."""
+    simulate("xpu", count=2)
+    _seeds_first_check()
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "1,2,3,4")
+    with pytest.raises(PlanError, match=r"devices=\[2\]: intelrt cannot tell which Intel GPU that is in this process "
+                                         r"\(under no ZE_AFFINITY_MASK it is xpu:2; under ZE_AFFINITY_MASK=1,2,3,4 it "
+                                         r"is xpu:1\).*install pyzes"):
+        intelrt.plan(tiny_model, devices=[2])
+    plan = intelrt.plan(tiny_model)  # without devices=, nothing depends on it: planned, and said
+    assert plan.backend.versions["driver_view"] == "ambiguous"
+    assert any("intelrt cannot tell which devices this process has" in n for n in plan.backend.notes)
+
+
+@pytest.mark.claim("X2", "C2")
+def test_X2_with_pyzes_counting_leaves_the_driver_unloaded_so_the_mask_exported_then_applies(
+        simulate, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The other real way to count: torch 2.13 with pyzes counts through Level Zero Sysman, applying
+    the mask of os.environ at each count and loading no driver, so a mask exported after the seed's
+    check still selects — and intelrt places on it."""
+    sim = simulate("xpu", count=2, pyzes=True)
+    assert _seeds_first_check() == (True, 4) and "xpu.driver_init" not in sim.calls
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "1,2,3,4")
+    plan = intelrt.plan(tiny_model, devices=[2])
+    assert plan.backend.versions["driver_view"] == "recorded" and plan.backend.device_count == 3
+    assert plan.decided.placement.device_map == "xpu:1" and _physical(1) == start_uuid(card=1, tile=0)
+
+
+@pytest.mark.claim("X11", "C2")
+def test_X11_a_launch_is_sized_by_the_mask_its_ranks_read_not_by_this_processs_stale_count(
+        simulate, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """After the seed's check, ZE_AFFINITY_MASK=0 exported in-process: this process still shows four
+    devices, the ranks' drivers read the mask and show one. launch_command(nproc=4) used to start four
+    ranks on one device (three failing at their first device call); now it is refused as the CLI,
+    whose driver reads the mask, refuses it."""
+    from intelrt.training.launching import launch_command
+
+    script = tmp_path / "train.py"
+    script.write_text("print('rank')\n")
+    simulate("xpu", count=2)
+    assert _seeds_first_check() == (True, 4)
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "0")
+    with pytest.raises(PlanError, match=r"nproc=4: .* this run has 1 \(ZE_AFFINITY_MASK=0, which the ranks' drivers "
+                                         r"read; this process shows 4"):
+        launch_command(script, nproc=4)
+    assert launch_command(script, nproc=1).nproc == 1
+
+
+def start_uuid(card: int, tile: int) -> str:
+    """The uuid the simulated driver gives tile ``tile`` of card ``card`` (intelrt.testing.level_zero)."""
+    from intelrt.testing.level_zero import Device
+
+    return Device(card, (tile,)).uuid.hex()

@@ -10,6 +10,7 @@ import pytest
 
 import intelrt
 from intelrt.backends.cuda import CudaBackend
+from intelrt.backends.decode_rules import decide_batching
 from intelrt.decoding.continuous import config_kwargs
 from intelrt.hooks.request import Request
 from intelrt.plugin import BackendStatus, BatchingChoice, Decided, DecodeChoice, Situation
@@ -38,15 +39,18 @@ def test_batching_forced_continuous_on_cpu_sizes_the_cache_from_the_requests_X7(
 
 def test_batching_cuda_pads_through_the_graph_step_or_configures_continuous(tiny_model: Path) -> None:
     model = intelrt.plan(tiny_model).model  # with its transformers class resolved
-    auto = CUDA.select_batching(Situation(Request.build(model.source), model, {}, FAST))
-    assert auto is not None and auto.value.method == "padded" and auto.value.max_batch == 256
-    assert "CUDA-graph decode step" in auto.reason
-    forced = CUDA.select_batching(Situation(Request.build(model.source, batching="continuous"), model, {}, FAST))
-    assert forced is not None and forced.claim == "X7"
+    auto = decide_batching(CUDA, Situation(Request.build(model.source), model, {}, FAST))
+    assert auto.value.method == "padded" and auto.value.max_batch == 256
+    assert "one step decodes every row, reading the weights once" in auto.reason
+    forced = decide_batching(CUDA, Situation(Request.build(model.source, batching="continuous"), model, {}, FAST))
+    assert forced.claim == "X7"
     assert (forced.value.use_graphs, forced.value.use_async_batching) == (True, True)
-    off = CUDA.select_batching(Situation(Request.build(model.source, batching="continuous", graphs="off"), model,
-                                         {}, FAST))
-    assert off is not None and off.value.use_graphs is False and "graphs=off" in off.reason
+    off = decide_batching(CUDA, Situation(Request.build(model.source, batching="continuous", graphs="off"), model,
+                                          {}, FAST))
+    assert off.value.use_graphs is False and any("CUDA graphs off (graphs=off)" in n for n in off.notes)
+    # padded batches are as large as the backend declares (0.1's rule used the base class's 64 everywhere)
+    padded = decide_batching(CUDA, Situation(Request.build(model.source, batching="padded"), model, {}, FAST))
+    assert padded.value.max_batch == 256 and "up to 256 prompts" in padded.reason
 
 
 @pytest.mark.claim("X7")

@@ -14,8 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,15 @@ def _interrupt_after_loading(process: subprocess.Popen[str]) -> Iterator[str]:
     yield from process.stderr
 
 
+def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[str], said: list[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert process.poll() is None, f"exit {process.returncode}: {''.join(said)}"
+        assert time.monotonic() < deadline, "".join(said)
+        time.sleep(0.1)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_exits_130_without_a_traceback(tiny_model: Path, training_data: Path, tmp_path: Path,
                                               as_json: bool) -> None:
@@ -220,6 +230,46 @@ def test_ctrl_c_exits_130_without_a_traceback(tiny_model: Path, training_data: P
         assert json.loads(out)["error"]["type"] == "Interrupted"
     else:
         assert "intelrt: error: interrupted (Ctrl-C)" in err
+
+
+def test_a_background_train_ignores_ctrl_c_and_stops_cleanly_on_sigterm(tiny_model: Path, training_data: Path,
+                                                                       tmp_path: Path) -> None:
+    """``intelrt train … &`` from a script: the shell starts it with SIGINT ignored, so the Ctrl-C
+    typed for the foreground job does not stop it; ``kill PID`` (SIGTERM) does, like Ctrl-C: exit
+    143, one line, no checkpoint cut short, the output directory's lock released."""
+    out = tmp_path / "out"
+    process = subprocess.Popen(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", *INTELRT, "train", str(tiny_model),
+                                "--data", str(training_data), "--output", str(out), "--lora", "--epochs", "1000",
+                                "--save-steps", "1"],
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    said: list[str] = []
+
+    def read() -> None:
+        for line in process.stderr or ():
+            said.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: any(line.startswith("intelrt: loading") for line in said), process, said)
+        process.send_signal(signal.SIGINT)  # the terminal's Ctrl-C, for another job
+        _wait_for(lambda: (out / "checkpoint-2").is_dir(), process, said)  # …trains on
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=120)
+        reader.join(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = "".join(said)
+    assert code == 143, err
+    assert "intelrt: error: stopped (SIGTERM)" in err and "Traceback" not in err, err
+    left = sorted(p.name for p in out.iterdir())
+    assert not [name for name in left if name.startswith(".intelrt-")], left
+    checkpoints = [out / name for name in left if name.startswith("checkpoint-")]
+    # checkpoint-2 (or a later one) may have been cut short by the SIGTERM: then it is gone
+    assert "checkpoint-1" in left and all((c / "trainer_state.json").is_file() for c in checkpoints), left
 
 
 @pytest.mark.slow

@@ -120,9 +120,9 @@ def test_compact_step_steps_aside_for_a_replaced_projection(varied_model: Path, 
 
 
 def test_compiled_compact_step_equals_generate(varied_model: Path, one_torch_thread: None) -> None:
-    """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
+    """compile='inductor', warmup='compiled' (at the first call) on the CPU: the step traced by inductor, projections as multiply-and-sum
     (the form used for few rows), still token for token."""
-    loaded = intelrt.load(varied_model, compile="inductor")
+    loaded = intelrt.load(varied_model, compile="inductor", warmup="compiled")
     assert loaded.plan.decided.decode.compile == "inductor"
     got = ours(loaded, PROMPTS[:1], max_new_tokens=12)
     report = loaded.last_generation
@@ -139,7 +139,7 @@ def test_attention_kernel_prefetches_the_weights_read_after_it(varied_model: Pat
     from intelrt.decoding.compact import CompactModel
 
     loaded = intelrt.load(varied_model)
-    compact = CompactModel(loaded.model)
+    compact = CompactModel(loaded.model, backend=loaded.plan.backend)
     first, second = compact.layers[0], compact.layers[1]
     expected = [first.o_proj.weight, first.gate_up_weight, first.down_proj.weight, second.qkv_weight]
     assert [id(t) for t in compact._read_next(0)] == [id(t) for t in expected]

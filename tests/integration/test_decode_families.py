@@ -125,7 +125,7 @@ def test_the_compact_step_computes_the_models_logits(family_model: Path) -> None
     loaded = intelrt.load(family_model)
     ids = torch.tensor([loaded.tokenizer(PROMPTS[0])["input_ids"] + [7]])
     length = ids.shape[1]
-    compact = CompactModel(loaded.model)
+    compact = CompactModel(loaded.model, backend=loaded.plan.backend)
     block_size = 4  # several blocks per prompt, the table not in block order: the step reads through it
     blocks = -(-length // block_size)
     cache = compact.new_cache(blocks + 2, block_size, "cpu")
@@ -171,7 +171,7 @@ def test_latent_attention_caches_one_latent_per_token(tmp_path: Path, family: st
 
     loaded = intelrt.load(build(tmp_path, family))
     config = loaded.model.config
-    compact = CompactModel(loaded.model)
+    compact = CompactModel(loaded.model, backend=loaded.plan.backend)
     cache = compact.new_cache(5, 16, "cpu")
     assert all(tuple(k.shape) == (5, 16, 1, config.kv_lora_rank + config.qk_rope_head_dim) for k in cache.keys)
     assert all(v.numel() == 0 for v in cache.values)
@@ -201,7 +201,7 @@ def test_phi3_reads_its_own_fused_weights(tmp_path: Path) -> None:
     from intelrt.decoding.compact import CompactModel
 
     loaded = intelrt.load(build(tmp_path, "phi3"))
-    compact = CompactModel(loaded.model)
+    compact = CompactModel(loaded.model, backend=loaded.plan.backend)
     for layer, module in zip(compact.layers, loaded.model.model.layers, strict=True):
         assert layer.qkv_weight is module.self_attn.qkv_proj.weight
         assert layer.gate_up_weight is module.mlp.gate_up_proj.weight
@@ -233,10 +233,10 @@ def test_a_long_prompt_runs_the_models_own_experts(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)  # inductor on a busy 2-core CPU
 @pytest.mark.parametrize("family", ["gemma2", "qwen3-moe", "phi3-partial-rotary", "gpt-oss", "deepseek-v3"])
 def test_compiled_compact_step_equals_generate(tmp_path: Path, family: str, one_torch_thread: None) -> None:
-    """compile='inductor' on the CPU: the step traced by inductor, projections as multiply-and-sum
+    """compile='inductor', warmup='compiled' (at the first call) on the CPU: the step traced by inductor, projections as multiply-and-sum
     with the norms folded in (the form used for few rows), experts gathered per token; a padded
     batch of three rows."""
-    loaded = intelrt.load(build(tmp_path, family), compile="inductor")
+    loaded = intelrt.load(build(tmp_path, family), compile="inductor", warmup="compiled")
     got = ours(loaded, PROMPTS)
     report = loaded.last_generation
     assert report is not None

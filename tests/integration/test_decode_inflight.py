@@ -15,6 +15,7 @@ import pytest
 from varied_weights import varied_copy
 
 import intelrt
+from intelrt.backends.cpu import CpuBackend
 from intelrt.decoding.engine import FastDecoder
 from intelrt.decoding.inflight import InflightBatch, InflightUnavailable, Progress
 from intelrt.decoding.memory import MemoryBudget, size_engine
@@ -28,7 +29,9 @@ MAX_NEW = [20, 7, 15, 25, 11, 9]
 #: The engine with the model's own forward (a transformers Cache over the paged blocks), eager.
 MODEL_STEP = DecodeChoice("fast", cache="static")
 #: Small blocks, so that short prompts span several and share some.
-TUNING = DecodeTuning(block_size=4, max_batch_tokens=64)
+TUNING = DecodeTuning(block_size=4, max_batch_tokens=64, inflight_steps=4)
+CPU = CpuBackend(CpuBackend.detect({}))
+"""The backend of the models built here without a plan."""
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def expected(loaded: intelrt.Loaded) -> list[list[int]]:
 def batch_of(loaded: intelrt.Loaded, *, rows: int, blocks: int, context: int = 96, tuning: DecodeTuning = TUNING,
              choice: DecodeChoice | None = None, capturer: Any = None) -> InflightBatch:
     """A batch of ``rows`` rows over ``blocks`` usable KV blocks, sized by the engine's one sizing function."""
-    decoder = FastDecoder(loaded.model, choice or loaded.plan.decided.decode, capturer, tuning)
+    decoder = FastDecoder(loaded.model, choice or loaded.plan.decided.decode, capturer, tuning, backend=loaded.plan.backend)
     decoder.prepare()
     shape = decoder.kv_shape()
     budget = MemoryBudget(blocks * tuning.block_size * shape.bytes_per_token, "a test's budget")
@@ -121,7 +124,8 @@ def test_a_list_is_a_batch_whose_requests_all_join_at_once(loaded: intelrt.Loade
     """``Loaded.generate`` of a list runs the same engine: more prompts than rows queue and join as
     rows free up, and each gets what it gets alone."""
     ids = [list(_ids(loaded, p)) for p in PROMPTS]
-    decoder = FastDecoder(loaded.model, loaded.plan.decided.decode, None, DecodeTuning(block_size=4))
+    decoder = FastDecoder(loaded.model, loaded.plan.decided.decode, None, DecodeTuning(block_size=4),
+                          backend=loaded.plan.backend)
     params = [SamplingParams(max_new_tokens=m, stop_token_ids=_eos(loaded)) for m in MAX_NEW]
     outputs, report = decoder.generate(ids, params, rows=2)
     assert outputs == expected
@@ -133,10 +137,10 @@ def test_rows_leave_and_the_last_row_takes_the_free_place(loaded: intelrt.Loaded
     short, long = _request(loaded, PROMPTS[1], MAX_NEW[1]), _request(loaded, PROMPTS[3], MAX_NEW[3])
     handles = batch.add([short, long])
     tokens: dict[int, list[int]] = {h: [] for h in handles}
-    while batch.busy != 1 or handles[0] in batch._sequences:
+    while batch.busy != 1 or handles[0] in batch.handles():
         for handle, new in batch.step().tokens.items():
             tokens[handle] += new
-    assert [s.handle for s in batch._decoding] == [handles[1]], "the long request moved to the first row"
+    assert batch.decoding_handles() == [handles[1]], "the long request moved to the first row"
     while batch.pending:
         for handle, new in batch.step().tokens.items():
             tokens[handle] += new
@@ -181,7 +185,7 @@ def test_preemption_under_a_tiny_budget_loses_no_request_and_no_token(loaded: in
     ``generate``'s tokens, each once and in order."""
     batch = batch_of(loaded, rows=4, blocks=14, context=56)
     requests = [_request(loaded, p, m) for p, m in zip(PROMPTS, MAX_NEW, strict=True)]
-    got, _ = drive(batch, requests, join_every=1)
+    got, _ = drive(batch, requests, join_every=1, steps=8)
     assert [got[i] for i in range(len(PROMPTS))] == expected
     assert batch.stats.preemptions >= 2, batch.stats
 
@@ -400,7 +404,7 @@ def test_warm_up_captures_each_row_bucket_greedy_and_sampling_once(loaded: intel
     requests = [_request(loaded, p, m) for p, m in zip(PROMPTS, MAX_NEW, strict=True)]
     got, _ = drive(batch, requests)
     assert [got[i] for i in range(len(PROMPTS))] == expected
-    keys = list(batch._replays)
+    keys = batch.runner.captured()
     assert len({k[:2] for k in keys}) == len(keys), "one graph per bucket and sampler kind is kept"
     widths = {k[2] for k in keys}
     assert max(widths) > 1 and len(captured) <= 2 * len(batch.buckets) + len(batch.buckets) * 4, captured
@@ -425,7 +429,7 @@ def test_a_sliding_window_model_runs_in_flight_on_its_own_forward(tmp_path: Path
 
     model = MinistralForCausalLM(config).eval()
     vary(model, seed=2)
-    decoder = FastDecoder(model, MODEL_STEP, None, TUNING)
+    decoder = FastDecoder(model, MODEL_STEP, None, TUNING, backend=CPU)
     prompts = [(5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49), (7, 8)]
     outputs, report = decoder.generate(prompts, SamplingParams(max_new_tokens=20), rows=2)
     for prompt, got in zip(prompts, outputs, strict=True):
@@ -438,7 +442,7 @@ def test_a_sliding_window_model_runs_in_flight_on_its_own_forward(tmp_path: Path
 
 
 def test_a_model_whose_attention_takes_no_4d_mask_is_refused_with_the_reason(loaded: intelrt.Loaded) -> None:
-    decoder = FastDecoder(loaded.model, MODEL_STEP, None, TUNING)
+    decoder = FastDecoder(loaded.model, MODEL_STEP, None, TUNING, backend=loaded.plan.backend)
     before = loaded.model.config._attn_implementation
     loaded.model.config._attn_implementation = "flash_attention_2"
     try:
@@ -470,7 +474,7 @@ def test_decode_reraises_a_streamer_error_without_turning_compiling_off(loaded: 
         def end(self) -> None:
             pass
 
-    decoder = FastDecoder(loaded.model, replace(MODEL_STEP, compile="eager"), None)
+    decoder = FastDecoder(loaded.model, replace(MODEL_STEP, compile="eager"), None, backend=loaded.plan.backend)
     ids = torch.tensor([_ids(loaded, PROMPTS[0])])
     with pytest.raises(Gone):
         decoder.decode(ids, torch.ones_like(ids), DecodeOptions(30, False, 1.0, 0, 1.0, (), 1, Streamer()))
@@ -490,7 +494,7 @@ def test_rows_that_end_never_step_past_a_learned_position_table() -> None:
     from varied_weights import vary
 
     vary(model, seed=3)
-    decoder = FastDecoder(model, MODEL_STEP, None, DecodeTuning(block_size=8, eos_check_every=4))
+    decoder = FastDecoder(model, MODEL_STEP, None, DecodeTuning(block_size=8, eos_check_every=4), backend=CPU)
     prompt = (5, 9, 13)
     with torch.inference_mode():
         want = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 3, dtype=torch.long),
@@ -533,7 +537,7 @@ def test_random_traffic_with_shared_prefixes_through_a_tiny_cache(loaded: intelr
             index = order.pop(0)
             owner[batch.add([_request(loaded, prompts[index], max_new[index], stop_token_ids=())])[0]] = index
             got[index] = []
-        running = [h for h in owner if h in batch._sequences]
+        running = [h for h in owner if h in batch.handles()]
         if running and rng.random() < 0.05:
             leaving = rng.choice(running)
             batch.retire(leaving)
@@ -562,3 +566,22 @@ def test_layers_the_engine_cannot_mask_are_refused_not_attended_wrongly(loaded: 
             batch_of(loaded, rows=2, blocks=16, context=64, choice=MODEL_STEP)
     finally:
         config.layer_types = before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # inductor on a busy 2-core CPU
+def test_after_warm_up_no_batch_size_compiles_the_step_again(loaded: intelrt.Loaded, expected: list[list[int]],
+                                                            one_torch_thread: None) -> None:
+    """The compact step compiled with inductor (dynamic shapes) at warm-up, once for every row bucket:
+    requests then join one per look, so decode steps of 1, 2, 3 … rows and prompt passes of every
+    length run, and torch compiles nothing more (``EngineStats.compiles_after_warmup`` counts what it
+    would); every request gets generate's tokens."""
+    choice = DecodeChoice("fast", cache="static", step="compact", compile="inductor", warmup="compiled")
+    batch = batch_of(loaded, rows=4, blocks=96, choice=choice)
+    batch.warm_up()
+    assert batch.runner.warm_frames is not None
+    requests = [_request(loaded, p, m) for p, m in zip(PROMPTS, MAX_NEW, strict=True)]
+    got, looks = drive(batch, requests, join_every=1)
+    assert [got[i] for i in range(len(PROMPTS))] == expected
+    assert max(len(p.outputs) for p in looks) >= 3, "several row counts ran"
+    assert batch.stats.compiles_after_warmup == 0

@@ -104,6 +104,21 @@ def test_streaming_runs_the_fast_path_and_yields_the_same_text(loaded: intelrt.L
     assert loaded.last_generation is not None and loaded.last_generation.path == "fast"
 
 
+@pytest.mark.parametrize(("settings", "path"), [({}, "fast"), ({"repetition_penalty": 1.2}, "generate")],
+                         ids=["fast-loop", "transformers-generate"])
+def test_leaving_a_stream_early_ends_its_generation_and_the_next_call_is_generates(
+        loaded: intelrt.Loaded, settings: dict[str, Any], path: str) -> None:
+    import threading
+
+    stream = loaded.stream(PROMPT, max_new_tokens=450, eos_token_id=None, **settings)
+    first = [next(stream), next(stream)]
+    stream.close()  # as a `for` loop that breaks does
+    assert len(first) == 2 and not [t for t in threading.enumerate() if t.name == "intelrt-stream" and t.is_alive()]
+    expected = plain(loaded, PROMPT, max_new_tokens=16, eos_token_id=None, do_sample=False, **settings)[0]
+    assert ours(loaded, PROMPT, max_new_tokens=16, eos_token_id=None, **settings) == expected
+    assert loaded.last_generation is not None and loaded.last_generation.path == path
+
+
 def test_a_transformers_streamer_gets_every_token_once(loaded: intelrt.Loaded) -> None:
     from transformers.generation.streamers import BaseStreamer
 

@@ -19,6 +19,7 @@ from varied_weights import varied_copy
 
 import intelrt
 from intelrt.backends.cuda import CudaBackend
+from intelrt.backends.decode_rules import decide_decode
 from intelrt.errors import PlanError
 from intelrt.hooks.request import Request
 from intelrt.plugin import (
@@ -36,9 +37,8 @@ CUDA = CudaBackend(BackendStatus("cuda", "cuda", True, "1 CUDA device(s) visible
 
 def cuda_decode(tiny_model: Path, **options: object) -> tuple[DecodeChoice, str]:
     model = intelrt.plan(tiny_model).model
-    decision = CUDA.select_decode(Situation(Request.build(tiny_model, **options), model, {},
-                                            Decided(task="text-generation")))
-    assert decision is not None
+    decision = decide_decode(CUDA, Situation(Request.build(tiny_model, **options), model, {},
+                                             Decided(task="text-generation")))
     return decision.value, decision.reason
 
 
@@ -70,8 +70,14 @@ def test_the_users_compile_and_graphs_settings_cap_the_warmup(tiny_model: Path) 
     assert (value.warmup, value.compile) == ("static", None) and "compile='none'" in reason
     value, _ = cuda_decode(tiny_model, workload="server", compile="none", graphs="off")
     assert (value.warmup, value.graphs, value.compile) == ("eager", None, None)
-    value, reason = cuda_decode(tiny_model, compile="on")  # asked to compile: at once, whatever the work
-    assert (value.warmup, value.compile) == ("compiled", "inductor") and "compile='on'" in reason
+    # asked to compile, the work unknown: compiled, by a worker, never waited for (issue 39) ...
+    value, reason = cuda_decode(tiny_model, compile="on")
+    assert (value.warmup, value.compile, value.compile_worker) == ("adaptive", "inductor", True)
+    assert "compile='on'" in reason and "compile worker" in reason
+    value, reason = cuda_decode(tiny_model, compile="on", workload="one-shot")  # one call: the user waits, as asked
+    assert (value.warmup, value.compile_worker) == ("compiled", False) and "compiler named (compile='on')" in reason
+    value, reason = cuda_decode(tiny_model, compile="on", workload="batch")  # ... at the first call for batch work
+    assert (value.warmup, value.compile, value.compile_worker) == ("compiled", "inductor", False)
 
 
 @pytest.mark.parametrize("options, named", [
@@ -89,7 +95,7 @@ def test_contradictory_settings_are_refused(tiny_model: Path, options: dict[str,
 def test_the_cpu_runs_the_step_eagerly_for_every_kind_of_work(tiny_model: Path, workload: str) -> None:
     decode = intelrt.plan(tiny_model, workload=workload).decisions["decode"]
     assert (decode.value.warmup, decode.value.graphs, decode.value.compile) == ("eager", None, None)
-    assert "compile warm-up outweighs its gain on the CPU" in decode.reason
+    assert "compile warm-up outweighs its gain on the cpu backend" in decode.reason
 
 
 def test_the_cpu_compiles_when_asked_and_has_no_graphs_to_capture(tiny_model: Path) -> None:
@@ -108,18 +114,26 @@ def test_intelrt_run_is_one_shot_work(tiny_model: Path, capsys: pytest.CaptureFi
 
 
 def test_a_plugins_decision_must_honour_a_forced_warmup(tiny_model: Path) -> None:
-    """A backend plugin that leaves ``warmup`` unset decides it through compile and graphs: a
-    forced warm-up it does not give is a plan error naming the plugin, not a silent change; a
-    workload it does not weigh is said in a note."""
-    from intelrt.testing.simulation import simulate
+    """A plugin's decode decision that leaves ``warmup`` unset prepares the step as its compile and
+    graphs say: a forced warm-up it does not give is a plan error naming the plugin, not a silent
+    change; a workload it does not weigh is said in a note."""
+    from intelrt.host.manager import PluginHost
+    from intelrt.planning.planner import make_plan
+    from intelrt.plugin import Decision, hookimpl
 
-    with simulate("xpu", 1):
-        plan = intelrt.plan(tiny_model)
-        assert plan.decided.decode is not None and plan.decided.decode.prepared == "compiled"
-        with pytest.raises(PlanError, match="warmup='static'"):
-            intelrt.plan(tiny_model, warmup="static")
-        assert intelrt.plan(tiny_model, warmup="compiled").decided.decode == plan.decided.decode
-        notes = intelrt.plan(tiny_model, workload="one-shot").decisions["decode"].notes
+    class AlwaysCompiled:
+        @hookimpl
+        def intelrt_select_decode(self) -> Decision:
+            return Decision(DecodeChoice("fast", cache="static", compile="inductor"), "always compiled")
+
+    host = PluginHost(entry_points=False)
+    host.register(AlwaysCompiled(), "always_compiled")
+    plan = make_plan(Request.build(tiny_model), host=host)
+    assert plan.decided.decode is not None and plan.decided.decode.prepared == "compiled"
+    with pytest.raises(PlanError, match="warmup='static', and plugin 'always_compiled'"):
+        make_plan(Request.build(tiny_model, warmup="static"), host=host)
+    assert make_plan(Request.build(tiny_model, warmup="compiled"), host=host).decided.decode == plan.decided.decode
+    notes = make_plan(Request.build(tiny_model, workload="one-shot"), host=host).decisions["decode"].notes
     assert any("workload='one-shot' is not weighed" in n and "'compiled'" in n for n in notes)
 
 
@@ -141,7 +155,7 @@ def test_an_adaptive_step_compiles_once_the_work_has_been_long(varied: intelrt.L
 
     monkeypatch.setenv("INTELRT_COMPILE_CACHE", str(tmp_path))
     choice = DecodeChoice("fast", cache="static", compile="eager", step="compact", warmup="adaptive")
-    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(compile_after_tokens=20))
+    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(compile_after_tokens=20), backend=varied.plan.backend)
     ids = varied.tokenizer(["Intel GPUs are"], return_tensors="pt")
     options = DecodeOptions(12, False, 1.0, 0, 1.0, (), 1)
     seen = []
@@ -161,7 +175,7 @@ def test_an_adaptive_step_compiles_at_once_when_the_cache_holds_it(varied: intel
     choice = DecodeChoice("fast", cache="static", compile="eager", step="compact", warmup="adaptive")
     ids = varied.tokenizer(["Intel GPUs are"], return_tensors="pt")
     options = DecodeOptions(12, False, 1.0, 0, 1.0, (), 1)
-    first = FastDecoder(varied.model, choice, None)
+    first = FastDecoder(varied.model, choice, None, backend=varied.plan.backend)
     cache = first._cache(varied.model.device)
     _, report = first.decode(ids["input_ids"], ids["attention_mask"], options)
     assert report.compiled is None and first._offline is not None
@@ -169,7 +183,7 @@ def test_an_adaptive_step_compiles_at_once_when_the_cache_holds_it(varied: intel
     assert not cache.holds(shape)
     cache.path(shape).parent.mkdir(parents=True)
     cache.path(shape).write_bytes(b"")  # an entry (empty: loading it fails softly, the compile runs)
-    second = FastDecoder(varied.model, choice, None)
+    second = FastDecoder(varied.model, choice, None, backend=varied.plan.backend)
     _, report = second.decode(ids["input_ids"], ids["attention_mask"], options)
     assert (report.compiled, report.warmup) == ("eager", "compiled")
 
@@ -214,8 +228,47 @@ def test_the_compiled_step_launches_programmatically_unless_told_not_to(
     from intelrt.decoding.tuning import DecodeTuning
 
     choice = DecodeChoice("fast", cache="static", compile="inductor", step="compact", compile_options=compile_options)
-    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(**tuning))
+    decoder = FastDecoder(varied.model, choice, None, DecodeTuning(**tuning), backend=varied.plan.backend)
     before = inductor_config.triton.enable_pdl
     with decoder.compiler_settings():
         assert inductor_config.triton.enable_pdl is launch
     assert inductor_config.triton.enable_pdl == before
+
+
+# -- never wait for a compile, on every backend (issue 39) ------------------------------------------
+
+def test_work_of_unknown_length_never_waits_for_a_compile_on_the_cpu(tiny_model: Path) -> None:
+    """The CPU compiles only when a compiler is named; then, as on CUDA, the step decodes from the
+    first call and a compile worker builds the compiled step (a server or batch job compiles at the
+    first call; ``warmup='compiled'`` waits for it)."""
+    decode = intelrt.plan(tiny_model, compile="inductor").decisions["decode"]
+    assert (decode.value.warmup, decode.value.compile, decode.value.compile_worker) == ("adaptive", "inductor", True)
+    assert "never waiting for a compile" in decode.reason and "compile worker" in decode.reason
+    batch = intelrt.plan(tiny_model, compile="inductor", workload="batch").decided.decode
+    waits = intelrt.plan(tiny_model, compile="inductor", warmup="compiled").decided.decode
+    assert batch is not None and (batch.warmup, batch.compile_worker) == ("compiled", False)
+    assert waits is not None and (waits.warmup, waits.compile_worker) == ("compiled", False)
+
+
+def test_intel_gpus_plan_a_compile_worker_and_gaudi_says_why_it_cannot(tiny_model: Path) -> None:
+    """Under the simulated runtimes: an Intel GPU (inductor with Triton for XPU, the model's own
+    forward) plans the compile worker for work of unknown length, and compiles at the first call for
+    batch work; a Gaudi in eager mode plans the adaptive step without a worker — a Gaudi is driven
+    by one process (H6) — and says so; batch work compiles with ``hpu_backend`` at the first call."""
+    from intelrt.testing.simulation import simulate
+
+    with simulate("xpu", 1):
+        xpu = intelrt.plan(tiny_model).decisions["decode"]
+        xpu_batch = intelrt.plan(tiny_model, workload="batch").decided.decode
+        xpu_once = intelrt.plan(tiny_model, workload="one-shot").decided.decode
+    assert (xpu.value.warmup, xpu.value.compile, xpu.value.step, xpu.value.compile_worker) == (
+        "adaptive", "inductor", "model", True)
+    assert "compile worker" in xpu.reason and "XPU graphs are opt-in below torch 2.14" in xpu.reason
+    assert xpu_batch is not None and (xpu_batch.warmup, xpu_batch.compile) == ("compiled", "inductor")
+    assert xpu_once is not None and (xpu_once.warmup, xpu_once.compile) == ("eager", None)
+    with simulate("hpu", 1):
+        hpu = intelrt.plan(tiny_model).decisions["decode"]
+        hpu_batch = intelrt.plan(tiny_model, workload="batch").decided.decode
+    assert (hpu.value.warmup, hpu.value.compile, hpu.value.compile_worker) == ("adaptive", "hpu_backend", False)
+    assert "a Gaudi is driven by one process (H6" in hpu.reason and "compile_after_tokens" in hpu.reason
+    assert hpu_batch is not None and (hpu_batch.warmup, hpu_batch.compile) == ("compiled", "hpu_backend")

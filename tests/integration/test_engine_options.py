@@ -67,7 +67,7 @@ def test_serve_refuses_a_bad_engine_option_before_it_starts(model_dir: Path) -> 
     loaded = intelrt.load(model_dir)
     with pytest.raises(intelrt.ConfigurationError, match=r"max_batch_tokens=4 must be a whole number"):
         intelrt.serve(loaded, port=0, max_batch_tokens=4)
-    assert loaded.decode_tuning.max_batch_tokens == 2048  # left as it was
+    assert loaded.decode_tuning.max_batch_tokens is None  # left as it was (the plan's step size)
 
 
 def test_a_replaced_decode_tuning_rebuilds_the_engine(model_dir: Path) -> None:

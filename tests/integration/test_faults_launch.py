@@ -15,7 +15,11 @@ rank 1 sleeps (its heartbeat shows where) or holds the GIL in a regular expressi
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -166,3 +170,31 @@ def test_the_dry_run_states_the_port_and_the_hang_watch(case: Fault, script: Pat
     assert not processes_running(script)
     if case.id == "launch-hang-watch-off":
         assert "rank_watch" not in seen.output
+
+
+def test_sigterm_to_intelrt_launch_stops_its_ranks_too(tmp_path: Path) -> None:
+    """``kill PID`` of ``intelrt launch`` reaches intelrt alone (not its process group, as Ctrl-C
+    does): intelrt passes it on to the launcher, which stops its ranks, then exits 143."""
+    started, script = tmp_path / "started", tmp_path / "sleeping_rank.py"
+    script.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(600)\n",
+                      encoding="utf-8")
+    intelrt = shutil.which("intelrt", path=os.path.dirname(sys.executable)) or "intelrt"
+    process = subprocess.Popen([intelrt, "launch", "--nproc", "1", str(script)], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists() and process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, output
+    assert "intelrt: error: stopped (SIGTERM)" in output and "Traceback" not in output, output
+    deadline = time.monotonic() + 10
+    while processes_running(script) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_running(script), "the rank outlived its launch"

@@ -56,6 +56,8 @@ SOURCES = {
     "baddtype": "@hookimpl(tryfirst=True)\ndef intelrt_select_dtype(backend):\n    return Decision('float99', 'new')\n",
     "badplace": ("@hookimpl(tryfirst=True)\ndef intelrt_select_placement(backend):\n"
                  "    return Decision({'device_map': 'nowhere'}, 'here')\n"),
+    "badsetting": ("@hookimpl(tryfirst=True)\ndef intelrt_training_arguments(backend, plan, overrides):\n"
+                   "    return [Setting('learning_rate', 'fast', 'I like it fast')]\n"),
     "fake": ("from intelrt.plugin import Backend\n"
              "class Fake(Backend):\n    name = device_type = 'fake'\n    priority = 1000\n"
              "    @classmethod\n    def detect(cls, env):\n"
@@ -168,3 +170,14 @@ def test_a_masked_secret_is_still_set_for_the_run(case: Fault, plugin: Install, 
     monkeypatch.delenv("VENDOR_API_KEY", raising=False)
     seen = check(case, call(lambda: intelrt.plan(tiny_model).env_for_this_process()))
     assert seen.value.get("VENDOR_API_KEY") == SECRET_VALUES["apikey"]
+
+
+@catalogue.cases(error("plugins-training-setting-of-the-wrong-type", "plugins", "a plugin's TrainingArguments setting "
+                       "of the wrong type (learning_rate='fast' reached AdamW)", "plugin 'badsetting'",
+                       "learning_rate='fast'", "takes a float", "INTELRT_DISABLE_PLUGINS=badsetting",
+                       risk="wrong culprit", error="PluginError",
+                       trigger="intelrt_training_arguments → Setting('learning_rate', 'fast'); intelrt.training_arguments(DIR)"))
+def test_a_plugins_training_setting_of_the_wrong_type_names_the_plugin(case: Fault, plugin: Install,
+                                                                       tmp_path: Path) -> None:
+    plugin("badsetting", SOURCES["badsetting"])
+    check(case, call(lambda: intelrt.training_arguments(tmp_path / "out")))

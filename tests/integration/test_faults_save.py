@@ -19,7 +19,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -168,18 +167,6 @@ def test_intelrt_run_puts_the_previous_model_back_and_generates(case: Fault, poi
                                                                killed: tuple[Path, dict[str, bool]]) -> None:
     check(case, cli("run", str(point), "--prompt", "Intel", "--max-new-tokens", "2"))
     assert digest(point) == previous(killed)
-
-
-@pytest.fixture
-def disk_limit() -> Iterator[Any]:
-    """``set(n)``: files of this process cannot grow past ``n`` bytes (EFBIG, SIGXFSZ ignored) until the test ends."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        yield lambda n: resource.setrlimit(resource.RLIMIT_FSIZE, (n, hard))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 FULL = [

@@ -137,8 +137,13 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tiny_model: Path, one_torch_thread: None) -> Iterator[Served]:
-    app = create_app(intelrt.load(tiny_model), model_name=NAME, announce=lambda line: None,
-                     client_timeout=CLIENT_TIMEOUT_S)
+    from intelrt.decoding.tuning import DecodeTuning
+
+    loaded = intelrt.load(tiny_model)
+    # Short looks (vLLM-like one-step scheduling granularity): a stalled client must be seen while its
+    # rows still decode; 8 steps a look let the tiny model's 480 tokens end before the 1 s timeout.
+    loaded.decode_tuning = DecodeTuning(inflight_steps=1)
+    app = create_app(loaded, model_name=NAME, announce=lambda line: None, client_timeout=CLIENT_TIMEOUT_S)
     with Served(app) as running:
         yield running
 
@@ -209,6 +214,9 @@ BAD = [
     ("unknown-model", C, {**_completion(), "model": "gpt-4"}, "404", ("code=model_not_found", "'tiny'"), ""),
     ("unknown-field", C, _completion(mystery=1), "400", ("param=mystery", "unrecognized"), "silent wrong"),
     ("five-stop-strings", C, _completion(stop=list("abcde")), "400", ("param=stop", "at most 4"), ""),
+    ("empty-stop-string", C, _completion(stop=["", "x"]), "400", ("param=stop", "empty string"),
+     "silent wrong: dropped without a word"),
+    ("empty-stop-string-alone", C, _completion(stop=""), "400", ("param=stop", "empty string"), "silent wrong"),
     ("echo-with-logprobs", C, _completion(echo=True, logprobs=2), "400", ("param=echo",), ""),
     ("chat-without-messages", CHAT, {"model": NAME, "messages": []}, "400", ("param=messages",), ""),
     ("chat-message-of-an-unknown-role", CHAT, {"model": NAME, "messages": [{"role": "wizard", "content": "hi"}]},
@@ -398,7 +406,7 @@ class _DeviceLost(RuntimeError):
 @pytest.fixture
 def failing_step(served: Served) -> Iterator[None]:
     """The next engine step raises (the decode thread's call into the device), once."""
-    batch = served.state.scheduler.batch
+    batch = served.state.decode_thread.batch
     step = batch.step
 
     def fail() -> Any:
@@ -562,11 +570,15 @@ def test_a_context_the_kv_budget_cannot_hold_is_refused_with_what_fits(case: Fau
 def test_rows_the_device_cannot_hold_are_refused_before_the_profile_allocates(case: Fault, tiny_model: Path) -> None:
     import torch
 
+    from intelrt.decoding.engine import FastDecoder
+    from intelrt.host.manager import get_host
     from intelrt.testing.simulation import simulate
 
-    decoder = intelrt.load(tiny_model).fast_decoder()
-    assert decoder is not None
+    loaded = intelrt.load(tiny_model)
+    assert loaded.plan.decided.decode is not None
     with simulate("xpu", 1, memory_gib=64) as sim:
+        xpu = next(b for b in get_host().detect({}) if b.name == "xpu")  # the engine asks its backend for memory
+        decoder = FastDecoder(loaded.model, loaded.plan.decided.decode, None, backend=xpu)
         seen = check(case, call(lambda: decoder.serving_size(10**8, 512, torch.device("xpu", 0), rows_asked=True)))
     assert "xpu.mem_get_info" in sim.calls
     assert "profile" not in seen.message

@@ -303,3 +303,23 @@ def test_X6_arc_refuses_one_allocation_of_4_gib_unless_limits_are_relaxed(
         sim.allocate(0, 4 * 1024**3)
     assert torch.xpu.mem_get_info(0)[0] == free
     sim.allocate(0, 3 * 1024**3)  # under the limit: fine
+
+
+@pytest.mark.claim("X9")
+def test_X9_importing_bitsandbytes_first_inside_an_xpu_simulation_works_as_on_hardware(tiny_model: Path) -> None:
+    """bitsandbytes builds its 4-bit code tables on the XPU at import; on the simulated XPU (no tensor can
+    live there) its first import used to fail, which real hardware does not. A fresh process, as a
+    user's script: the simulation, then bitsandbytes, then a 4-bit plan."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom intelrt.testing import simulate\nimport intelrt\n"
+              "with simulate('xpu', 1):\n"
+              "    import bitsandbytes, torch\n"
+              "    assert torch.xpu.is_available() and 'xpu' in bitsandbytes.supported_torch_devices\n"
+              "    plan = intelrt.plan(sys.argv[1], quantization='4bit')\n"
+              "    print(plan.decided.quantization.method, plan.device)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_model)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["bitsandbytes", "xpu"]

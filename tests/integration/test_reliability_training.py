@@ -31,6 +31,7 @@ import pytest
 
 import intelrt
 from intelrt.cli import main
+from intelrt.cli.interrupt import Terminated, interrupts
 from intelrt.errors import ConfigurationError, ModelSourceError, TrainingDivergedError
 from intelrt.training.locking import HOLDER_NAME, LOCK_NAME
 
@@ -361,9 +362,14 @@ def test_an_empty_checkpoint_left_by_ctrl_c_is_removed_and_named(tiny_model: Pat
     assert _checkpoint_steps(out) == []
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
+@pytest.mark.parametrize(("sent", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)],
+                         ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_during_a_checkpoint_leaves_no_empty_checkpoint(tiny_model: Path, tmp_path: Path,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
-    """Ctrl-C while checkpoint-N was being written left an empty checkpoint-N behind."""
+                                                               caplog: pytest.LogCaptureFixture, sent: int,
+                                                               raised: type[BaseException]) -> None:
+    """Ctrl-C while checkpoint-N was being written left an empty checkpoint-N behind. SIGTERM, as
+    the command line takes it (``intelrt.cli.interrupt``), stops the run the same way."""
     from transformers import TrainerCallback
 
     out, armed = tmp_path / "out", []
@@ -375,12 +381,12 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_empty_checkpoint(tiny_model: Path,
 
     def ctrl_c(module: Any, state_dict: Any, prefix: str, local_metadata: Any) -> None:
         if armed:  # checkpoint-2's directory exists and nothing is written into it yet
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sent)
 
     loaded = intelrt.load(tiny_model)
     handle = loaded.model.register_state_dict_post_hook(ctrl_c)
     try:
-        with caplog.at_level(logging.WARNING, logger="intelrt"), pytest.raises(KeyboardInterrupt):
+        with caplog.at_level(logging.WARNING, logger="intelrt"), pytest.raises(raised), interrupts():
             loaded.train(TEXTS, output_dir=out, max_steps=4, save_steps=1, callbacks=[ArmAtStep2()], **FAST)
     finally:
         handle.remove()

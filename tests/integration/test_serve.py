@@ -438,6 +438,34 @@ def test_serve_sigterm_finishes_in_flight_requests_and_exits_0(model_dir: Path, 
         httpx.get(f"{url}/health", timeout=2)
 
 
+def test_a_background_serve_ignores_ctrl_c_and_drains_on_sigterm(model_dir: Path) -> None:
+    """``intelrt serve … &`` from a script: started with SIGINT ignored (the shell's way of keeping
+    the terminal's Ctrl-C for the foreground job), it goes on answering after a SIGINT; SIGTERM
+    drains it and it exits 0."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, "-m", "intelrt.cli",
+                                "serve", str(model_dir), "--port", str(port), "--served-model-name", NAME],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_ready(url)
+        process.send_signal(signal.SIGINT)
+        time.sleep(1)
+        answer = httpx.post(f"{url}/v1/completions", json={"model": NAME, "prompt": "x", "max_tokens": 2}, timeout=60)
+        assert answer.status_code == 200 and process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output
+    assert "draining: no new requests" in output
+
+
 # -- the engine under load: a KV cache too small for everyone, long prompts, shared prefixes --------
 
 def test_serve_preempts_rather_than_fails_when_the_kv_cache_runs_out(model_dir: Path, offline: intelrt.Loaded) -> None:

@@ -141,7 +141,7 @@ def test_unloading_refuses_new_requests_and_a_running_stream_finishes_with_its_a
     with pytest.raises(openai.NotFoundError, match="gamma"):
         _complete(server, "gamma", PROMPTS[0])
     assert "gamma" not in {m.id for m in client.models.list().data}
-    engine = server.state.scheduler.batch.decoder.adapters
+    engine = server.state.decode_thread.batch.decoder.adapters
     assert engine.names == ["alpha", "beta"] and not engine.holds_unloaded  # its weights left the model
     assert _complete(server, "beta", PROMPTS[0]) == reference.text("beta", PROMPTS[0])
 

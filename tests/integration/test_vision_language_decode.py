@@ -173,7 +173,8 @@ def test_a_vision_language_request_preempted_is_recomputed_without_its_images() 
         expected.append(out[0, inputs["input_ids"].shape[1]:].tolist())
         handed.append((inputs["input_ids"][0].tolist(), prefill(loaded.model, inputs, 0)[0]))
     tuning = DecodeTuning(block_size=4)
-    decoder = FastDecoder(language_model(loaded.model), loaded.plan.decided.decode, None, tuning)
+    decoder = FastDecoder(language_model(loaded.model), loaded.plan.decided.decode, None, tuning,
+                          backend=loaded.plan.backend)
     decoder.prepare()
     shape = decoder.kv_shape()
     size = size_engine(shape, MemoryBudget(12 * 4 * shape.bytes_per_token, "a test's budget"), tuning, rows=4,

@@ -54,7 +54,7 @@ def test_X7_continuous_batching_leaves_graphs_and_async_to_transformers(simulate
                                       use_async_batching=decision.value.use_async_batching)
     assert config.use_cuda_graph is None and config.use_async_batching is None
     forced = intelrt.plan(tiny_model, graphs="off").decisions["batching"]
-    assert forced.value.use_graphs is False and "XPU graphs forced off" in forced.notes[0]
+    assert forced.value.use_graphs is False and "XPU graphs off (graphs=off)" in forced.notes[0]
 
 
 @pytest.mark.claim("X9")

@@ -9,6 +9,7 @@ single-process reference; ``train()`` is importable for the same purpose.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -66,6 +67,11 @@ def main() -> None:
               "backend": dist.get_backend_config() if world > 1 else None, "losses": losses, "weights": weights}
     Path(args.out, f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     if world > 1:
+        # DDP's reducer holds the process group: it goes first, so the group's gloo threads are not
+        # still joinable when the interpreter tears the reducer down at exit ("terminate called
+        # without an active exception", SIGABRT, seen on a loaded machine)
+        del model, module
+        gc.collect()
         dist.barrier()  # no rank tears its connections down while another still uses them (gloo aborts then)
         dist.destroy_process_group()
 

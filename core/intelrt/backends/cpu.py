@@ -16,32 +16,18 @@ from typing import Any
 from ..errors import PlanError
 from ..hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from ..hooks.markers import hookimpl
-from ..hooks.payloads import BatchingChoice, CompileChoice, QuantizationChoice
+from ..hooks.payloads import CompileChoice, QuantizationChoice
 from ..hooks.plan import Plan
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
-from .decode_rules import (
-    compact_step,
-    decode_attention_kernel,
-    decode_blockers,
-    decode_compile,
-    decode_graphs,
-    decode_warmup,
-    fast_decode,
-    fast_decode_planned,
-    kernel_blocker,
-    padded_generate_instead,
-    plain_generate,
-    quantized,
-    quantized_step,
-    triton_installed,
-)
+from ..quantization.methods import CPU_QUANTIZATION
+from .decode_rules import fast_decode_planned
 
 #: The CPU's ranks over gloo: real multi-process runs for tests. accelerate enables FSDP only for
 #: accelerator ranks (``AcceleratorState``: ``MULTI_GPU``, ``MULTI_XPU``, ``MULTI_HPU`` …, never
 #: ``MULTI_CPU``), where ``TrainingArguments(fsdp=True)`` would train plain DDP without a word; so
 #: the CPU's FSDP2 is transformers' own, sharding the weights as they load.
 CPU_SHARDING = ShardingSupport(
-    "gloo", fsdp="transformers",
+    "gloo", collective_reason="gloo is torch.distributed's CPU backend", fsdp="transformers",
     fsdp_source="on the CPU accelerate never builds FSDP (AcceleratorState enables it for accelerator ranks only, "
                 "not MULTI_CPU), so transformers shards the weights as they load: "
                 "from_pretrained(distributed_config=DistributedConfig(fsdp_size=N)), the same torch fully_shard over gloo",
@@ -67,10 +53,23 @@ class CpuBackend(Backend):
     name = "cpu"
     device_type = "cpu"
     priority = 0
-    fast_decode_4bit = True
-    max_padded_batch = 64
     ranks_are_devices = False
     fp16_training = False
+    computes_on_host = True
+    quantization_columns = CPU_QUANTIZATION
+    step_attention_reason = ("the CPU runs intelrt's Triton kernels only under Triton's interpreter "
+                             f"({TRITON_INTERPRET}=1, with Triton installed)")
+    # the fast loop eager (no device graphs; compile warm-up outweighs its gain), lists through its engine
+    fast_decode = True
+    fast_decode_4bit = True
+    compact_decode = True
+    max_padded_batch = 64
+    engine_batching = True
+    # continuous batching without graphs or double-buffering, its KV cache sized from the requests (sizing it
+    # from free memory takes seconds)
+    continuous_graphs = False
+    async_batching = False
+    kv_sizing = "requests"
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> BackendStatus:
@@ -81,6 +80,12 @@ class CpuBackend(Backend):
     @property
     def sharding_support(self) -> ShardingSupport:
         return CPU_SHARDING
+
+    def device_module(self) -> Any | None:
+        return None  # the host's own memory and cores: no allocator, stream or event to ask
+
+    def compiled_for(self, device: Any) -> str:
+        return "cpu"
 
     def run_environment(self, s: Situation) -> Sequence[EnvVar | Finding] | None:
         if s.request.devices is not None:
@@ -93,9 +98,6 @@ class CpuBackend(Backend):
 
     def select_dtype(self, s: Situation) -> Decision:
         return Decision("float32", "CPU: float32 is exact and fast on every CPU; pass dtype='bfloat16' to halve memory")
-
-    def select_collective(self, s: Situation) -> Decision:
-        return Decision("gloo", "gloo is torch.distributed's CPU backend")
 
     def check_attention(self, value: str, s: Situation) -> Endorsement | None:
         if value.removeprefix("paged|") == "flash_attention_2":
@@ -110,48 +112,31 @@ class CpuBackend(Backend):
                             "and fails. Pass compile='none' with 4-bit on the CPU (or quantization='8bit' to compile)")
         return None
 
-    def select_decode(self, s: Situation) -> Decision | None:
-        request, model, decided = s.request, s.model, s.decided
-        if decode_blockers(model, decided, four_bit=True) is not None:
-            return None  # the generic rule explains the fallback
-        choice = decided.quantization if quantized(decided) else None
-        if bitsandbytes_4bit(choice) and decided.attention == "flex_attention":
-            return plain_generate(CPU_FLEX_OVER_4BIT)
-        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model, decided.task)
-        misfit = kernel_blocker(model, decided.task) if step == "compact" else None
-        decode_graphs(request, None, "the CPU has no device graphs")
-        warm = decode_warmup(request, None, decode_compile(request, None), "the CPU has no device graphs",
-                             "compile warm-up outweighs its gain on the CPU")
-        # On the CPU the kernel runs only under Triton's interpreter, as the test suite runs it.
-        interpreted = s.env.get(TRITON_INTERPRET) == "1" and triton_installed()
-        kernel = decode_attention_kernel(request, interpreted, f"the CPU runs it only under Triton's interpreter "
-                                         f"({TRITON_INTERPRET}=1, with Triton installed)", step, misfit)
-        reason = f"static-KV-cache decode loop without generate's per-token bookkeeping; {warm.reason}; {step_reason}"
-        return fast_decode(None, warm.compile, reason, step=step, attention_kernel=kernel, warmup=warm.kind)
+    def decode_problem(self, s: Situation) -> str | None:
+        choice = s.decided.quantization
+        if bitsandbytes_4bit(choice) and s.decided.attention == "flex_attention":
+            return CPU_FLEX_OVER_4BIT
+        return None
+
+    def graphs_missing(self, s: Situation) -> str | None:
+        return "the CPU has no device graphs"
+
+    def runs_triton(self, s: Situation) -> bool:
+        # On the CPU intelrt's Triton kernels run only under Triton's interpreter, as the test suite runs them.
+        return s.env.get(TRITON_INTERPRET) == "1"
 
     def select_batching(self, s: Situation) -> Decision | None:
-        request, decided = s.request, s.decided
-        fast = fast_decode_planned(decided)
-        if not fast and decided.attention == "flex_attention" and decided.task == "text-generation":
+        """Only a refusal: every list of a plan decoding through transformers' generate with flex
+        attention fails on the CPU; the batching rule decides the rest."""
+        decided = s.decided
+        if not fast_decode_planned(decided) and decided.attention == "flex_attention" \
+                and decided.task == "text-generation":
             raise PlanError("attention='flex_attention' cannot generate from a list of prompts on the CPU when "
                             "transformers' generate decodes (the plan's decode decision says why the fast decode loop "
                             "is off): its continuous batching does not run flex attention, and a padded batch fails to "
                             "build flex attention's CPU kernel (inductor). Use attention='sdpa' (the default) or "
                             "'eager'")
-        if request.batching == "padded":
-            return None
-        fallback = padded_generate_instead(request, s.model, decided, self.max_padded_batch)
-        if fallback is not None:
-            return fallback
-        if request.batching == "auto" and fast:
-            return Decision(BatchingChoice.padded("fast", self.max_padded_batch),
-                            f"lists through the fast decode loop's engine, up to {self.max_padded_batch} rows at once (more "
-                            "prompts join as rows free up): on the CPU it skips transformers' continuous batching's "
-                            "per-step scheduling", notes=("batching='continuous' uses transformers' generate_batch instead",))
-        why = "" if request.batching == "continuous" else "the fast decode loop is off; "
-        return Decision(BatchingChoice.continuous(use_graphs=False, use_async_batching=False, kv_sizing="requests"),
-                        f"{why}continuous batching on the CPU: no graphs, no async double-buffering, KV cache "
-                        "sized from the requests (sizing it from free memory takes seconds)", claim="X7")
+        return None
 
 
 @hookimpl

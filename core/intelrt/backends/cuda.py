@@ -15,46 +15,51 @@ from typing import Any
 from ..errors import PlanError
 from ..hooks.backend import Backend, Endorsement, ShardingSupport, Situation
 from ..hooks.markers import hookimpl
-from ..hooks.payloads import BatchingChoice
 from ..hooks.types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding
+from ..quantization.methods import CUDA_QUANTIZATION
 from .capture import stream_capturer
-from .decode_rules import (
-    compact_step,
-    decode_attention_kernel,
-    decode_blockers,
-    decode_compile,
-    decode_graphs,
-    decode_warmup,
-    fast_decode,
-    fast_decode_planned,
-    kernel_blocker,
-    padded_generate_instead,
-    quantized,
-    quantized_step,
-    triton_installed,
-)
 from .generic import NVIDIA_ONLY_ATTENTION, attention_fallback
 
 #: NCCL runs DDP, FSDP2 (accelerate enables FSDP for MULTI_GPU ranks), DeepSpeed and tensor parallel.
-CUDA_SHARDING = ShardingSupport("nccl")
-CUDA_INDUCTOR_OPTIONS = {"coordinate_descent_tuning": True}
-"""For the compiled step, compact or the model's own forward. inductor's ``freezing`` made the model's
-own forward faster (Qwen3-0.6B shape on an H200: 1.81 against 2.33 ms/token) but bakes a second copy of
-the weights into the step, which training would leave stale; the compact step fuses its projections
-itself (docs/performance.md)."""
-QUANTIZED_COMPILE = ("{method} weights: torch.compile over their kernels is not measured here (compile='on' asks for "
-                     "it); a failing graph capture falls back to an uncaptured step, with a note")
-
+CUDA_SHARDING = ShardingSupport("nccl", collective_reason="NCCL is the collective library for NVIDIA GPUs")
 
 class CudaBackend(Backend):
     """NVIDIA GPUs through torch's CUDA build."""
 
     name = "cuda"
     device_type = "cuda"
+    ray_resource = "GPU"
     priority = 50
+    step_attention = "triton"
+    step_attention_reason = "CUDA GPUs run Triton kernels"
+    graph_kind = "cuda"
+    varlen_attention = True
+    quantization_columns = CUDA_QUANTIZATION
+    # The fast loop: the step compiled by inductor (coordinate-descent tuned) and captured in a CUDA graph; work
+    # of unknown length compiles on a background thread (measured in docs/performance.md).
+    fast_decode = True
     fast_decode_4bit = True
+    compact_decode = True
+    decode_compiler = "inductor"
+    decode_compile_options = {"coordinate_descent_tuning": True}
+    """inductor's ``freezing`` made the model's own forward faster (Qwen3-0.6B shape on an H200: 1.81 against
+    2.33 ms/token) but bakes a second copy of the weights into the step, which training would leave stale; the
+    compact step fuses its projections itself (docs/performance.md)."""
+    # A list through the loop's engine: its CUDA-graph step costs about the same for 1 or 64 rows (the weights
+    # are read once per step) and beats transformers' continuous batching's per-step scheduling; continuous
+    # batching, when asked for, with CUDA graphs and async double-buffering (H200-class memory affords them).
     max_padded_batch = 256
     """Prompts per padded batch on CUDA (fewer when the KV cache would not fit free memory)."""
+    engine_batching = True
+    continuous_graphs = True
+    async_batching = True
+    matrix_tflops = {
+        "H200": 790.0,  # measured here: an 8192^3 bf16 product on random data (the device README's KINDS.md)
+        "H100": 989.0, "H800": 989.0,  # NVIDIA H100 datasheet, SXM, dense bf16
+        "A100": 312.0, "A800": 312.0,  # NVIDIA A100 datasheet, dense bf16
+        "L40S": 362.0,  # NVIDIA L40S datasheet, dense bf16
+        "L4": 121.0,  # NVIDIA L4 datasheet, dense bf16
+    }
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> BackendStatus:
@@ -94,15 +99,26 @@ class CudaBackend(Backend):
         return [EnvVar("CUDA_VISIBLE_DEVICES", ids, "devices= selects these GPUs", overwrite_user=True),
                 EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID", "ids follow PCI bus order, as nvidia-smi shows them")]
 
-    def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
-        if kind != "cuda":
-            return None
+    def graph_capturer(self) -> Callable[..., Any] | None:
         import torch
 
+        # One memory pool for every graph this capturer records (vLLM shares one the same way): the
+        # engine replays them one at a time on one stream and keeps nothing of a graph's own memory
+        # past its replay, so the pool holds the largest graph's intermediates, not their sum.
+        pools: list[Any] = []  # made at the first capture: the handle needs a CUDA runtime
+
         def record(graph: Any, stream: Any) -> Any:
-            return torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local")
+            if not pools:
+                pools.append(torch.cuda.graph_pool_handle())
+            return torch.cuda.graph(graph, stream=stream, pool=pools[0], capture_error_mode="thread_local")
 
         return stream_capturer(torch.cuda, torch.cuda.CUDAGraph, record)
+
+    def capability(self, device: Any) -> tuple[int, int] | None:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device)
+        return int(major), int(minor)
 
     def select_attention(self, s: Situation) -> Decision:
         return attention_fallback(s.model) or Decision(
@@ -112,60 +128,6 @@ class CudaBackend(Backend):
         if value.removeprefix("paged|") in NVIDIA_ONLY_ATTENTION:
             return Endorsement("FlashAttention-3 and -4 ship builds for NVIDIA GPUs")
         return None
-
-    def select_collective(self, s: Situation) -> Decision:
-        return Decision("nccl", "NCCL is the collective library for NVIDIA GPUs")
-
-    def select_decode(self, s: Situation) -> Decision | None:
-        request, model, decided = s.request, s.model, s.decided
-        if decode_blockers(model, decided, four_bit=True) is not None:
-            return None  # the generic rule explains the fallback
-        choice = decided.quantization if quantized(decided) else None
-        step, step_reason = ("model", quantized_step(choice)) if choice is not None else compact_step(model, decided.task)
-        misfit = kernel_blocker(model, decided.task) if step == "compact" else None
-        graphs = decode_graphs(request, "cuda", "")
-        compiler = None if choice is not None else decode_compile(request, "inductor")
-        warm = decode_warmup(request, graphs, compiler, "graphs='off'",
-                             QUANTIZED_COMPILE.format(method=choice.method if choice else ""))
-        parts = ["static KV cache", step_reason, warm.reason]
-        if warm.compile == "inductor":
-            parts.append("compiled kernels coordinate-descent-tuned")
-        if warm.kind == "static" and request.attention_kernel == "auto":
-            kernel = False  # its first use compiles and tunes a Triton kernel: seconds a short call would not win back
-            parts.append("decode attention in torch operations (the Triton kernel's first-use compile and tuning "
-                         "would not pay for one short call)")
-        else:
-            kernel = decode_attention_kernel(request, triton_installed(), "Triton is not installed", step, misfit)
-            if misfit and step == "compact":
-                parts.append(f"decode attention in torch operations (the one-kernel attention does not serve it: "
-                             f"{misfit})")
-        if warm.graphs is None and graphs is None:
-            parts.append("no CUDA graph (graphs='off'): one kernel launch per op")
-        return fast_decode(warm.graphs, warm.compile, "; ".join(parts), compile_options=CUDA_INDUCTOR_OPTIONS,
-                           step=step, attention_kernel=kernel, warmup=warm.kind)
-
-    def select_batching(self, s: Situation) -> Decision | None:
-        request, decided = s.request, s.decided
-        if request.batching == "padded":
-            return None
-        fast = fast_decode_planned(decided)
-        fallback = padded_generate_instead(request, s.model, decided, self.max_padded_batch)
-        if fallback is not None:
-            return fallback
-        if request.batching == "auto" and fast:
-            return Decision(BatchingChoice.padded("fast", self.max_padded_batch),
-                            f"lists through the fast decode loop's engine, up to {self.max_padded_batch} rows at once "
-                            "(more prompts join as rows free up): the CUDA-graph decode step costs about the same for "
-                            "1 or 64 rows (weights are read once per step) and beats transformers' continuous "
-                            "batching's per-step scheduling "
-                            "(docs/performance.md)",
-                            notes=("batching='continuous' uses transformers' generate_batch instead",))
-        why = "" if request.batching == "continuous" else "the fast decode loop is off; "
-        graphs = request.graphs != "off"
-        return Decision(BatchingChoice.continuous(use_graphs=graphs, use_async_batching=True),
-                        f"{why}continuous batching with CUDA graphs "
-                        f"{'on' if graphs else 'off (graphs=off)'} and async double-buffering (H200-class memory "
-                        "affords the doubled buffers)", claim="X7")
 
 
 @hookimpl

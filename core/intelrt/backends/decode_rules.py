@@ -7,17 +7,20 @@ The decode engine (``decoding/``) runs what they decide.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.util import find_spec
+from typing import Any
 
 from ..errors import PlanError
-from ..hooks.backend import Backend
+from ..hooks.backend import Backend, Situation
 from ..hooks.concerns import Decided
 from ..hooks.model import ModelInfo
 from ..hooks.payloads import BatchingChoice, DecodeChoice, QuantizationChoice
 from ..hooks.request import Request
 from ..hooks.types import Decision
+from ..support.versions import at_least
 from .families import FAMILIES, TRANSFORMERS_MODELS, attention_kernel_blocker, compact_blocker
+from .sizing import step_tokens
 
 #: Layer kinds (transformers' ``config.layer_types``) the decode engine's paged cache masks; a
 #: ``chunked_attention`` layer (Llama 4) attends in chunks no mask here reproduces.
@@ -276,28 +279,52 @@ def kernel_blocker(model: ModelInfo, task: str | None) -> str | None:
     return attention_kernel_blocker(name, config)
 
 
+def unified_attention_blocker(model: ModelInfo, task: str | None) -> str | None:
+    """Why the engine step's one Triton attention kernel (``decoding/unified_attention.py``) cannot
+    serve this model's compact step for ``task`` (``None``: it can): it attends per-head keys and
+    values of a power-of-two size (q/k norms and rotary embeddings are applied before it)."""
+    name, _module, text = decoder_of(model, task)
+    config: Mapping[str, Any] = text
+    family = FAMILIES.get(name)
+    if family is not None and family.latent_attention:
+        return "multi-head latent attention keeps one latent per token, not per-head keys and values"
+    heads = int(config.get("num_attention_heads") or 1)
+    dim = config.get("head_dim") or int(config.get("hidden_size") or 0) // max(1, heads)
+    if not isinstance(dim, int) or dim < 16 or dim & (dim - 1):
+        return f"head size {dim} is not a power of two >= 16"
+    return None
+
+
 @dataclass(frozen=True)
 class Warmup:
     """How the fast loop's step is prepared (``DecodeChoice.warmup``), with the graphs and compiler
-    that go with it, and why."""
+    that go with it, whether a compile worker process builds an adaptive step's compiled form
+    (``DecodeChoice.compile_worker``), and why."""
 
     kind: str
     graphs: str | None
     compile: str | None
     reason: str
+    worker: bool = False
 
 
 def decode_warmup(request: Request, graphs: str | None, compiler: str | None, why_no_graphs: str,
                   why_no_compiler: str = "compile warm-up outweighs its gain here",
-                  default_compiler: str = "inductor") -> Warmup:
+                  default_compiler: str = "inductor", *, why_no_worker: str | None = None,
+                  cannot_compile: str | None = None) -> Warmup:
     """The warm-up for a backend that can capture the step in ``graphs`` (``None``: it cannot, for
     ``why_no_graphs``) and compile it with ``compiler`` (``None``: not by default, for
-    ``why_no_compiler``), both after the
-    user's ``graphs=`` and ``compile=``. The user's ``warmup=`` wins; else the ``workload``:
-    one-shot work is not worth a compile (static, or eager without graphs); a server or batch job
-    is (compiled); unknown work starts static and compiles on a background thread (``adaptive``:
-    ``decoding/background.py``; the model's own forward as the step compiles once that pays). A backend without a compiler by
-    default (the CPU) runs eagerly unless compiling is asked for."""
+    ``why_no_compiler``), both after the user's ``graphs=`` and ``compile=``. The user's ``warmup=``
+    wins; else the ``workload``: one-shot work is not worth a compile (static, or eager without
+    graphs) unless a compiler is named (``compile=``: compiled at the first call, as asked); a server
+    or batch job is (compiled at the first call, or at a server's start); unknown work — also with a
+    compiler named — decodes uncompiled from the first call while a
+    compile worker process builds the compiled step, which takes over at a step boundary once built
+    (``adaptive``: ``decoding/background.py``); where no worker can run beside the decoding process
+    (``why_no_worker``: one process per Gaudi) the adaptive step compiles in the decoding process
+    once that pays. A backend without a compiler by default (the CPU) runs eagerly unless a
+    compiler is named. ``cannot_compile``: why this run cannot compile at all (``warmup="compiled"``
+    is refused with it)."""
     wanted, work = request.warmup, request.workload
     no_compile = request.compile == "none"
     if wanted == "eager":
@@ -315,19 +342,23 @@ def decode_warmup(request: Request, graphs: str | None, compiler: str | None, wh
         return Warmup("static", graphs, None, f"the step captured in {_graph(graphs)} and not compiled "
                                               "(warmup='static')")
     if wanted == "compiled":
+        if cannot_compile is not None:
+            raise PlanError(f"warmup='compiled' compiles the step, but {cannot_compile}; use warmup='static' or "
+                            "'eager', or leave warmup to intelrt")
         if no_compile:
             raise PlanError("warmup='compiled' compiles the step, but compile='none' forbids it; drop one of them")
         backend = compiler or default_compiler
         return Warmup("compiled", graphs, backend, f"step compiled with {backend} at its first call "
-                                                   "(warmup='compiled')" + _captured(graphs))
+                                                   "(warmup='compiled')" + _captured(graphs, why_no_graphs))
     if no_compile or compiler is None:
         why = "compile='none'" if no_compile else why_no_compiler
         if graphs is None:
             return Warmup("eager", None, None, f"the step runs eagerly ({why}; {why_no_graphs})")
         return Warmup("static", graphs, None, f"the step captured in {_graph(graphs)}, not compiled ({why})")
-    if request.compile not in ("auto", "none"):
-        return Warmup("compiled", graphs, compiler, f"step compiled with {compiler} at its first call (compile="
-                                                    f"{request.compile!r})" + _captured(graphs))
+    named = f" (compile={request.compile!r})" if request.compile not in ("auto", "none") else ""
+    if work == "one-shot" and named:
+        return Warmup("compiled", graphs, compiler, f"one-shot work with a compiler named{named}: the step compiled "
+                                                    f"with {compiler} at its first call" + _captured(graphs, why_no_graphs))
     if work == "one-shot":
         if graphs is None:
             return Warmup("eager", None, None, "one-shot work: compiling (about a minute cold) costs more than it "
@@ -336,24 +367,34 @@ def decode_warmup(request: Request, graphs: str | None, compiler: str | None, wh
                                               "compiled — compiling (about a minute cold) costs more than it saves "
                                               "on one short generate")
     if work in ("server", "batch"):
-        return Warmup("compiled", graphs, compiler, f"{work} work: the step compiled with {compiler} at its first "
-                                                    "call (the compile pays over many calls; its artifacts are kept "
-                                                    "for the next process)" + _captured(graphs))
-    return Warmup("adaptive", graphs, compiler, "work of unknown length: the step decodes from the first call "
-                  + (f"captured in {_graph(graphs)}" if graphs else "eagerly") + f" while its compiled form "
-                  f"({compiler}) builds on a background thread, and the compiled step takes over at a step boundary "
-                  "once built (the same KV cache: the same tokens, no pause); a step that is the model's own forward "
-                  "compiles once that pays instead — at once when the compile cache holds it, else after "
-                  "DecodeTuning.compile_after_tokens tokens (workload='server' or 'batch' compiles at once, "
-                  "'one-shot' never)")
+        return Warmup("compiled", graphs, compiler, f"{work} work: the step compiled with {compiler}{named} at its "
+                                                    "first call (the compile pays over many calls; its artifacts are "
+                                                    "kept for the next process)" + _captured(graphs, why_no_graphs))
+    first = f"captured in {_graph(graphs)}" if graphs else "eagerly" + _captured(None, why_no_graphs)
+    kind = "of unknown length"
+    if why_no_worker is not None:
+        cached = "at once when intelrt's compile cache holds it, else " if compiler == "inductor" else ""
+        return Warmup("adaptive", graphs, compiler, f"work {kind}{named}: the step decodes from the first call {first}; "
+                      f"no compile worker can run beside this process ({why_no_worker}), so its compiled form "
+                      f"({compiler}) is built in this process only once that pays: {cached}after "
+                      "DecodeTuning.compile_after_tokens tokens (workload='server' or 'batch' compiles at the first "
+                      "call)")
+    return Warmup("adaptive", graphs, compiler, f"work {kind}{named}: the step decodes from the first call {first}, "
+                  f"never waiting for a compile: a compile worker (a process of its own, holding none of this "
+                  f"process's interpreter) builds its compiled form ({compiler}), which takes over at a step boundary "
+                  "once built (the same KV cache: the same tokens, no pause); with the compile cache holding it (an "
+                  "earlier process compiled it) the first call runs compiled (workload='server' or 'batch' compiles "
+                  "at the first call, warmup='compiled' waits for it)", worker=True)
 
 
 def _graph(graphs: str) -> str:
-    return f"a {graphs.upper()} graph (one launch per token, no host sync per token)"
+    kind = graphs.upper()
+    article = "an" if kind[0] in "AEFHILMNORSX" else "a"  # as the letter is said: an XPU, an HPU, a CUDA graph
+    return f"{article} {kind} graph (one launch per token, no host sync per token)"
 
 
-def _captured(graphs: str | None) -> str:
-    return f", captured in {_graph(graphs)}" if graphs else ", no device graph"
+def _captured(graphs: str | None, why_not: str = "") -> str:
+    return f", captured in {_graph(graphs)}" if graphs else ", no device graph" + (f" ({why_not})" if why_not else "")
 
 
 QUANTIZED_LAYERS = {
@@ -371,10 +412,32 @@ def quantized(decided: Decided) -> bool:
 
 
 def quantized_step(choice: QuantizationChoice) -> str:
-    """Why the fast loop's step is the model's own forward for these quantized weights: the compact
-    step fuses plain floating-point projections only (``decoding/compact.py``)."""
+    """What a quantized projection runs when the fast loop's step is the model's own forward (the
+    kernel the plan's quantization names, ``Cell.kernel``)."""
     what = QUANTIZED_LAYERS.get(choice.method, f"{choice.method} layers run their own kernels")
-    return f"{what} in the model's own forward, which the step runs over the loop's static KV cache"
+    kernel = choice.details.get("kernel")
+    return (f"{what} in the model's own forward, which the step runs over the loop's static KV cache"
+            + (f"; the kernel: {kernel}" if kernel else ""))
+
+
+COMPACT_QUANTIZED = ("torchao", "auto-round", "gptq", "awq", "compressed-tensors")
+"""Methods whose layers the compact step takes (``decoding/quantized_linears.py``): torchao's
+weights fused by rows like plain ones, the others' layers run as themselves. bitsandbytes 4-bit
+stays on the model's own forward, where the fast loop is proven with it."""
+
+
+def quantized_compact_step(model: ModelInfo, task: str | None, choice: QuantizationChoice) -> tuple[str, str]:
+    """(``compact`` or ``model``, why) for a model whose weights ``choice`` quantizes: the compact
+    step where it serves the family and takes the method's layers, with the kernel each quantized
+    projection runs (``Cell.kernel``); else the model's own forward (``quantized_step``)."""
+    if choice.method not in COMPACT_QUANTIZED:
+        return "model", quantized_step(choice)
+    step, reason = compact_step(model, task)
+    if step != "compact":
+        return step, f"{reason}; {quantized_step(choice)}"
+    kernel = choice.details.get("kernel")
+    return step, (f"{reason}; its {choice.method} {choice.scheme or ''} projections in the compact step".replace("  ", " ")
+                  + (f", the kernel: {kernel}" if kernel else ""))
 
 
 def compact_step(model: ModelInfo, task: str | None) -> tuple[str, str]:
@@ -395,19 +458,133 @@ def compact_step(model: ModelInfo, task: str | None) -> tuple[str, str]:
     return "model", blocker
 
 
-def fast_decode(graphs: str | None, compile_backend: str | None, reason: str, *, claim: str | None = None,
-                notes: tuple[str, ...] = (), compile_options: Mapping[str, object] | None = None,
-                step: str = "model", attention_kernel: bool = False, warmup: str | None = None) -> Decision:
+def step_attention(backend: Backend, s: Situation, step: str) -> tuple[str, str]:
+    """How the engine's steps attend here (``STEP_ATTENTIONS``) and why: Triton's where this run
+    executes intelrt's Triton kernels (``Backend.runs_triton``: ``Backend.step_attention``, the CPU under
+    Triton's interpreter) with Triton installed, for the compact step of a model whose layers keep
+    per-head keys and values of a power-of-two size, and never with ``attention_kernel='off'`` (the
+    user's word against intelrt's Triton kernels)."""
+    if not backend.runs_triton(s):
+        return "torch", f"steps attend in torch operations ({backend.step_attention_reason})"
+    if not triton_installed():
+        return "torch", "steps attend in torch operations (Triton is not installed)"
+    if s.request.attention_kernel == "off":
+        return "torch", "steps attend in torch operations (attention_kernel='off')"
+    if step != "compact":
+        return "torch", "steps attend in torch operations (the model's own forward, with its own attention)"
+    blocker = unified_attention_blocker(s.model, s.decided.task)
+    if blocker is not None:
+        return "torch", f"steps attend in torch operations ({blocker})"
+    return "triton", ("decoding rows and prompt chunks of a step attend in one Triton kernel per layer over the "
+                      f"paged cache, as vLLM's unified attention does ({backend.step_attention_reason})")
+
+
+def fast_decode(backend: Backend, s: Situation, graphs: str | None, compile_backend: str | None, reason: str, *,
+                claim: str | None = None, notes: tuple[str, ...] = (),
+                compile_options: Mapping[str, object] | None = None, step: str = "model",
+                attention_kernel: bool = False, warmup: str | None = None,
+                compile_worker: bool = False) -> Decision:
     """The decision for intelrt's fast decode loop (``compile_options``: inductor settings;
     ``step``: ``compact`` or ``model``, see ``compact_step``; ``attention_kernel``: see
-    ``decode_attention_kernel``; ``warmup``: see ``decode_warmup``)."""
+    ``decode_attention_kernel``; ``warmup`` and ``compile_worker``: see ``decode_warmup``), with the engine's step size
+    (``sizing.step_tokens``) and step attention (:func:`step_attention`) for ``backend``'s device."""
     options = dict(compile_options) if compile_options and compile_backend == "inductor" else None
+    tokens, tokens_reason = step_tokens(backend, s.model)
+    attention, attention_reason = step_attention(backend, s, step)
     value = DecodeChoice("fast", cache="static", graphs=graphs, compile=compile_backend, step=step,
                          compile_options=options, attention_kernel=attention_kernel,  # type: ignore[arg-type]
-                         warmup=warmup)
+                         warmup=warmup, step_tokens=tokens, step_attention=attention,
+                         compile_worker=compile_worker)
     if attention_kernel:
         reason += "; decode attention as intelrt's one Triton kernel per layer"
-    return Decision(value, reason, claim=claim, notes=notes)
+    return Decision(value, reason, claim=claim, notes=(*notes, tokens_reason, attention_reason))
+
+
+QUANTIZED_COMPILE = ("{method} weights: torch.compile over their kernels is not measured (compile='on' asks for it); "
+                     "a failing graph capture falls back to an uncaptured step, with a note")
+UNTUNED_INDUCTOR = ("inductor settings tuned on CUDA (coordinate-descent tuning) are not applied: unmeasured on "
+                    "{backend}")
+
+
+def decide_decode(backend: Backend, s: Situation) -> Decision:
+    """The decode decision on ``backend`` — intelrt's one rule over the facts a backend declares
+    (``Backend.fast_decode``, ``compact_decode``, ``graph_kind``, ``decode_compiler`` …; its
+    ``graphs_missing``, ``compile_missing``, ``decode_problem`` and ``runs_triton`` for this run):
+    the fast loop where the backend runs it and the model and plan fit it, its step, graphs, compile,
+    warm-up and attention kernel as those facts and the user's options say; else transformers'
+    ``generate``, with why. A forced option the plan cannot keep is refused (``PlanError``)."""
+    request, model, decided = s.request, s.model, s.decided
+    blocker = decode_blockers(model, decided, four_bit=backend.fast_decode_4bit) or (
+        backend.decode_problem(s) if backend.fast_decode else
+        f"{backend.name} declares no fast decode path (Backend.fast_decode), so transformers' generate decodes")
+    if blocker is not None:
+        for option in ("graphs", "attention_kernel"):
+            if getattr(request, option) == "on":
+                raise PlanError(f"{option}='on' needs intelrt's fast decode loop, but {blocker}")
+        return plain_generate(blocker)
+    choice = decided.quantization if quantized(decided) else None
+    if not backend.compact_decode:
+        step, step_reason = "model", quantized_step(choice) if choice is not None else \
+            f"the step is the model's own forward (intelrt's compact step is not measured on {backend.name})"
+    elif choice is not None:
+        step, step_reason = quantized_compact_step(model, decided.task, choice)
+    else:
+        step, step_reason = compact_step(model, decided.task)
+    graphs, why_no_graphs = _step_graphs(backend, s)
+    # torchao's tensor subclasses compile inside the compact step (torch.compile traces their F.linear); other
+    # quantizers' modules keep their kernels uncompiled where compiling over them is not measured
+    compiled_ok = choice is None or backend.compiles_quantized or (step == "compact" and choice.method == "torchao")
+    cannot_compile = backend.compile_missing(s)
+    compiler = decode_compile(request, backend.decode_compiler) if compiled_ok and cannot_compile is None else None
+    why_no_compiler = (cannot_compile or (QUANTIZED_COMPILE.format(method=choice.method) if choice is not None
+                                          and not compiled_ok else f"compile warm-up outweighs its gain on the {backend.name} backend"))
+    warm = decode_warmup(request, graphs, compiler, why_no_graphs, why_no_compiler, backend.compiler,
+                         why_no_worker=backend.compile_worker_missing, cannot_compile=cannot_compile)
+    parts = ["static KV cache", step_reason, warm.reason]
+    if warm.graphs and request.graphs == "auto" and backend.graphs_default_from:
+        parts.append(f"{warm.graphs.upper()} graphs by default from torch {backend.graphs_default_from}")
+    notes: tuple[str, ...] = ()
+    if warm.compile == "inductor" and backend.decode_compile_options:
+        parts.append("inductor settings: " + ", ".join(f"{k}={v}" for k, v in backend.decode_compile_options.items()))
+    elif warm.compile == "inductor":
+        notes = (UNTUNED_INDUCTOR.format(backend=backend.name),)
+    if backend.decode_source:
+        parts.append(f"defaults as upstream: {backend.decode_source}")
+    runs = backend.runs_triton(s) and triton_installed()
+    why_not = "Triton is not installed" if backend.runs_triton(s) else backend.step_attention_reason
+    misfit = kernel_blocker(model, decided.task) if step == "compact" else None
+    if runs and warm.kind == "static" and request.attention_kernel == "auto":
+        kernel = False  # its first use compiles and tunes a Triton kernel: seconds a short call would not win back
+        parts.append("decode attention in torch operations (the Triton kernel's first-use compile and tuning "
+                     "would not pay for one short call)")
+    else:
+        kernel = decode_attention_kernel(request, runs, why_not, step, misfit)
+        if runs and misfit:
+            parts.append(f"decode attention in torch operations (the one-kernel attention does not serve it: {misfit})")
+    planned = fast_decode(backend, s, warm.graphs, warm.compile, "; ".join(parts), notes=notes,
+                          compile_options=backend.decode_compile_options, step=step, attention_kernel=kernel,
+                          warmup=warm.kind, compile_worker=warm.worker)
+    return replace(planned, claim=backend.decode_claim(planned.value))  # type: ignore[arg-type]
+
+
+def _step_graphs(backend: Backend, s: Situation) -> tuple[str | None, str]:
+    """(the device graphs the step is captured in by default, or ``None``; why not): the backend's
+    ``graph_kind`` unless this run cannot capture them (``graphs_missing``: ``graphs='on'`` is then
+    refused), the user turned them off, or they are opt-in before ``graphs_default_from``."""
+    request, kind = s.request, backend.graph_kind
+    if request.graphs == "off":
+        return None, "graphs='off'"
+    missing = backend.graphs_missing(s)
+    if missing is not None or kind is None:
+        why = missing or f"{backend.name} has no device graphs"
+        if request.graphs == "on":
+            raise PlanError(f"graphs='on', but {why}; leave graphs to intelrt (auto) or turn them off")
+        return None, why
+    since = backend.graphs_default_from
+    if request.graphs == "auto" and since is not None and not at_least(backend.versions.get("torch"), since):
+        return None, (f"{kind.upper()} graphs are opt-in below torch {since} (this is torch "
+                      f"{backend.versions.get('torch')}); graphs='on' captures the step anyway")
+    return kind, ""
 
 
 def plain_generate(reason: str, notes: tuple[str, ...] = ()) -> Decision:
@@ -455,3 +632,52 @@ def padded_generate_instead(request: Request, model: ModelInfo, decided: Decided
     return Decision(BatchingChoice.padded("fast" if fast else "generate", max_batch),
                     f"{through}: transformers' continuous batching cannot run "
                     f"this model ({blocker})" + ("" if fast else " and the fast decode loop is off"))
+
+
+def decide_batching(backend: Backend, s: Situation) -> Decision:
+    """The batching decision on ``backend`` — intelrt's one rule over the facts a backend declares
+    (``Backend.max_padded_batch``, ``engine_batching``, ``continuous_graphs``, ``async_batching``,
+    ``kv_sizing``): padded batches where transformers' continuous batching cannot run the model or
+    ``batching='padded'`` asks; a list through the fast loop's engine where the backend measured it
+    better and the loop is planned; else transformers' continuous batching as the backend's facts
+    and the user's ``graphs=`` say (SPEC X7)."""
+    request, decided, size = s.request, s.decided, backend.max_padded_batch
+    fast = fast_decode_planned(decided)
+    if request.batching == "padded":
+        return Decision(BatchingChoice.padded("fast" if fast else "generate", size),
+                        f"padded batches of up to {size} prompts "
+                        f"through {'the fast decode loop' if fast else 'transformers generate'}")
+    fallback = padded_generate_instead(request, s.model, decided, size)
+    if fallback is not None:
+        return fallback
+    instead = "batching='continuous' uses transformers' generate_batch instead"
+    if request.batching == "auto" and fast and backend.engine_batching:
+        return Decision(BatchingChoice.padded("fast", size),
+                        f"lists through the fast decode loop's engine, up to {size} rows at once (more prompts join "
+                        f"as rows free up): one step decodes every row, reading the weights once, and skips "
+                        f"transformers' continuous batching's per-step scheduling (docs/performance.md)",
+                        notes=(instead,))
+    forced = {"on": True, "off": False}.get(request.graphs)
+    graphs = forced if forced is not None else backend.continuous_graphs
+    reason = ("transformers' continuous batching (generate_batch)" if request.batching == "continuous" or not fast
+              else "transformers' continuous batching (generate_batch) schedules many prompts better than one "
+                   "padded batch here")
+    if fast is False and request.batching == "auto" and backend.fast_decode:
+        reason = f"the fast decode loop is off; {reason}"
+    kind = (backend.graph_kind or "device").upper()
+    if graphs is None:
+        attention = str(decided.attention or "sdpa")
+        auto = ("on: flash attention needs no attention mask" if "flash" in attention else
+                f"off: attention={attention} needs an attention mask, which graphs would pad")
+        said = f"{kind} graphs left to transformers' auto, which turns them {auto}"
+    else:
+        said = f"{kind} graphs {'on' if graphs else 'off'}" + (f" (graphs={request.graphs})" if forced is not None
+                                                               else "")
+    async_said = ("async double-buffering left to transformers' auto" if backend.async_batching is None else
+                  f"async double-buffering {'on' if backend.async_batching else 'off'}")
+    sized = {"memory": "free memory", "requests": "the requests"}.get(backend.kv_sizing, backend.kv_sizing)
+    notes: tuple[str, ...] = (f"{said}; {async_said}; KV cache sized from {sized}",)
+    if fast and request.batching == "auto":
+        notes += ("batching='padded' sends a list through the fast decode loop's engine instead",)
+    return Decision(BatchingChoice.continuous(use_graphs=graphs, use_async_batching=backend.async_batching,
+                                              kv_sizing=backend.kv_sizing), reason, claim="X7", notes=notes)

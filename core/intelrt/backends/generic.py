@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import PlanError
-from ..hooks.backend import Backend, Endorsement, Situation
+from ..hooks.backend import HOST_COLLECTIVES, UNDECLARED_SHARDING, Backend, Endorsement, Situation
 from ..hooks.model import ModelInfo
 from ..hooks.options import AUTO, DTYPES
 from ..hooks.payloads import (
-    BatchingChoice,
     CompileChoice,
     KernelChoice,
     Placement,
@@ -26,16 +25,10 @@ from ..hooks.plan import Plan
 from ..hooks.types import Decision, Setting
 from ..quantization.checkpoint import read_checkpoint_quantization
 from ..quantization.methods import Target, decide, projection_inputs
+from ..support.distributed import world_size
 from ..support.hubcache import hub_offline, is_repo_cached
 from ..support.versions import kernels_problem, package_version
-from .decode_rules import (
-    decode_attention_kernel,
-    decode_blockers,
-    decode_graphs,
-    fast_decode_planned,
-    padded_generate_instead,
-    plain_generate,
-)
+from .decode_rules import decide_batching, decide_decode
 from .parallelism import decide_parallelism, rank_placement
 from .sizing import bytes_per_parameter, fits_one_device
 
@@ -45,8 +38,6 @@ KNOWN_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "f
                    "flex_attention", "paged|sdpa", "paged|eager", "paged|flash_attention_2")
 NVIDIA_ONLY_ATTENTION = ("flash_attention_3", "flash_attention_4")
 """FlashAttention-3 and -4 ship NVIDIA builds only: refused unless the backend (CUDA) endorses them."""
-#: Collective backends that work only on one kind of device.
-DEVICE_COLLECTIVES = {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu"}
 #: TrainingArguments keywords that choose a sharding strategy, and the strategy each belongs to.
 SHARDING_KEYWORDS = {"fsdp": "fsdp", "fsdp_config": "fsdp", "deepspeed": "deepspeed"}
 
@@ -96,14 +87,14 @@ def check_training_overrides(backend: Backend, plan: Plan, overrides: Mapping[st
             raise PlanError(f"bf16=True, but {lacking[0].name} ({backend.name} device {lacking[0].index}) has no "
                             "bfloat16 support; pass fp16=True, or leave precision to intelrt")
     wanted = overrides.get("ddp_backend")
-    device = DEVICE_COLLECTIVES.get(str(wanted))
-    if device is not None and device != backend.device_type:
-        ours = plan.decided.collective
+    ours = plan.decided.collective or backend.sharding_support.collective
+    if wanted is not None and wanted not in (*HOST_COLLECTIVES, ours, backend.sharding_support.collective):
         fix = f"pass ddp_backend={ours!r} or leave it to intelrt" if ours else "leave ddp_backend unset"
-        raise PlanError(f"ddp_backend={wanted!r} runs only on {device} devices, and this run is on "
-                        f"{backend.name}; {fix}")
+        library = f"{ours} on its devices" if ours else "no library of its devices"
+        raise PlanError(f"ddp_backend={wanted!r} is not a collective library of {backend.name}, which runs "
+                        f"{' and '.join(HOST_COLLECTIVES)} on the host and {library}; {fix}")
     _check_sharding_overrides(plan, overrides)
-    if overrides.get("use_cpu") is True and backend.device_type != "cpu":
+    if overrides.get("use_cpu") is True and not backend.computes_on_host:
         raise PlanError(f"use_cpu=True contradicts the plan, which runs on {backend.name}; pass backend='cpu' to "
                         "intelrt instead, so precision and the collective backend follow the CPU")
 
@@ -153,6 +144,14 @@ class GenericRules:
     """The rule for each concern when the backend declares none (same method names as
     :class:`~intelrt.hooks.backend.Backend`, with the backend as first argument)."""
 
+    def derives(self, concern: str, backend: Backend) -> bool:
+        """Whether this rule's answer for ``concern`` comes from what ``backend`` declares (its
+        collective library, its fast decode loop's facts): the plan then credits the backend's plugin,
+        not ``defaults``."""
+        if concern == "collective":
+            return backend.sharding_support is not UNDECLARED_SHARDING
+        return concern in ("decode", "batching") and backend.fast_decode
+
     # -- automatic decisions ------------------------------------------------------------------
     def select_dtype(self, backend: Backend, s: Situation) -> Decision:
         if backend.devices and all(d.bf16 for d in backend.devices):
@@ -165,7 +164,8 @@ class GenericRules:
         """intelrt's method × backend table (``intelrt.quantization.decide``) for the request and the
         checkpoint's own ``quantization_config``, on the facts the backend declares
         (:meth:`~intelrt.quantization.methods.Target.from_backend`); the auto and the forced case alike."""
-        checkpoint = read_checkpoint_quantization(s.model.config, s.model.local_dir)
+        checkpoint = read_checkpoint_quantization(s.model.config, s.model.local_dir,
+                                                  s.request.from_pretrained_kwargs.get("gguf_file"))
         return decide(s.request.quantization, checkpoint, Target.from_backend(backend),
                       dtype=str(s.decided.dtype or "float32"),
                       in_features=projection_inputs(s.model.config), env=s.env).decision()
@@ -206,35 +206,10 @@ class GenericRules:
                         f"not needed for {backend.name}: compile warm-up outweighs its gain for one-off runs")
 
     def select_decode(self, backend: Backend, s: Situation) -> Decision:
-        request = s.request
-        blocker = decode_blockers(s.model, s.decided)
-        if blocker is not None:
-            for option in ("graphs", "attention_kernel"):
-                if getattr(request, option) == "on":
-                    raise PlanError(f"{option}='on' needs intelrt's fast decode loop, but {blocker}")
-            return plain_generate(blocker)
-        decode_graphs(request, None, f"{backend.name} names no device graphs for decoding")
-        decode_attention_kernel(request, False, f"{backend.name} declares no fast decode path", "compact")
-        return plain_generate(f"{backend.name} declares no fast decode path, so transformers' generate decodes")
+        return decide_decode(backend, s)
 
     def select_batching(self, backend: Backend, s: Situation) -> Decision:
-        request = s.request
-        graphs = {"on": True, "off": False}.get(request.graphs)
-        fast = fast_decode_planned(s.decided)
-        fallback = padded_generate_instead(request, s.model, s.decided) if request.batching != "padded" else None
-        if fallback is not None:
-            return fallback
-        if request.batching == "padded":
-            size = Backend.max_padded_batch
-            return Decision(BatchingChoice.padded("fast" if fast else "generate", size),
-                            f"padded batches of up to {size} prompts "
-                            f"through {'the fast decode loop' if fast else 'transformers generate'}")
-        reason = ("transformers' continuous batching (generate_batch)" if request.batching == "continuous" else
-                  "transformers' continuous batching schedules many prompts better than one padded batch")
-        notes: tuple[str, ...] = () if graphs is not None else ("graphs and async batching left to transformers' auto",)
-        if fast and request.batching == "auto":
-            notes += ("batching='padded' sends a list through the fast decode loop instead",)
-        return Decision(BatchingChoice.continuous(use_graphs=graphs), reason, claim="X7", notes=notes)
+        return decide_batching(backend, s)
 
     def select_buckets(self, backend: Backend, s: Situation) -> Decision | None:
         if s.request.buckets == "on":
@@ -243,7 +218,19 @@ class GenericRules:
         return None  # shapes are not padded: the plan leaves the decision out
 
     def select_collective(self, backend: Backend, s: Situation) -> Decision | None:
-        return None  # no collective library known: the plan leaves the decision out
+        """The collective library the backend declares (``Backend.sharding_support``), with its reason;
+        without a usable one, none — a launched run (``WORLD_SIZE`` > 1) refused with why."""
+        support = backend.sharding_support
+        if support is UNDECLARED_SHARDING:
+            return None  # no collective library known: the plan leaves the decision out
+        if support.collective is None:
+            if world_size(s.env) > 1:
+                raise PlanError(f"WORLD_SIZE={s.env['WORLD_SIZE']}: {support.collective_missing}")
+            return Decision(None, f"no collective backend: {support.collective_missing}", claim=support.claim,
+                            notes=("single-process runs are unaffected",))
+        return Decision(support.collective, support.collective_reason or
+                        f"{support.collective} is the collective library {backend.name} declares",
+                        claim=support.claim, notes=support.collective_notes)
 
     # -- forced values ------------------------------------------------------------------------
     def check_dtype(self, backend: Backend, value: str, s: Situation) -> Endorsement | None:

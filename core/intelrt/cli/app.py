@@ -26,8 +26,8 @@ from .arguments import (
     refuse,
     verbose_requested,
 )
-from .failures import EXIT_FAILED, describe, print_traceback
-from .interrupt import interrupts
+from .failures import EXIT_FAILED, UsageError, describe, print_traceback
+from .interrupt import Terminated, interrupts
 from .models import (
     announce_download,
     check_tokens,
@@ -46,7 +46,8 @@ Intel GPUs (xpu), Intel Gaudi (hpu), the CPU and CUDA: every decision planned, e
 Start with `intelrt plan` and `intelrt run` (the embedded tiny model: no download), then give them
 a model of yours. `intelrt COMMAND --help` describes each command.
 
-exit status: 0 success, 1 a run that failed, 2 a usage or configuration error, 130 interrupted.
+exit status: 0 success, 1 a run that failed, 2 a usage or configuration error, 130 interrupted,
+143 stopped by SIGTERM.
 With --json, the result (or the error, as {"error": {"type", "message", "fix"}}) is JSON on stdout."""
 
 MODEL_HELP = ("a directory saved with save_pretrained(), or a hub id (org/name); default: the embedded tiny "
@@ -96,6 +97,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     model = args.model or default_model()  # built (first use) on this machine, not the simulated one
     machine = f" as on a simulated {args.simulate}" if args.simulate else ""
+    if args.replicas is not None:
+        from .serve import run_replica_plan
+
+        return run_replica_plan(args, model, plan_kwargs(args))
+    if args.devices_per_replica is not None:
+        raise UsageError("--devices-per-replica plans Ray Serve replicas: add --replicas N", command="plan")
     with step(f"planning {model}{machine} (detecting backends, reading its config)"), simulated(args.simulate):
         result = plan(model, **plan_kwargs(args))
     emit(args, result.to_dict(), str(result))
@@ -200,7 +207,7 @@ def build_parser() -> Parser:
     from .bench_shapes import add_arguments as add_shape_arguments
     from .quantize import QUANTIZE_DESCRIPTION, QUANTIZE_EXAMPLES, REFUSED
     from .quantize import add_arguments as add_quantize_arguments
-    from .serve import SERVE_DESCRIPTION, SERVE_EXAMPLES
+    from .serve import SERVE_DESCRIPTION, SERVE_EXAMPLES, add_replica_arguments
     from .serve import add_arguments as add_serve_arguments
     from .training import (
         LAUNCH_DESCRIPTION,
@@ -244,11 +251,13 @@ def build_parser() -> Parser:
                     epilog=examples("intelrt plan                          # the embedded tiny model",
                                     "intelrt plan ./my-model --dtype bfloat16 --compile on",
                                     "intelrt plan --simulate xpu:2         # as on two Intel GPU cards you do not have",
+                                    "intelrt plan --simulate hpu:8 --replicas 8   # 8 Ray Serve replicas, one per Gaudi",
                                     "intelrt plan Qwen/Qwen3-0.6B --json   # a cached hub model"))
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP.replace("a hub id (org/name)",
                                                                               "a hub id (org/name) in the local cache"))
     add_plan_options(p)
     p.add_argument("--simulate", default=None, metavar="KIND:N[:GEN]", help=SIMULATE_HELP)
+    add_replica_arguments(p)
 
     p = add_command(sub, "run", cmd_run, summary="load a model and generate from a prompt",
                     description="Load MODEL as planned (the plan is printed first) and generate a continuation of "
@@ -319,6 +328,22 @@ class _NotIntelrt(logging.Filter):
         return record.name != "intelrt" and not record.name.startswith("intelrt.")
 
 
+OWN_HANDLERS = ("torch.utils._pytree",)
+"""Loggers of libraries that print through a handler of their own, so their records never reach
+the root handler (``torch._logging`` gives the ``torch`` logger its own handler and stops
+propagation). Importing transformers' quantizers imports torchao, whose registrations make
+``torch.utils._pytree`` warn twice on every command ("… is an Enum subclass and is now natively
+supported by torch.compile …"): a dependency's warning the user did not ask for. A logger's filter
+sees only the records made on that logger: each is named."""
+
+
+class _BelowVerbose(logging.Filter):
+    """On a library's logger with a handler of its own: warnings only with ``-v`` (errors always)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
 def configure_logging(verbosity: int) -> Callable[[], None]:
     """The one place the command line sets up logging; returns what puts it back.
 
@@ -358,6 +383,10 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
     progress.addHandler(steps)
     progress.propagate = False  # rendered by `steps` alone, not again as "intelrt: INFO: …"
     logging.captureWarnings(True)
+    quiet = _BelowVerbose()
+    own = [logging.getLogger(name) for name in OWN_HANDLERS] if not verbosity else []
+    for logger in own:
+        logger.addFilter(quiet)
 
     def restore() -> None:
         from .output import SPINNERS
@@ -372,6 +401,8 @@ def configure_logging(verbosity: int) -> Callable[[], None]:
         progress.propagate = before[3]
         hub_logging.set_verbosity(hub_level)
         logging.captureWarnings(False)
+        for logger in own:
+            logger.removeFilter(quiet)
 
     return restore
 
@@ -410,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore: Callable[[], None] = lambda: None  # noqa: E731
     try:
         args = parser.parse_args(argv)
+        args.argv = tuple(argv)  # as typed: argparse drops a `--` before a remainder (launch's script arguments)
         command, verbosity = args.command, args.verbose
         restore = configure_logging(verbosity)
         with interrupts():
@@ -418,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _stdout_closed()
-    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - the error contract: every failure reported
+    except (Exception, KeyboardInterrupt, Terminated) as exc:  # noqa: BLE001 - the error contract: every failure reported
         if not command:  # the command line itself was wrong: -v was not parsed, but was it given?
             verbosity = verbose_requested(argv)
         try:

@@ -14,7 +14,9 @@ from .failures import UsageError
 
 SIMULATE_HELP = ("plan as on a machine you do not have: KIND:COUNT[:GENERATION], e.g. xpu:2 (two Data Center GPU "
                  "Max 1550 cards, the default: 4 devices, one per tile in FLAT mode; xpu:2:max1100 for one-tile "
-                 "cards), hpu:8:gaudi3")
+                 "cards), hpu:8:gaudi3; or any machine intelrt.testing simulates, as JSON (e.g. "
+                 "'{\"kind\": \"hpu\", \"torch_fork\": true}': Gaudi's PyTorch fork, which lazy mode needs) or "
+                 "@FILE")
 
 
 class HelpFormatter(argparse.HelpFormatter):

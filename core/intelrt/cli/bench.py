@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..hooks.backend import Backend
 from .arguments import count, counts
 from .output import emit, say, step
 
@@ -101,30 +101,32 @@ def build_model(directory: Path, *, tiny: bool, device: str) -> None:
     del model
 
 
-def _sync(device: str) -> None:
-    import torch
+def bench_backend(requested: str | None) -> Backend:
+    """The backend a benchmark measures: ``--device`` when given, else the one intelrt's detection
+    chooses (``backend="auto"``, SPEC C1), as ``intelrt.load`` would — never a guess of its own."""
+    from ..hooks.options import AUTO
+    from ..planning.planner import plan_backend
 
-    if device != "cpu":
-        torch.accelerator.synchronize()
+    return plan_backend(backend=requested or AUTO).backend
 
 
-def timed(device: str, fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``fn()`` and its wall time, device work included; garbage collected first, so no run pays
-    for the collection of what earlier runs left."""
+def timed(backend: Backend, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall time, device work included (``backend`` waits for its device);
+    garbage collected first, so no run pays for the collection of what earlier runs left."""
     gc.collect()
-    _sync(device)
+    backend.synchronize()
     start = time.perf_counter()
     out = fn()
-    _sync(device)
+    backend.synchronize()
     return out, time.perf_counter() - start
 
 
-def timed_median(device: str, fn: Callable[[], Any], repeats: int) -> tuple[Any, float, list[float]]:
+def timed_median(backend: Backend, fn: Callable[[], Any], repeats: int) -> tuple[Any, float, list[float]]:
     """The last output, the median wall time of ``repeats`` calls, and every call's time."""
     calls: list[float] = []
     out: Any = None
     for _ in range(repeats):
-        out, seconds = timed(device, fn)
+        out, seconds = timed(backend, fn)
         calls.append(seconds)
     return out, statistics.median(calls), calls
 
@@ -149,7 +151,8 @@ def run(args: argparse.Namespace) -> Results:
 
         from ..runtime.pretrained_kwargs import from_pretrained_kwargs
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = bench_backend(args.device)
+    device = backend.device_type
     results = Results(device=device, model="tiny Qwen3" if args.tiny else "Qwen3-0.6B-shaped, random bf16",
                       versions={"torch": str(torch.__version__), "transformers": transformers.__version__})
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="intelrt-bench-"))
@@ -162,7 +165,7 @@ def run(args: argparse.Namespace) -> Results:
 
     # -- intelrt first: its plan fixes the choices the plain run copies ---------------------
     with step(f"intelrt.load on {device}"):
-        loaded = intelrt.load(workdir, backend=device, workload="batch")  # timed calls after a warm-up: compiled
+        loaded = intelrt.load(workdir, backend=backend.name, workload="batch")  # timed calls after a warm-up: compiled
     plan = loaded.plan
     results.plan = {k: {"value": v.value, "reason": v.reason} for k, v in plan.decisions.items()
                     if k in ("dtype", "placement", "attention", "decode", "batching")}
@@ -176,9 +179,9 @@ def run(args: argparse.Namespace) -> Results:
     if not args.only_verify:
         with step(f"from_pretrained on {device} (plain transformers)"):
             plain = plain_load()
-        _speed(args, results, loaded, plain, prompts, settings, device)
+        _speed(args, results, loaded, plain, prompts, settings, backend)
     if args.verify or args.only_verify:
-        _verify(results, workdir, prompts, settings, device)
+        _verify(results, workdir, prompts, settings, backend)
     if args.only_verify:
         return results
 
@@ -188,39 +191,36 @@ def run(args: argparse.Namespace) -> Results:
     plain_times: list[float] = []
     ours_times: list[float] = []
     with row("load", f"{args.load_repeats} x from_pretrained + tokenizer, intelrt.load"):
-        _load_pairs(args, workdir, device, plain_load, plain_times, ours_times)
+        _load_pairs(args, workdir, backend, plain_load, plain_times, ours_times)
     results.add(Row("load", "from_pretrained + tokenizer", None, statistics.median(plain_times)))
     results.add(Row("load", "intelrt.load", None, statistics.median(ours_times)))
-    results.checks = check_targets(results, len(prompts), new) if _judged(args, device) else [
+    results.checks = check_targets(results, len(prompts), new) if _judged(args, backend) else [
         f"(targets not judged: issue 6 set them for the Qwen3-0.6B shape on {TARGET_DEVICE}; this run is "
         f"{'--tiny ' if args.tiny else ''}on {device})"]
     return results
 
 
-def _judged(args: argparse.Namespace, device: str) -> bool:
-    return device == TARGET_DEVICE and not args.tiny
+def _judged(args: argparse.Namespace, backend: Backend) -> bool:
+    return backend.name == TARGET_DEVICE and not args.tiny
 
 
-def _load_pairs(args: argparse.Namespace, workdir: Path, device: str, plain_load: Callable[[], Any],
+def _load_pairs(args: argparse.Namespace, workdir: Path, backend: Backend, plain_load: Callable[[], Any],
                 plain_times: list[float], ours_times: list[float]) -> None:
     """Load wall time, alternating plain and intelrt, ``--load-repeats`` pairs."""
-    import torch
-
     import intelrt
 
     for _ in range(args.load_repeats):
         for which, sink in ((plain_load, plain_times),
-                            (lambda: intelrt.load(workdir, backend=device, workload="batch"), ours_times)):
-            obj, seconds = timed(device, which)
+                            (lambda: intelrt.load(workdir, backend=backend.name, workload="batch"), ours_times)):
+            obj, seconds = timed(backend, which)
             sink.append(seconds)
             del obj
             gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            backend.empty_cache(None)
 
 
 def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, prompts: list[list[int]],
-           settings: dict[str, Any], device: str) -> None:
+           settings: dict[str, Any], backend: Backend) -> None:
     import torch
 
     new = args.new_tokens
@@ -236,19 +236,19 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     # batch 1: eager generate (short warm-up, then timed)
     with row("batch 1", "eager generate"):
         hf_generate(plain, one, max_new_tokens=8)
-        eager, seconds = timed(device, lambda: hf_generate(plain, one))
+        eager, seconds = timed(backend, lambda: hf_generate(plain, one))
     results.add(Row("batch 1", "eager generate", new / seconds, seconds))
     # batch 1: static cache (+ transformers' auto-compile on cuda/xpu): warm-up is a full run
     with row("batch 1", "static cache + compile (the first call compiles)"):
         hf_generate(plain, one, cache_implementation="static")
-        static, seconds, calls = timed_median(device, lambda: hf_generate(plain, one, cache_implementation="static"),
+        static, seconds, calls = timed_median(backend, lambda: hf_generate(plain, one, cache_implementation="static"),
                                               args.repeats)
     results.add(Row("batch 1", "static cache + compile", new / seconds, seconds,
                     compare(static, eager) + " vs eager", calls))
     # batch 1: intelrt (warm-up compiles and captures)
     with row("batch 1", "intelrt"):
         loaded.generate_ids(one[0], **settings)
-        ours, seconds, calls = timed_median(device, lambda: [loaded.generate_ids(one[0], **settings)], args.repeats)
+        ours, seconds, calls = timed_median(backend, lambda: [loaded.generate_ids(one[0], **settings)], args.repeats)
     results.path["batch 1"] = loaded.last_generation.to_dict() if loaded.last_generation else {}
     results.add(Row("batch 1", "intelrt", new / seconds, seconds,
                     f"{compare(ours, static)} vs static; {compare(ours, eager)} vs eager", calls))
@@ -259,14 +259,14 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
         for label, graphs, compiled in (("intelrt, graphs off", "off", "auto"),
                                         ("intelrt, eager step in graph", "auto", "none")):
             with row("batch 1", label):
-                variant = intelrt.load(loaded.plan.model.local_dir, backend=device, graphs=graphs,
+                variant = intelrt.load(loaded.plan.model.local_dir, backend=backend.name, graphs=graphs,
                                        compile=compiled, workload="batch")
 
                 def once(v: Any = variant) -> list[Any]:
                     return [v.generate_ids(one[0], **settings)]
 
                 once()
-                out, seconds, calls = timed_median(device, once, args.repeats)
+                out, seconds, calls = timed_median(backend, once, args.repeats)
             results.add(Row("batch 1", label, new / seconds, seconds, compare(out, static) + " vs static", calls))
             del variant
             gc.collect()
@@ -275,7 +275,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     many = len(prompts) * new
     with row(f"{len(prompts)} x {new}", "padded generate"):
         hf_generate(plain, prompts, max_new_tokens=8)
-        padded, seconds = timed(device, lambda: hf_generate(plain, prompts))
+        padded, seconds = timed(backend, lambda: hf_generate(plain, prompts))
     results.add(Row(f"{len(prompts)} x {new}", "padded generate", many / seconds, seconds))
     # many requests: continuous batching with transformers' defaults
     if not args.skip_continuous:
@@ -296,7 +296,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
         try:
             with row(f"{len(prompts)} x {new}", "generate_batch (defaults)"):
                 batch(prompts[:4], GenerationConfig(**{**settings, "max_new_tokens": 8}))
-                cont, seconds = timed(device, lambda: batch(prompts, config))
+                cont, seconds = timed(backend, lambda: batch(prompts, config))
             results.add(Row(f"{len(prompts)} x {new}", "generate_batch (defaults)", many / seconds, seconds,
                             compare(cont, padded) + " vs padded"))
         except Exception as exc:  # noqa: BLE001 - reported in the table instead of ending the run
@@ -305,7 +305,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
     # many requests: intelrt
     with row(f"{len(prompts)} x {new}", "intelrt"):
         loaded.generate_ids(prompts, **settings)
-        ours_many, seconds, calls = timed_median(device, lambda: loaded.generate_ids(prompts, **settings),
+        ours_many, seconds, calls = timed_median(backend, lambda: loaded.generate_ids(prompts, **settings),
                                                  args.repeats)
     results.path["many"] = loaded.last_generation.to_dict() if loaded.last_generation else {}
     results.add(Row(f"{len(prompts)} x {new}", "intelrt", many / seconds, seconds,
@@ -313,7 +313,7 @@ def _speed(args: argparse.Namespace, results: Results, loaded: Any, plain: Any, 
 
 
 def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings: dict[str, Any],
-            device: str) -> None:
+            backend: Backend) -> None:
     """Token-for-token check in float32, where argmax has no bf16 ties: intelrt's fast path
     (compiled, graph-captured) against plain ``generate``, at batch 1 and for the whole batch."""
     import torch
@@ -323,8 +323,8 @@ def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings:
 
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
 
-    with step(f"loading the float32 pair (intelrt.load, from_pretrained) on {device}"):
-        ours = intelrt.load(workdir, backend=device, dtype="float32", workload="batch")
+    with step(f"loading the float32 pair (intelrt.load, from_pretrained) on {backend.device_type}"):
+        ours = intelrt.load(workdir, backend=backend.name, dtype="float32", workload="batch")
         plain = AutoModelForCausalLM.from_pretrained(workdir, **from_pretrained_kwargs(ours.plan)).eval()
     group = "verify fp32"
     for label, rows in (("batch 1", prompts[:1]), (f"{len(prompts)} x {settings['max_new_tokens']}", prompts)):
@@ -337,7 +337,7 @@ def _verify(results: Results, workdir: Path, prompts: list[list[int]], settings:
                 out = plain.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
             reference = out[:, ids.shape[1]:].tolist()
             run_ours()  # warm-up: compile and capture
-            mine, seconds = timed(device, run_ours)
+            mine, seconds = timed(backend, run_ours)
         info = ours.last_generation
         assert info is not None
         results.add(Row(group, f"intelrt {label}", len(rows) * settings["max_new_tokens"] / seconds, seconds,
@@ -440,7 +440,8 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny model (for the CPU) instead of Qwen3-0.6B-shaped")
     parser.add_argument("--device", default=None, choices=("cuda", "xpu", "hpu", "cpu"),
-                        help="where to run (default: cuda when present, else cpu)")
+                        help="the backend to measure (default: the one intelrt's detection chooses, as "
+                             "intelrt.load does; --tiny with --shape: cpu)")
     parser.add_argument("--requests", type=count(), default=None, metavar="N",
                         help="prompts in the batch run (default 64; tiny 8)")
     parser.add_argument("--new-tokens", type=count(), default=None, metavar="N",
@@ -546,7 +547,9 @@ def main(args: argparse.Namespace) -> int:
     data = asdict(results)
     emit(args, data, format_table(results))
     if args.output:
-        Path(args.output).write_text(json.dumps(data, indent=2), encoding="utf-8")
+        from ..training.saving import write_json_atomically
+
+        write_json_atomically(args.output, data)  # a full disk never leaves a cut-off results file
         say(f"results written to {args.output}")
     if args.chart:
         write_chart(results, args.chart)

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..hooks.backend import Backend
 from .arguments import count, positive_number
-from .bench import DEFAULT_REPEATS, compare, timed, timed_median
+from .bench import DEFAULT_REPEATS, bench_backend, compare, timed, timed_median
 from .output import emit, say
 from .shapes import SHAPES, save_shape, shape, tiny_config
 
@@ -104,30 +105,30 @@ class Timed:
 
 
 class Measure:
-    """Times and peak memory of the runs of one shape on ``device``."""
+    """Times and peak memory of the runs of one shape on ``backend``'s device (``device``: its torch
+    device type)."""
 
-    def __init__(self, device: str, repeats: int, bandwidth_tb_s: float) -> None:
-        self.device, self.repeats, self.bandwidth = device, repeats, bandwidth_tb_s * 1e12
+    def __init__(self, backend: Backend, repeats: int, bandwidth_tb_s: float) -> None:
+        self.backend, self.device = backend, backend.device_type
+        self.repeats, self.bandwidth = repeats, bandwidth_tb_s * 1e12
 
     def run(self, fn: Callable[[], Any], tokens: int) -> Timed:
         """``fn``'s first call (timed: it compiles), then the median of ``repeats`` timed calls; the peak
-        device memory of all of them, and of the timed calls above what was allocated before them."""
-        import torch
-
-        cuda = self.device == "cuda"
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        _, first = timed(self.device, fn)
-        peak = torch.cuda.max_memory_allocated() if cuda else None
-        resident = torch.cuda.memory_allocated() if cuda else 0
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        out, seconds, calls = timed_median(self.device, fn, self.repeats)
-        steady = torch.cuda.max_memory_allocated() if cuda else None
+        device memory of all of them, and of the timed calls above what was allocated before them
+        (``None`` where the backend counts no memory: the CPU)."""
+        backend = self.backend
+        backend.empty_cache()
+        backend.reset_peak_memory(None)
+        _, first = timed(backend, fn)
+        peak = backend.memory_in_use(None, peak=True, cached=False)
+        resident = backend.memory_in_use(None, cached=False) or 0
+        backend.reset_peak_memory(None)
+        out, seconds, calls = timed_median(backend, fn, self.repeats)
+        steady = backend.memory_in_use(None, peak=True, cached=False)
+        counted = peak is not None and steady is not None
         return Timed(out, tokens / seconds, seconds, tuple(calls), first,
-                     max(peak or 0, steady or 0) / 2**30 if cuda else None,
-                     ((steady or 0) - resident) / 2**30 if cuda else None)
+                     max(peak or 0, steady or 0) / 2**30 if counted else None,
+                     ((steady or 0) - resident) / 2**30 if counted else None)
 
     def share(self, tok_s: float, read: int) -> float:
         return tok_s * read / self.bandwidth
@@ -140,8 +141,8 @@ def _release() -> None:
 
     torch._dynamo.reset()
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if torch.accelerator.is_available():
+        torch.accelerator.empty_cache()
 
 
 def shape_config(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -200,7 +201,7 @@ def bench_shape(name: str, args: argparse.Namespace, measure: Measure) -> list[S
     rows = speed_rows(work, measure, args.prompt_tokens)
     _release()
     if not args.skip_verify:
-        rows.append(verify_float32(work, args, measure.device))
+        rows.append(verify_float32(work, args, measure.backend))
         _release()
     if args.quantized:
         rows += quantized_rows(work, measure)
@@ -269,7 +270,7 @@ def speed_rows(work: Workload, measure: Measure, lengths: Sequence[int] = ()) ->
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
     from .shapes import random_model
 
-    plan = intelrt.plan(work.workdir, backend=measure.device, workload="batch")
+    plan = intelrt.plan(work.workdir, backend=measure.backend.name, workload="batch")
     prepare(plan)
     kwargs = from_pretrained_kwargs(plan)
     model = random_model(work.config, dtype=kwargs.get("dtype"), device=measure.device,
@@ -310,7 +311,7 @@ def _length_rows(work: Workload, measure: Measure, model: Any, loaded: Any, read
     return rows
 
 
-def verify_float32(work: Workload, args: argparse.Namespace, device: str) -> ShapeRow:
+def verify_float32(work: Workload, args: argparse.Namespace, backend: Backend) -> ShapeRow:
     """intelrt's fast path (as planned for the device) against plain ``generate`` in float32."""
     import torch
 
@@ -325,8 +326,8 @@ def verify_float32(work: Workload, args: argparse.Namespace, device: str) -> Sha
     small = {**work.config, "num_hidden_layers": layers}
     if layers != total:
         small.pop("layer_types", None)
-    plan = intelrt.plan(work.workdir, backend=device, dtype="float32", workload="batch")
-    model = random_model(small, dtype=torch.float32, device=device,
+    plan = intelrt.plan(work.workdir, backend=backend.name, dtype="float32", workload="batch")
+    model = random_model(small, dtype=torch.float32, device=backend.device_type,
                          attn_implementation=from_pretrained_kwargs(plan).get("attn_implementation"))
     expected = greedy(model, work)
     loaded = adopt(model, None, plan)
@@ -346,7 +347,7 @@ def quantized_rows(work: Workload, measure: Measure) -> list[ShapeRow]:
 
     from .shapes import random_model
 
-    dtype = torch.float32 if measure.device == "cpu" else torch.bfloat16
+    dtype = torch.float32 if measure.backend.computes_on_host else torch.bfloat16
     random_model(work.config, dtype=dtype, device=measure.device).save_pretrained(work.workdir)
     _release()
     plain, base = plain_4bit(work, measure)
@@ -361,7 +362,7 @@ def plain_4bit(work: Workload, measure: Measure) -> tuple[ShapeRow, list[list[in
 
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
 
-    plan = intelrt.plan(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
+    plan = intelrt.plan(work.workdir, backend=measure.backend.name, quantization="4bit", workload="batch")
     model = AutoModelForCausalLM.from_pretrained(work.workdir, **from_pretrained_kwargs(plan)).eval()
     read = decode_bytes(model)
     plain = measure.run(lambda: greedy(model, work), work.new_tokens)
@@ -372,7 +373,7 @@ def plain_4bit(work: Workload, measure: Measure) -> tuple[ShapeRow, list[list[in
 def intelrt_4bit(work: Workload, measure: Measure, base: list[list[int]], baseline: float | None) -> ShapeRow:
     import intelrt
 
-    loaded = intelrt.load(work.workdir, backend=measure.device, quantization="4bit", workload="batch")
+    loaded = intelrt.load(work.workdir, backend=measure.backend.name, quantization="4bit", workload="batch")
     read = decode_bytes(loaded.model)
     ours = measure.run(lambda: [loaded.generate_ids(work.prompt[0], **work.settings)], work.new_tokens)
     report = loaded.last_generation
@@ -384,7 +385,7 @@ def intelrt_4bit(work: Workload, measure: Measure, base: list[list[int]], baseli
                     first_call_s=ours.first_call_s)
 
 
-def first_answer(name: str, args: argparse.Namespace, device: str) -> list[ShapeRow]:
+def first_answer(name: str, args: argparse.Namespace, backend: Backend) -> list[ShapeRow]:
     """Fresh processes: load + one ``--first-answer-tokens`` generate, cold then warm caches."""
     import torch
 
@@ -393,7 +394,8 @@ def first_answer(name: str, args: argparse.Namespace, device: str) -> list[Shape
 
     config = shape_config(name, args)
     workdir = save_shape(Path(tempfile.mkdtemp(prefix="intelrt-first-")), config, weights=False)
-    random_model(config, dtype=torch.float32 if device == "cpu" else torch.bfloat16,
+    device = backend.device_type
+    random_model(config, dtype=torch.float32 if backend.computes_on_host else torch.bfloat16,
                  device=device).save_pretrained(workdir)
     _release()
     rows = []
@@ -549,10 +551,11 @@ def main(args: argparse.Namespace) -> int:
     import torch
     import transformers
 
-    device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    backend = bench_backend(args.device or ("cpu" if args.tiny else None))  # --tiny measures the CPU
+    device = backend.device_type
     args.new_tokens = args.new_tokens or (16 if args.tiny else 256)
     args.repeats = args.repeats or DEFAULT_REPEATS
-    measure = Measure(device, args.repeats, args.bandwidth)
+    measure = Measure(backend, args.repeats, args.bandwidth)
     chosen = names(args.shape)
     refuse_beyond_positions(chosen, args)
     rows: list[ShapeRow] = []
@@ -560,19 +563,21 @@ def main(args: argparse.Namespace) -> int:
         if not args.first_answer_only:
             rows += bench_shape(name, args, measure)
         if args.first_answer or args.first_answer_only:
-            rows += first_answer(name, args, device)
-    gpu = torch.cuda.get_device_name() if device == "cuda" else device
+            rows += first_answer(name, args, backend)
+    gpu = device if backend.computes_on_host else backend.device_name(None)
     lengths = ", ".join(f"{n:,}" for n in args.prompt_tokens)
-    header = (f"intelrt bench --shape — random {'float32' if device == 'cpu' else 'bf16'} weights on {gpu} (torch "
+    header = (f"intelrt bench --shape — random {'float32' if backend.computes_on_host else 'bf16'} weights on {gpu} (torch "
               f"{torch.__version__}, transformers {transformers.__version__}); batch 1, {lengths}-token "
               f"prompt, {args.new_tokens} new tokens, median of {args.repeats}; roofline: "
               f"{args.bandwidth:g} TB/s over the weights a step reads; prefill GiB: the timed calls' peak above "
               "what was allocated before them")
-    judged = device == "cuda" and not args.tiny
+    judged = backend.name == "cuda" and not args.tiny
     checks = check_targets(rows) if judged else ["(--tiny / CPU: no GPU target is judged)"]
     data = {"device": gpu, "rows": [asdict(r) for r in rows], "checks": checks if judged else []}
     emit(args, data, "\n".join([format_rows(rows, header), *checks]))
     if args.output:
-        Path(args.output).write_text(json.dumps(data, indent=2), encoding="utf-8")
+        from ..training.saving import write_json_atomically
+
+        write_json_atomically(args.output, data)  # a full disk never leaves a cut-off results file
         say(f"results written to {args.output}")
     return 0

@@ -2,8 +2,8 @@
 
 ``python -m intelrt.cli.default_path CONFIG.json MODEL_DIR --device cuda`` builds the shape of
 ``CONFIG.json`` with random weights on the device, plans it as ``intelrt.load`` does by default
-(``workload="auto"``: on CUDA an adaptive warm-up, the compiled step built in the background while
-the captured one decodes), times the first call of ``--new-tokens`` tokens (what a fresh process
+(``workload="auto"``: on CUDA an adaptive warm-up, the compiled step built by a compile worker
+process while the captured one decodes), times the first call of ``--new-tokens`` tokens (what a fresh process
 gets first), waits for the background compile to end, runs one call (the swap and its capture),
 then times ``--repeats`` calls (the steady state), and prints one JSON line. The parent runs it with
 empty compile caches (``first_answer.run_fresh``).
@@ -30,20 +30,20 @@ def measure(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--wait", type=float, default=900.0, help="seconds to wait for the background compile")
     args = parser.parse_args(argv)
-    import torch
     from transformers import AutoTokenizer
 
     import intelrt
 
     from ..runtime.loading import adopt, prepare
     from ..runtime.pretrained_kwargs import from_pretrained_kwargs
-    from .bench import timed, timed_median
+    from .bench import bench_backend, timed, timed_median
     from .bench_shapes import decode_bytes, prompt_of
     from .shapes import random_model
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = bench_backend(args.device)
+    device = backend.device_type
     config = json.loads(Path(args.config).read_text(encoding="utf-8"))
-    plan = intelrt.plan(args.model, backend=device)  # the defaults: workload="auto"
+    plan = intelrt.plan(args.model, backend=backend.name)  # the defaults: workload="auto"
     prepare(plan)
     kwargs = from_pretrained_kwargs(plan)
     model = random_model(config, dtype=kwargs.get("dtype"), device=device,
@@ -55,18 +55,16 @@ def measure(argv: list[str] | None = None) -> dict[str, Any]:
     def call() -> Any:
         return loaded.generate_ids(prompt, **settings)
 
-    cuda = device == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    first, first_s = timed(device, call)
+    backend.reset_peak_memory(None)
+    first, first_s = timed(backend, call)
     first_report = loaded.last_generation.to_dict() if loaded.last_generation else {}
     decoder = loaded.fast_decoder()
     started = time.perf_counter()
     wait = getattr(decoder, "wait_for_compile", None)  # only the background-compiling decoder has one
     finished = wait(args.wait) if wait is not None else True
     waited = time.perf_counter() - started
-    timed(device, call)  # the swap (if the compile finished) and the compiled step's capture
-    steady, seconds, calls = timed_median(device, call, args.repeats)
+    timed(backend, call)  # the swap (if the compile finished) and the compiled step's capture
+    steady, seconds, calls = timed_median(backend, call, args.repeats)
     steady_report = loaded.last_generation.to_dict() if loaded.last_generation else {}
     swaps = [{"shape": list(s.shape), "token": s.token, "compile_s": s.compile_seconds}
              for s in getattr(decoder, "swaps", [])]
@@ -75,7 +73,8 @@ def measure(argv: list[str] | None = None) -> dict[str, Any]:
             "compile_finished": finished, "waited_s": waited, "swaps": swaps,
             "steady_s": seconds, "steady_tok_s": args.new_tokens / seconds, "steady_calls": calls,
             "steady_report": steady_report, "same_tokens": first == steady, "read_bytes": decode_bytes(model),
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+            "peak_gib": peak / 2**30 if (peak := backend.memory_in_use(None, peak=True, cached=False)) is not None
+            else None}
 
 
 def main(argv: list[str] | None = None) -> int:

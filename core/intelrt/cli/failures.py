@@ -2,7 +2,7 @@
 
 Exit status 0 success, 1 a run that failed (network, memory, a crash in a library, a launched job
 that failed), 2 input that cannot be used as given (arguments, the model's files, the environment),
-130 interrupted (Ctrl-C). intelrt's own errors already say what was wrong and how to fix it;
+130 interrupted (Ctrl-C), 143 stopped by SIGTERM. intelrt's own errors already say what was wrong and how to fix it;
 exceptions of the libraries underneath (the hub, safetensors, transformers, torch.compile, the
 operating system) are translated here, at the command line's edge, into the same shape — so a user
 reads one paragraph instead of a traceback, and a program reading ``--json`` gets
@@ -31,6 +31,7 @@ from ..errors import (
     TrainingDivergedError,
     UnsafeModelError,
 )
+from .interrupt import EXIT_TERMINATED, Terminated
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -220,6 +221,32 @@ def _compile(exc: BaseException) -> Failure | None:
     return None
 
 
+_VISIBILITY = re.compile(r"\b[A-Z][A-Z0-9_]*(?:VISIBLE|AFFINITY)[A-Z0-9_]*\b")
+"""A device-visibility variable (``ZE_AFFINITY_MASK``, ``HABANA_VISIBLE_MODULES``,
+``CUDA_VISIBLE_DEVICES`` …): a driver reads it once, when it starts, and one it cannot read stops it there."""
+_DRIVER_START = ("/torch/xpu/__init__.py", "/torch/cuda/__init__.py", "/habana_frameworks/")
+
+
+def _driver(exc: BaseException) -> Failure | None:
+    """A device driver that failed to start, wherever torch first asked it for its devices — often
+    deep inside an import (transformers' quantizers import torchao, whose Triton check counts the
+    devices under ``torch/_dynamo``): a compile failure it is not. Names the visibility variable set."""
+    import os
+
+    said = _said(exc)
+    named = sorted(set(_VISIBILITY.findall(said)))
+    started = any(any(part in f.filename.replace(os.sep, "/") for part in _DRIVER_START)
+                  for f in traceback.extract_tb(exc.__traceback__))
+    if not isinstance(exc, RuntimeError) or not (named or started):
+        return None
+    shown = [f"{v}={os.environ[v]!r}" for v in (named or sorted(os.environ)) if v in os.environ and _VISIBILITY.fullmatch(v)]
+    fix = (f"{' and '.join(shown)}: the driver reads it when it starts; correct it (`intelrt doctor` names every "
+           "entry it cannot read) or unset it" if shown else
+           f"check the device driver's installation (`intelrt doctor`); {VERBOSE_HINT}")
+    return Failure("DriverFailed", f"the device driver failed to start: {said}", fix,
+                   EXIT_USAGE if shown else EXIT_FAILED)
+
+
 def _memory(exc: BaseException) -> Failure | None:
     if not (isinstance(exc, MemoryError) or _is(exc, "torch", "OutOfMemoryError")):
         return None
@@ -242,7 +269,8 @@ def _transformers(exc: BaseException) -> Failure | None:
                    "save_pretrained()", EXIT_USAGE)
 
 
-_KINDS: tuple[Callable[[BaseException], Failure | None], ...] = (_hub, _network, _safetensors, _compile, _memory)
+_KINDS: tuple[Callable[[BaseException], Failure | None], ...] = (_hub, _network, _safetensors, _driver, _compile,
+                                                                 _memory)
 _SPECIFIC: tuple[Callable[[BaseException], Failure | None], ...] = (*_KINDS, _transformers)
 
 
@@ -268,6 +296,8 @@ def describe(exc: BaseException, command: str) -> Failure:
     if isinstance(exc, KeyboardInterrupt):
         return Failure("Interrupted", "interrupted (Ctrl-C)", "run the command again to start over",
                        EXIT_INTERRUPTED)
+    if isinstance(exc, Terminated):
+        return Failure("Terminated", "stopped (SIGTERM)", "run the command again to start over", EXIT_TERMINATED)
     command = getattr(exc, "command", command)  # a UsageError knows its subcommand before main does
     if isinstance(exc, RunFailed):
         return Failure(exc.kind, str(exc), exc.fix, EXIT_FAILED)

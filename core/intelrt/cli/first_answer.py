@@ -50,15 +50,18 @@ def child(argv: Sequence[str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     import torch
 
+    from .bench import bench_backend
+
+    backend = bench_backend(args.device)  # in the import phase: the same cost for every mode
+    device = backend.device_type
     imported = time.perf_counter()
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     prompt = torch.randint(2, 384, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     settings = {"max_new_tokens": args.new_tokens, "do_sample": False, "eos_token_id": None, "pad_token_id": 1}
     report: dict[str, Any] = {}
     if args.mode == "intelrt":
         import intelrt
 
-        loaded = intelrt.load(args.model, backend=device, workload=args.workload, warmup=args.warmup)
+        loaded = intelrt.load(args.model, backend=backend.name, workload=args.workload, warmup=args.warmup)
         ready = time.perf_counter()
         tokens = loaded.generate_ids(prompt, **settings)
         report = loaded.last_generation.to_dict() if loaded.last_generation else {}
@@ -66,7 +69,7 @@ def child(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        dtype = torch.float32 if backend.computes_on_host else torch.bfloat16
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, device_map=device).eval()
         AutoTokenizer.from_pretrained(args.model)
         ready = time.perf_counter()
@@ -75,8 +78,7 @@ def child(argv: Sequence[str] | None = None) -> dict[str, Any]:
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings, **extra)
         tokens = out[0, ids.shape[1]:].tolist()
-    if device != "cpu":
-        torch.accelerator.synchronize()
+    backend.synchronize()
     done = time.perf_counter()
     from torch._dynamo.utils import counters
 

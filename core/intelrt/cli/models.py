@@ -13,10 +13,6 @@ from .output import say, step
 if TYPE_CHECKING:
     from ..hooks.plan import Plan
 
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""config.json keys that give a model's context length (the positions it was built for)."""
-
-
 @contextlib.contextmanager
 def simulated(spec: str | None) -> Iterator[None]:
     """A simulated machine for the block (``--simulate KIND:COUNT[:GENERATION]``), or none (an empty
@@ -42,13 +38,9 @@ def default_model() -> str:
 
 def context_length(plan: Plan) -> tuple[str, int] | None:
     """(config key, positions): what the model was built for, or ``None`` when its config does not say."""
-    config = plan.model.config
-    for section in (config.get("text_config") or {}, config):
-        for key in CONTEXT_KEYS:
-            value = section.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return key, value
-    return None
+    from ..backends.sizing import model_positions
+
+    return model_positions(plan.model.config)
 
 
 def check_tokens(plan: Plan, tokens: int, flag: str, *, room: int = 0) -> None:

@@ -92,6 +92,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 2048)")
     parser.add_argument("--no-prefix-caching", action="store_true",
                         help="do not reuse the KV blocks of identical prompt prefixes across requests")
+    add_replica_arguments(parser)
+    parser.add_argument("--min-replicas", type=count(0), default=None, metavar="N",
+                        help="with --max-replicas: Ray Serve adds and removes replicas between the two with the load "
+                             "(--replicas to start with)")
+    parser.add_argument("--max-replicas", type=count(), default=None, metavar="N", help="see --min-replicas")
+    parser.add_argument("--target-ongoing-requests", type=count(), default=None, metavar="N",
+                        help="autoscaling: requests per replica Ray Serve aims at (default 32)")
+    parser.add_argument("--address", default=None, metavar="RAY_ADDRESS",
+                        help="join this Ray cluster (e.g. auto, or HEAD_IP:6379) instead of starting Ray here; run "
+                             "it on a node of the cluster")
+    parser.add_argument("--proxy-location", choices=("EveryNode", "HeadOnly"), default="EveryNode",
+                        help="where Ray Serve's HTTP proxy listens on --host:--port: every node that runs a replica "
+                             "(default), or the head node only")
+
+
+def add_replica_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--replicas`` and ``--devices-per-replica`` (``intelrt serve`` and ``intelrt plan``)."""
+    parser.add_argument("--replicas", type=count(), default=None, metavar="N",
+                        help="serve N replicas on Ray Serve (pip install 'intelrt[ray]'), one per device or device "
+                             "group; plan: show each replica's devices, variables and plan")
+    parser.add_argument("--devices-per-replica", type=count(), default=None, metavar="K",
+                        help="devices each replica takes (default 1: a replica per device); on Gaudi 2 or 4 of a "
+                             "supported module set")
 
 
 def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
@@ -99,7 +122,14 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     served and exit."""
     model = args.model or default_model()
     limits = {"max_batch": args.max_batch, "context_length": args.context_length, "max_queue": args.max_queue}
+    if args.replicas is not None and not args.simulate:
+        from ..serving.ray import require_ray_extra
+
+        require_ray_extra()  # before the model is planned: the install line in a second
+    replicated = _replication(args)
     if args.simulate:
+        if replicated is not None:
+            return run_replica_plan(args, model, plan_kwargs)
         return _dry_run(args, model, plan_kwargs, limits)
     from ..serving import require_serve_extra
     from ..serving.adapters import read_adapter
@@ -112,6 +142,8 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
 
     tuning = engine_tuning(args, DecodeTuning())  # checked before the model loads, too
     announce_download(model)
+    if replicated is not None:
+        return _serve_replicas(args, model, plan_kwargs, replicated, limits, served)
     the_plan = planned(model, **plan_kwargs)
     if the_plan.task != "feature-extraction":
         require_generation(the_plan, "serve")
@@ -123,6 +155,53 @@ def run_serve(args: argparse.Namespace, plan_kwargs: dict[str, Any]) -> int:
     print(loaded.plan, flush=True)
     serve(loaded, args.host, args.port, model_name=args.served_model_name or args.model or TINY_MODEL_ID, **limits,
           drain_timeout=args.drain_timeout, client_timeout=args.client_timeout, log_level="info" if args.verbose else "warning", **served)
+    return 0
+
+
+def _replication(args: argparse.Namespace) -> Any:
+    """The ``Replication`` the replica options ask for (``None``: one process, no Ray)."""
+    replica_only = {"--min-replicas": args.min_replicas, "--max-replicas": args.max_replicas,
+                    "--target-ongoing-requests": args.target_ongoing_requests, "--address": args.address,
+                    "--devices-per-replica": args.devices_per_replica}
+    if args.replicas is None:
+        given = [flag for flag, value in replica_only.items() if value is not None]
+        if given or args.proxy_location != "EveryNode":
+            from ..errors import ConfigurationError
+
+            raise ConfigurationError(f"{', '.join(given) or '--proxy-location'} configures Ray Serve replicas: add "
+                                     "--replicas N")
+        return None
+    from ..serving.ray.layout import TARGET_ONGOING, Replication
+
+    replication = Replication(args.replicas, args.min_replicas, args.max_replicas,
+                              args.target_ongoing_requests or TARGET_ONGOING, args.drain_timeout)
+    replication.check()
+    return replication
+
+
+def _serve_replicas(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any], replication: Any,
+                    limits: dict[str, Any], served: dict[str, Any]) -> int:
+    from ..serving.ray import serve_replicas
+
+    app_options = {"model_name": args.served_model_name or args.model or TINY_MODEL_ID, **limits,
+                   "client_timeout": args.client_timeout, **served, **engine_options(args)}
+    import sys
+
+    return serve_replicas(model, replication, host=args.host, port=args.port, address=args.address,
+                          proxy_location=args.proxy_location, devices_per_replica=args.devices_per_replica,
+                          plan_options=plan_kwargs, app_options=app_options,
+                          announce=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def run_replica_plan(args: argparse.Namespace, model: str, plan_kwargs: dict[str, Any]) -> int:
+    """``intelrt plan/serve MODEL --replicas N [--simulate ...]``: each replica's devices, the Ray
+    resources it asks for, its variables, and its plan (replica 0's whole; the others' where they differ)."""
+    from ..serving.ray import plan_replicas
+
+    machine = f" as on a simulated {args.simulate}" if args.simulate else ""
+    with step(f"planning {args.replicas} replica(s) of {model}{machine}"), simulated(args.simulate):
+        layout = plan_replicas(model, args.replicas, args.devices_per_replica, **plan_kwargs)
+    emit(args, {"layout": layout.to_dict()}, "\n".join([str(layout.replicas[0].plan), "", *layout.lines()]))
     return 0
 
 
@@ -157,10 +236,13 @@ def engine_tuning(args: argparse.Namespace, tuning: Any) -> Any:
     """``tuning`` (a ``DecodeTuning``) with the engine options given on the command line."""
     from ..decoding.tuning import with_engine_options
 
-    return with_engine_options(tuning, lambda name: f"--{name.replace('_', '-')} ",
-                               gpu_memory_utilization=args.gpu_memory_utilization,
-                               max_batch_tokens=args.max_batch_tokens,
-                               prefix_caching=False if args.no_prefix_caching else None)
+    return with_engine_options(tuning, lambda name: f"--{name.replace('_', '-')} ", **engine_options(args))
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine keywords of ``intelrt.load`` / ``engine_app`` the command line gives (``None``: not given)."""
+    return {"gpu_memory_utilization": args.gpu_memory_utilization, "max_batch_tokens": args.max_batch_tokens,
+            "prefix_caching": False if args.no_prefix_caching else None}
 
 
 def _planned_limits(args: argparse.Namespace, result: Any, limits: dict[str, Any]) -> Any:

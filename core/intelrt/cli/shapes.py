@@ -99,6 +99,13 @@ SHAPES: dict[str, dict[str, Any]] = {
         "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
         "logits_scaling": 8.0, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True,
         "hidden_act": "silu"},
+    # allenai/OLMo-1B-hf: layer norms without weights, a family the compact step does not reproduce (its
+    # own forward is the engine's step).
+    "OLMo-1B": {
+        "architectures": ["OlmoForCausalLM"], "model_type": "olmo", "vocab_size": 50304, "hidden_size": 2048,
+        "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "max_position_embeddings": 2048, "rope_theta": 10000.0, "attention_bias": False, "clip_qkv": None,
+        "tie_word_embeddings": True, "hidden_act": "silu"},
     # allenai/OLMo-2-0425-1B: norms after attention and MLP only, q/k norms over whole projections.
     "OLMo-2-1B": {
         "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": 100352, "hidden_size": 2048,

@@ -20,6 +20,7 @@ from ..support.tables import plural
 from ..training.rank_watch import DEFAULT_HANG_TIMEOUT_S
 from .arguments import SIMULATE_HELP, count, non_empty, non_negative_seconds, positive_number
 from .failures import RunFailed, UsageError
+from .interrupt import Terminated
 from .models import (
     announce_download,
     check_tokens,
@@ -310,6 +311,30 @@ def _run_launcher(command: LaunchCommand, as_json: bool) -> tuple[int, RankRepor
     except KeyboardInterrupt:  # the launcher got the same Ctrl-C: let it stop its ranks first
         process.wait(timeout=60)
         raise
+    except Terminated:  # `kill PID` reached intelrt alone: pass it on, the launcher stops its ranks
+        process.terminate()
+        process.wait(timeout=60)
+        raise
+
+
+RUN_NOTHING = ("--dry-run", "--simulate")
+"""launch's options that mean "run nothing": after the script they would be the script's, and the job would run."""
+
+
+def _script_args(args: argparse.Namespace) -> list[str]:
+    """The script's arguments; one of :data:`RUN_NOTHING` among them is refused unless a ``--``
+    before them says they are the script's (``intelrt launch -m mod --dry-run`` ran the module)."""
+    rest = list(args.script_args)
+    typed = list(getattr(args, "argv", ()))
+    explicit = len(typed) > len(rest) and typed[len(typed) - len(rest) - 1] == "--"
+    misplaced = next((a for a in rest if a.split("=")[0] in RUN_NOTHING), None)
+    if misplaced is not None and not explicit:
+        flag = misplaced.split("=")[0]
+        raise UsageError(f"{flag} comes after the script, so it would go to the script and the job would run: put it "
+                         f"before the script (intelrt launch {flag} {'-m ' if args.module else ''}{args.script} …); "
+                         f"for a script that takes {flag} itself, write `--` before its arguments "
+                         f"(intelrt launch {'-m ' if args.module else ''}{args.script} -- {flag})", command="launch")
+    return rest
 
 
 def run_launch(args: argparse.Namespace) -> int:
@@ -325,9 +350,14 @@ def run_launch(args: argparse.Namespace) -> int:
                "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id or RDZV_ID, "via": args.via,
                "module": args.module, "backend": args.backend, "strict": args.strict,
                "hang_timeout": args.hang_timeout}
+    script_args = _script_args(args)
     with step("planning the launch (detecting backends, the ranks' environment)"), simulated(args.simulate):
-        command = launch_command(args.script, args.script_args, **options)
+        command = launch_command(args.script, script_args, **options)
     if args.dry_run:
+        if args.simulate is None:  # the run would be refused here: so is its dry run (it printed the command, exit 0)
+            from ..training.launching import check_master_port
+
+            check_master_port(command.environment(), command.nnodes)
         emit(args, command.to_dict(), str(command))
         return 0
     for finding in command.findings:

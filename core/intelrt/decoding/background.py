@@ -1,42 +1,39 @@
-"""The compiled decode step, built on a worker thread while the uncompiled one decodes (issue 31).
+"""The compiled decode step built where the decode loop does not wait for it, and swapped in at a
+step boundary (issues 31 and 39).
 
-An ``adaptive`` plan (``workload="auto"``, the Python API's default) used to decode with the
-captured, uncompiled step until ``DecodeTuning.compile_after_tokens`` tokens had been decoded, and
-then stop for the compile: slower than plain static cache + compile for the first 32K tokens, then
-a pause nobody asked for. :class:`BackgroundCompilingDecoder` instead starts, after the first look
-of each batch shape (``FastDecoder._shape_key``: rows, blocks per row, block size), the compile of
-that shape's compact decode step on a worker thread, while the uncompiled (captured) step serves;
-at the first look boundary after the compiled step is built it takes over the batch: the same
-paged KV cache, block tables, positions and sampler, so the tokens continue as they were (greedy
-output equals ``model.generate``'s before and after the swap), and with device graphs the step is
-captured anew. Nothing on the caller's thread waits for a compile.
+An ``adaptive`` plan (``workload="auto"``, the Python API's default) decodes from the first call with
+the uncompiled step (captured where the plan has device graphs) and never waits for a compile:
 
-How it stays out of the caller's way (torch 2.13):
+1. the first call of a batch whose compiled graphs (``compiled_step.step_graphs``: one per row class
+   of the compact step with symbolic shapes, else one per row bucket of the batch's shape) are not
+   built yet starts a compile worker (``compile_worker.py``): another process, which compiles them
+   with nothing cached and keeps what it made in inductor's caches and intelrt's compile cache. It
+   holds none of the decoding process's interpreter lock, so the decode loop goes on at its own
+   speed, and device graphs are captured as usual;
+2. at each look (every ``eos_check_every`` steps) the loop asks, without waiting, whether the worker
+   is done. Then a thread of this process makes the same calls (``compiled_step.build``): dynamo
+   traces each graph again (seconds: its bytecode is not kept across processes) and inductor finds
+   the rest — code, kernels, tuned configurations — in its caches. While that thread runs, Python's
+   switch interval is ``SWITCH_INTERVAL`` (so the decode loop waits at most that long for the GIL)
+   and new device-graph captures are put off (a capture must not record the thread's device work,
+   which runs on a stream of its own);
+3. at the next look boundary the batch's step becomes the compiled one — the same paged KV cache,
+   block tables, positions and sampler, so the tokens go on exactly as they were (greedy output
+   equals ``model.generate``'s across the swap) — and is captured anew.
 
-* dynamo compiles on the thread that calls a ``torch.compile`` function and keeps the result with
-  the function's code object, for every thread: the worker calls the compiled ``CompactModel.decode``
-  (and, with ``DecodeTuning.compiled_record``, the compiled ``inflight.record_step``) once per row
-  bucket of the batch, with the arguments the batch's steps will pass — the batch's own KV cache,
-  written only at the null block (``blocks.NULL_BLOCK``, where idle rows write anyway, never read by
-  a live row), zeroed row state of the buckets' shapes — under ``inference_mode``, as the engine
-  runs; the caller's later calls find those entries, and nothing recompiles
-  (``tests/integration/test_decode_background.py`` records which thread compiled every graph);
-* the worker's device work (one call per bucket, inductor's timing of kernel candidates) runs on a
-  stream of its own, started only after the batch's first look (its first steps captured); while
-  it runs, new captures are put off (those steps run uncaptured until the swap) — CUDA forbids some
-  calls from other threads while a stream captures, and a capture must not record the worker's work;
-* compiling is Python that holds the GIL for long stretches: while the worker runs, Python's thread
-  switch interval is ``SWITCH_INTERVAL`` (0.5 ms instead of 5 ms), so the decoding thread waits at
-  most that long for the GIL between its launches;
-* the compile cache is keyed as the plan's compiled step is (``compile_cache.py``): a later process
-  finds the artifacts and its worker builds in seconds;
-* a worker is a daemon thread: a process that ends while a compile runs does not wait for it.
+A process whose compile cache already holds every graph of its first call (an earlier process
+compiled them) builds them at that call, on the caller's thread, before the first token: dynamo's
+trace and cache hits, seconds, after which the first call runs compiled.
+
+A worker that fails or runs past ``DecodeTuning.compile_timeout`` is stopped and said (a warning, a
+note in ``Loaded.last_generation``); the uncompiled step goes on and no compile is tried again. A
+batch whose worker cannot run — a model that its config does not rebuild (quantized in memory,
+adapted), or too little free device memory for the worker's copy of the weights (``worker_blocker``)
+— keeps the engine's own rule (``FastDecoder``: compiled at once from the compile cache, else once
+``DecodeTuning.compile_after_tokens`` tokens have been decoded), and a note says so.
 
 Only ``FastDecoder.generate`` (``Loaded.generate`` and ``stream``) swaps; a server's batch
-(``intelrt serve``) warms its steps up at start as the plan says. Measured on the CPU only (the
-tests); on a GPU, ``intelrt bench --shape NAME --default-path`` times the first tokens of a fresh
-process and the steady state after the swap. Inductor's autotuning on the worker times kernels while
-the decode loop shares the GPU, so it may choose other configurations than a compile on an idle GPU.
+(``intelrt serve``) warms its steps up at start as its plan says.
 """
 
 from __future__ import annotations
@@ -46,31 +43,36 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..hooks.backend import Backend
 from ..hooks.payloads import DecodeChoice
-from .engine import FastDecoder
-from .forwards import CompactForward
-from .inflight import MAX_STOPS, InflightBatch, record_step
+from .compile_worker import CompileJob, CompileWorker
+from .compiled_step import StepGraph, build, step_graphs
+from .engine import FastDecoder, dynamic_rows
+from .inflight import InflightBatch
 from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("intelrt.progress")
 
 SWITCH_INTERVAL = 0.0005
-"""Python's thread switch interval (seconds) while a step compiles beside decoding (default 0.005)."""
+"""Python's thread switch interval (seconds) while a thread builds the step beside decoding (default 0.005)."""
+WORKER_MEMORY_MARGIN = 1.25
+"""The free device memory a compile worker needs, as a multiple of the model's weights (its own copy,
+its activations and its runtime's context)."""
 
-ShapeKey = tuple[Any, ...]
-"""A batch shape as ``FastDecoder._shape_key`` names it (what a compiled step is specialised to)."""
+GraphKey = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
 class Swap:
     """A batch's step replaced by its compiled form: ``shape`` (rows, cache slots per row), the token
     of the call at which it happened (tokens before it came from the uncompiled step; 0: at the
-    call's start) and how long the compile took."""
+    call's start) and how long building it took (the worker and this process's thread)."""
 
     shape: tuple[int, int]
     token: int
@@ -78,17 +80,20 @@ class Swap:
 
 
 class BackgroundCompile:
-    """``build()`` on a daemon thread (started by ``start``); its outcome read without waiting."""
+    """``build()`` on a thread of its own (started by ``start``; the interpreter's exit waits for it);
+    its outcome read without waiting."""
 
-    def __init__(self, key: ShapeKey, build: Callable[[], None], what: str, name: str) -> None:
-        self.key, self._build, self.what = key, build, what
+    def __init__(self, build: Callable[[], None], what: str, name: str) -> None:
+        self._build, self.what = build, what
         self._done = threading.Event()
         self.error: BaseException | None = None
         self.seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._name = name
 
     def start(self) -> None:
-        self._thread.start()
+        from ..support.torch_threads import start_torch_thread
+
+        start_torch_thread(self._run, name=self._name, what=self.what)  # an exit mid-build waits for it
 
     def _run(self) -> None:
         from ..support.progress import step
@@ -114,7 +119,7 @@ class BackgroundCompile:
 
 @contextlib.contextmanager
 def _switching_often() -> Iterator[None]:
-    """Python's switch interval at ``SWITCH_INTERVAL`` while the block runs (one compile at a time)."""
+    """Python's switch interval at ``SWITCH_INTERVAL`` while the block runs (one build at a time)."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, SWITCH_INTERVAL))
     try:
@@ -123,45 +128,84 @@ def _switching_often() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
+def worker_blocker(model: Any, backend: Backend, device: Any) -> str | None:
+    """Why no compile worker can build ``model``'s step on ``device`` (``None``: one can): its weights
+    are quantized in memory or carry adapters (a model built from its config would not have them),
+    or the device reports less free memory than the worker's copy of the weights needs."""
+    if getattr(model, "hf_quantizer", None) is not None or getattr(model, "peft_config", None):
+        return ("its weights are quantized or carry adapters, which the worker's model (built from the config, "
+                "no checkpoint read) would not have")
+    memory = backend.memory_info(device)
+    if memory is not None:
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        needed = int(weights * WORKER_MEMORY_MARGIN)
+        if memory[0] < needed:
+            return (f"the device has {memory[0] / 2**30:.1f} GiB free and the worker's copy of the weights needs "
+                    f"about {needed / 2**30:.1f} GiB")
+    return None
+
+
 class BackgroundCompilingDecoder(FastDecoder):
-    """The fast decoder of an ``adaptive`` plan whose step is the compact step: each batch shape
-    starts uncompiled (captured where the plan has graphs) and its compiled step, built on a worker
-    thread (one at a time), replaces it at a look boundary once built. Other plans, and a compact
-    step that falls back to the model's own forward, behave as :class:`FastDecoder`."""
+    """The fast decoder of an ``adaptive`` plan whose compile runs in a worker process: each batch
+    starts uncompiled and its compiled step, built by a compile worker (one at a time) and loaded by
+    a thread of this process, replaces it at a look boundary (see the module). Other plans behave as
+    :class:`FastDecoder`."""
 
     def __init__(self, model: Any, choice: DecodeChoice, capturer: Callable[..., Callable[[], object]] | None,
-                 tuning: DecodeTuning | None = None) -> None:
-        super().__init__(model, choice, capturer, tuning)
+                 tuning: DecodeTuning | None = None, *, backend: Backend) -> None:
+        super().__init__(model, choice, capturer, tuning, backend=backend)
         self.background_backend: str | None = self._deferred
-        """The backend the worker compiles with (``FastDecoder._deferred`` stays set: the compile
+        """The compiler the worker compiles with (``FastDecoder._deferred`` stays set: the compile
         cache's key is the plan's compiled step)."""
-        self._built: set[ShapeKey] = set()
-        self._seconds: dict[ShapeKey, float] = {}
-        """How long each built shape's compile took."""
-        self._decode_fn: Callable[..., Any] | None = None
-        self._record_fn: Callable[..., Any] | None = None
-        self._job: BackgroundCompile | None = None
-        self._job_compact: Any = None
+        self._twin: FastDecoder | None = None
+        """The decoder whose compiled functions the swapped-in step runs (built by the thread)."""
+        self._built: set[GraphKey] = set()
+        self._worker: CompileWorker | None = None
+        self._loading: list[StepGraph] = []
+        """The graphs the running worker builds."""
+        self._loading_cache: Callable[[], Any] = lambda: None
+        """The KV cache of the batch the worker builds for (a weak reference: graphs of its exact
+        sizes are loaded over it)."""
+        self._loader: BackgroundCompile | None = None
+        self._loader_twin: FastDecoder | None = None
+        self._loader_graphs: list[StepGraph] = []
+        self._worker_seconds = 0.0
+        self._seconds = 0.0
+        """How long building the graphs of the last swap took (the worker and the loading thread)."""
         self._failed: str | None = None
+        self._blocked: str | None = None
+        """Why no worker can build this model's step (``worker_blocker``), once asked."""
         self._running_compiled = False
-        """Whether ``compile_backend`` is set now: the current batch runs its shape's compiled step."""
+        """Whether ``compile_backend`` is set now: the current batch runs its compiled step."""
         self.swaps: list[Swap] = []
         """Every swap so far, in order."""
 
     @property
     def background(self) -> bool:
-        """Compiles run on the worker: an adaptive plan, the compact step, no failed compile."""
-        return self.background_backend is not None and self.step == "compact" and self._failed is None
+        """Compiles run in a worker: an adaptive plan, no failed compile, a model the worker can build."""
+        return self.background_backend is not None and self._failed is None and self._blocked is None
 
     @property
-    def compiling(self) -> BackgroundCompile | None:
-        """The compile running on the worker, if any."""
-        return self._job if self._job is not None and not self._job.done else None
+    def compiling(self) -> CompileWorker | BackgroundCompile | None:
+        """The worker or loading thread running now, if any."""
+        if self._worker is not None and self._worker.poll() == "running":
+            return self._worker
+        return self._loader if self._loader is not None and not self._loader.done else None
 
     def wait_for_compile(self, timeout: float | None = None) -> bool:
-        """Block until the running background compile, if any, ends; True when none runs any more."""
-        job = self._job
-        return job is None or job.wait(timeout)
+        """Block until the worker and the thread that loads its graphs have ended (the swap follows at
+        the next look); True when nothing runs any more."""
+        ends = None if timeout is None else time.perf_counter() + timeout
+
+        def left() -> float | None:
+            return None if ends is None else max(0.0, ends - time.perf_counter())
+
+        if self._worker is not None:
+            self._worker.wait(left())
+        self._take_worker()
+        if self._loader is not None and not self._loader.wait(left()):
+            return False
+        return self.compiling is None
 
     # -- FastDecoder's hooks ---------------------------------------------------------------------------
     def _compile_from_now(self, why: str) -> None:
@@ -171,153 +215,195 @@ class BackgroundCompilingDecoder(FastDecoder):
 
     def _forget_compact(self) -> None:
         super()._forget_compact()
-        # Compiled from the old compact step (a running job's result is dropped when it ends).
+        # Compiled from the old compact step (a running build's result is dropped when it ends).
         self._built.clear()
-        self._decode_fn = self._record_fn = None
+        self._twin = None
         if self._running_compiled:
             self._run_compiled(False)
 
     def disable(self, what: str, exc: BaseException) -> None:
         super().disable(what, exc)
         if not what.startswith("graph") and self.background:  # the swapped-in step failed: not tried again
-            self._failed = f"{type(exc).__name__}: {str(exc)[:300]}"
-            self._deferred = None
-            self._running_compiled = False
+            self._fail(f"{type(exc).__name__}: {str(exc)[:300]}", None)
 
     def capture(self, fn: Callable[[], object], warmup: int, report: Any) -> Callable[[], object]:
-        if self.compiling is not None:  # no capture beside the worker's device work: uncaptured until the swap
+        if self._loader is not None and not self._loader.done:  # no capture beside the thread's device work
             return fn
         return super().capture(fn, warmup, report)
 
-    def _before_call(self, batch: InflightBatch, key: ShapeKey) -> None:
-        """The call runs its shape's compiled step when the worker has built it, else the uncompiled one."""
-        if not self.background:
+    def _before_call(self, batch: InflightBatch, key: GraphKey) -> None:
+        """The call runs its batch's compiled step when built; else, with the compile cache holding
+        it, builds it now (warm caches: seconds); else starts the worker for it."""
+        if self.background_backend is None or self._failed is not None:
             return
-        self._take_finished(batch)
+        self._poll(batch)
+        graphs = self._graphs(batch)
+        missing = [g for g in graphs if g.key not in self._built]
+        if missing and self.background and self.compiling is None:
+            cache = self._cache(batch.device) if self._persisted_step() else None
+            if cache is not None and all(cache.holds(g.key) for g in missing):
+                self._build_now(batch, missing)
+            else:
+                self._start_worker(batch, missing)
         if self.background:
-            self._switch(batch, key, 0)
+            self._switch(batch, graphs, 0)
 
-    def _after_look(self, batch: InflightBatch, key: ShapeKey, produced: int) -> None:
-        """At a look boundary: a finished compile swapped in, or the shape's compile started."""
+    def _after_look(self, batch: InflightBatch, key: GraphKey, produced: int) -> None:
+        """At a look boundary: a finished build swapped in, the next step of a running one taken."""
         if not self.background:
             return
-        self._take_finished(batch)
-        if not self.background:
+        self._poll(batch)
+        if self.background:
+            self._switch(batch, self._graphs(batch), produced)
+
+    # -- which graphs --------------------------------------------------------------------------------
+    def _persisted_step(self) -> bool:
+        return self.background_backend == "inductor" and self.tuning.persist_compiled
+
+    def twin(self) -> FastDecoder:
+        """The decoder of this model's step compiled with the plan's compiler (made once per compact step)."""
+        if self._twin is None:
+            assert self.background_backend is not None
+            self._twin = self.compiled_twin(self.background_backend)
+        return self._twin
+
+    def _graphs(self, batch: InflightBatch) -> list[StepGraph]:
+        """The compiled graphs ``batch``'s decode steps run."""
+        symbolic = self.step == "compact" and bool(dynamic_rows(self.background_backend))
+        return step_graphs(symbolic, self.twin().row_buckets(batch.rows), batch.width, batch.size.blocks,
+                           batch.block_size, self.tuning.gemv_max_rows)
+
+    # -- the worker and the thread ------------------------------------------------------------------------
+    def _start_worker(self, batch: InflightBatch, graphs: list[StepGraph]) -> None:
+        """Start the compile worker for ``graphs`` (or, when none can run, keep the engine's own rule)."""
+        self._blocked = worker_blocker(self.model, self.backend, batch.device)
+        if self._blocked is not None:
+            message = (f"no compile worker for this model ({self._blocked}); the step compiles on this thread once "
+                       f"that pays (after {self.tuning.compile_after_tokens:,} tokens, or at once when the compile "
+                       "cache holds it)")
+            log.info("intelrt fast decode: %s", message)
+            self.notes.append(message)
             return
-        self._switch(batch, key, produced)
-        if self._job is None and key not in self._built:
-            self._start(batch, key)
+        assert self.background_backend is not None
+        cache = self._cache(batch.device) if self._persisted_step() else None
+        job = CompileJob.of(self.model, self.backend.name, self.compiled_choice(self.background_backend), self.tuning,
+                            graphs, cache)
+        self._worker = CompileWorker(job, self.tuning.compile_timeout)
+        self._worker.start()
+        self._loading, self._loading_cache = graphs, weakref.ref(batch.cache)
+        progress.info("compiling the decode step (%s, %d graph(s)) in a worker process (pid %s); the uncompiled step "
+                      "decodes meanwhile", self.background_backend, len(graphs), self._worker.pid)
+
+    def _poll(self, batch: InflightBatch) -> None:
+        """Take what ended since the last look: the worker (its graphs then loaded by a thread) or the thread."""
+        self._take_worker()
+        loader = self._loader
+        if loader is None or not loader.done:
+            return
+        self._loader = None
+        if loader.error is not None:
+            self._fail(f"{type(loader.error).__name__}: {str(loader.error)[:300]}", batch, loader.error)
+            return
+        if self._loader_twin is self._twin:  # else the compact step was rebuilt since: built for the old one
+            self._built.update(g.key for g in self._loader_graphs)
+            self._seconds = self._worker_seconds + loader.seconds
+        batch.reset_compiled()  # the steps put off while it ran are captured now
+
+    def _take_worker(self) -> None:
+        """A finished worker's outcome: its graphs loaded by a thread of this process, or a failure."""
+        worker = self._worker
+        if worker is None or worker.poll() == "running":
+            return
+        self._worker = None
+        if worker.state != "done":
+            if worker.output:
+                log.warning("intelrt compile worker (pid %s) output:\n%s", worker.pid, worker.output)
+            self._fail(f"{worker.state}: {worker.error}", None)
+            return
+        self._worker_seconds = worker.seconds
+        counters = worker.result.get("counters", {}).get("inductor", {})
+        progress.info("the compile worker built %d graph(s) in %.1f s (inductor: %s FX graph(s) compiled, %s found "
+                      "cached); loading them", len(self._loading), worker.seconds,
+                      counters.get("fxgraph_cache_miss", 0), counters.get("fxgraph_cache_hit", 0))
+        self._load(self._loading, self._loading_cache())
+
+    def _load(self, graphs: list[StepGraph], kv_cache: Any) -> None:
+        """Build ``graphs`` from the warm caches on a thread of this process (over ``kv_cache``, the
+        batch's own, where their sizes are its)."""
+        twin, device = self.twin(), self.model.device
+        cache = self._cache(device) if self._persisted_step() else None
+
+        def load() -> None:
+            if cache is not None:
+                for graph in graphs:
+                    cache.load(graph.key)
+            with self.backend.side_stream(device):
+                build(twin, graphs, device, kv_cache)
+
+        what = (f"loading the compiled decode step ({self.background_backend}, {len(graphs)} graph(s)) the worker "
+                "built (the uncompiled step decodes meanwhile)")
+        self._loader_twin, self._loader_graphs = twin, graphs
+        self._loader = BackgroundCompile(load, what, "intelrt-compile-load")
+        self._loader.start()
+
+    def _build_now(self, batch: InflightBatch, graphs: list[StepGraph]) -> None:
+        """Build ``graphs`` from the compile cache on the caller's thread (a later process's first call)."""
+        from ..support.progress import step
+
+        cache = self._cache(batch.device)
+        twin = self.twin()
+        began = time.perf_counter()
+        try:
+            with step(f"loading the compiled decode step ({self.background_backend}, {len(graphs)} graph(s)) from the "
+                      "compile cache"):
+                for graph in graphs:
+                    cache.load(graph.key)
+                build(twin, graphs, batch.device, batch.cache)
+        except Exception as exc:  # noqa: BLE001 - the uncompiled step goes on, with a note
+            self._fail(f"{type(exc).__name__}: {str(exc)[:300]}", batch, exc)
+            return
+        self._built.update(g.key for g in graphs)
+        self._seconds = time.perf_counter() - began
+
+    def _fail(self, why: str, batch: InflightBatch | None, exc: BaseException | None = None) -> None:
+        """The compiled step is off from now on (a note, a warning); the uncompiled step goes on."""
+        self._failed = why
+        self._deferred = None  # not tried again, on this thread either
+        message = (f"the background compile ({self.background_backend}) failed ({why}); decoding without it from "
+                   "now on")
+        log.warning("intelrt fast decode: %s", message)
+        if exc is not None:
+            log.debug("intelrt background compile failure", exc_info=exc)
+        self.notes.append(message)
+        if batch is not None:
+            batch.report.notes.append(message)
+        if self._running_compiled:
+            self._run_compiled(False)
+        if batch is not None:
+            batch.reset_compiled()
 
     # -- the swap ------------------------------------------------------------------------------------
     def _run_compiled(self, compiled: bool) -> None:
-        """Point the decoder's compile settings at the worker's compiled step, or at none."""
+        """Point the decoder's compile settings at the built compiled step, or at none."""
         self._running_compiled = compiled
         if compiled:
             self.compile_backend, self.attention_kernel = self.background_backend, self._planned_kernel
-            self._compiled_decode, self._compiled_record = self._decode_fn, self._record_fn
+            self.adopt_compiled(self._twin)
         else:
             self.compile_backend, self.attention_kernel = None, False
 
-    def _switch(self, batch: InflightBatch, key: ShapeKey, produced: int) -> None:
-        """``batch`` steps compiled when its shape is built, uncompiled when not (its forwards,
-        steps and captures made anew when that changes; the KV cache and row state stay)."""
-        compiled = key in self._built
+    def _switch(self, batch: InflightBatch, graphs: Sequence[StepGraph], produced: int) -> None:
+        """``batch`` steps compiled when all its graphs are built, uncompiled when not (its forwards,
+        steps, captures and row buckets made anew when that changes; the KV cache and row state stay)."""
+        compiled = all(g.key in self._built for g in graphs)
+        if compiled:
+            self._compiled_keys.add(self._shape_key(batch))  # the engine's own compile never runs for it
         if compiled == self._running_compiled:
             return
         self._run_compiled(compiled)
-        batch._reset_compiled()
-        batch.report.attention_kernel = bool(getattr(batch._forward(batch.buckets[-1]), "fused_attention", False))
+        batch.reset_compiled()
         if compiled:
-            self._compiled_keys.add(key)
-            job_seconds = self._seconds.get(key, 0.0)
-            swap = Swap((batch.rows, batch.width * batch.block_size), produced, job_seconds)
+            swap = Swap((batch.rows, batch.width * batch.block_size), produced, self._seconds)
             self.swaps.append(swap)
-            progress.info("the compiled decode step (%s) took over %d row(s) x %d cache slots at token %d, after "
-                          "%.1f s of compiling in the background", self.background_backend, *swap.shape, produced,
-                          job_seconds)
-
-    def _take_finished(self, batch: InflightBatch) -> None:
-        """A finished job's outcome: its shape built, or the background compile off (a note)."""
-        job = self._job
-        if job is None or not job.done:
-            return
-        self._job = None
-        if job.error is not None:
-            self._failed = f"{type(job.error).__name__}: {str(job.error)[:300]}"
-            self._deferred = None  # not tried again, on this thread either
-            message = (f"the background compile ({self.background_backend}) failed ({self._failed}); decoding "
-                       "without it from now on")
-            log.warning("intelrt fast decode: %s", message)
-            log.debug("intelrt background compile failure", exc_info=job.error)
-            self.notes.append(message)
-            batch.report.notes.append(message)
-            if self._running_compiled:  # an earlier shape's compiled step: off too, so nothing compiles here
-                self._run_compiled(False)
-            batch._reset_compiled()  # the steps put off while it ran are captured now
-            return
-        if self._job_compact is self._compact:
-            self._built.add(job.key)
-            self._seconds[job.key] = job.seconds
-
-    # -- the background compile ------------------------------------------------------------------------
-    def _start(self, batch: InflightBatch, key: ShapeKey) -> None:
-        """Start compiling ``batch``'s shape on the worker."""
-        import torch
-
-        compact = self._compact
-        backend = self.background_backend
-        if compact is None or backend is None:
-            return
-        if self._decode_fn is None:  # one compiled function for every shape: dynamo keeps an entry per shape
-            self._decode_fn = torch.compile(compact.decode, backend=backend)
-            self._record_fn = (torch.compile(record_step, backend=backend) if self.tuning.compiled_record
-                               else None)
-        self._job_compact = compact
-        what = (f"compiling the decode step for {batch.rows} row(s) x {batch.width} cache blocks with {backend} in "
-                "the background (the uncompiled step decodes meanwhile)")
-        self._job = BackgroundCompile(key, lambda: self._build(compact, batch, key), what,
-                                      f"intelrt-compile-{batch.rows}x{batch.width}")
-        self._job.start()
-
-    def _build(self, compact: Any, batch: InflightBatch, key: ShapeKey) -> None:
-        """On the worker: every row bucket of ``batch``'s compiled step called once, with the
-        arguments its steps will pass (so that the caller's calls find it compiled)."""
-        import torch
-
-        decode, record, device = self._decode_fn, self._record_fn, batch.device
-        assert decode is not None
-        persisted = self.background_backend == "inductor" and self.tuning.persist_compiled
-        if persisted:
-            self._cache(device).load(key)
-        long = {"dtype": torch.long, "device": device}
-        with torch.inference_mode(), self.compiler_settings(self.background_backend), _own_stream(device):
-            for bucket in batch.buckets:
-                forward = CompactForward(compact, batch.cache, decode, gemv=bucket <= self.tuning.gemv_max_rows,
-                                         fused_attention=self._planned_kernel)
-                zeros = torch.zeros((bucket,), **long)
-                # Written at slot 0 of the null block, as an idle row writes: no live row reads it.
-                logits = forward.decode(zeros[:, None], zeros[:, None], zeros, torch.zeros((bucket, batch.width), **long))
-                if record is not None:
-                    record(logits.argmax(-1), torch.zeros((bucket, 1), **long), torch.zeros((bucket, 1), **long),
-                           torch.zeros((bucket,), **long), torch.zeros((bucket, batch.width), **long),
-                           torch.ones((bucket,), dtype=torch.bool, device=device), torch.zeros((bucket,), **long),
-                           torch.full((bucket, MAX_STOPS), -1, **long), torch.zeros((bucket, batch.max_steps), **long),
-                           torch.zeros((1,), **long), batch.block_size, batch.width)
-            if device.type != "cpu":
-                torch.accelerator.synchronize(device)
-        if persisted:
-            self._cache(device).save(key)
-
-
-@contextlib.contextmanager
-def _own_stream(device: Any) -> Iterator[None]:
-    """The worker's device work on a stream of its own (none on the CPU)."""
-    import torch
-
-    if device.type == "cpu":
-        yield
-        return
-    module = torch.get_device_module(device.type)
-    module.set_device(device)
-    with module.stream(module.Stream(device)):
-        yield
+            progress.info("the compiled decode step (%s) took over %d row(s) x %d cache slots at token %d, %.1f s after "
+                          "its compile started", self.background_backend, *swap.shape, produced, swap.compile_seconds)

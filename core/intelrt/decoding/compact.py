@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.families import (
     COMPACT_CLASSES,
@@ -56,7 +56,11 @@ from .experts import Experts
 from .latent import LATENT_NAMES, LatentAttention
 from .memory import KVShape
 from .paged import PagedCache
+from .quantized_linears import QuantizedProjections, is_plain, is_quantized_linear, out_features
 from .tuning import DecodeTuning
+
+if TYPE_CHECKING:
+    from ..hooks.backend import Backend
 
 __all__ = ["COMPACT_CLASSES", "CompactModel", "Unsupported", "compact_blocker"]
 
@@ -116,6 +120,26 @@ def _plain_linear(module: Any, where: str) -> Any:
     return module
 
 
+def _linear_module(module: Any, where: str) -> Any:
+    """A projection as the step runs it: a plain ``nn.Linear`` as itself, a quantized one (a torchao
+    weight, another quantizer's module) as :class:`QuantizedProjections` of one."""
+    if module is None:
+        raise Unsupported(f"the model has no {where}")
+    if is_quantized_linear(module):
+        return QuantizedProjections([module], where)
+    return _plain_linear(module, where)
+
+
+def _fused(modules: list[Any], where: str) -> FusedProjections | QuantizedProjections:
+    """Projections reading one input as one: plain weights end to end (:class:`FusedProjections`),
+    quantized ones as :class:`QuantizedProjections` (fused by rows where their layout allows)."""
+    if any(m is None for m in modules):
+        raise Unsupported(f"{where}: a projection is missing")
+    if any(is_quantized_linear(m) for m in modules):
+        return QuantizedProjections(modules, where)
+    return FusedProjections([_plain_linear(m, where) for m in modules], where)
+
+
 def _decoder_parts(model: Any) -> tuple[Any, Any, Family]:
     """(the inner decoder with embed/layers/norm/rotary, the LM head, the family), or ``Unsupported``."""
     if getattr(model, "peft_config", None) or getattr(model, "_hf_peft_config_loaded", False):
@@ -131,7 +155,7 @@ def _decoder_parts(model: Any) -> tuple[Any, Any, Family]:
     rope = getattr(inner.rotary_emb, "rope_type", "default")
     if any(t in DYNAMIC_ROPE_TYPES for t in (rope.values() if isinstance(rope, dict) else [rope])):
         raise Unsupported("the rotary embedding is dynamic")
-    head = _plain_linear(getattr(model, "lm_head", None), "lm_head")
+    head = _linear_module(getattr(model, "lm_head", None), "lm_head")
     return inner, head, FAMILIES[name]
 
 
@@ -166,13 +190,13 @@ class CompactLayer:
         self.rotates = _rotates(family, config, index)
         """Queries and keys are rotated (SmolLM3's NoPE layers and Cohere-2's full layers are not)."""
         self.scaling = float(attn.scaling)
-        self.o_proj = _plain_linear(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
+        self.o_proj = _linear_module(getattr(attn, "o_proj", None), f"{where} self_attn.o_proj")
         self.sinks: Any = attn.sinks if family.attention_sinks else None
         """GPT-OSS: one sink logit per query head, joining each softmax (``paged.attend``)."""
         self.latent: LatentAttention | None = None
         # q/k/v: the model's own fused projection (Phi-3), else the three fused here (views, no copy);
         # latent attention fuses its query and latent projections, which read the same input.
-        self.qkv: FusedProjections | None = None
+        self.qkv: FusedProjections | QuantizedProjections | None = None
         self.qkv_proj: Any = None
         if family.latent_attention:
             self.latent = LatentAttention(attn, config, where)
@@ -188,35 +212,32 @@ class CompactLayer:
             """Key/value heads of this layer's cache, and the numbers per head and token of its keys and
             values (latent attention: one head of latent and rotated key, no values)."""
             if family.fused_weights:
-                self.qkv_proj = _plain_linear(getattr(attn, "qkv_proj", None), f"{where} self_attn.qkv_proj")
-                if int(self.qkv_proj.out_features) != sum(self.split):
-                    raise Unsupported(f"{where} self_attn.qkv_proj has {self.qkv_proj.out_features} outputs, not "
+                self.qkv_proj = _linear_module(getattr(attn, "qkv_proj", None), f"{where} self_attn.qkv_proj")
+                if out_features(attn.qkv_proj) != sum(self.split):
+                    raise Unsupported(f"{where} self_attn.qkv_proj has {out_features(attn.qkv_proj)} outputs, not "
                                       f"{sum(self.split)}")
             else:
-                sources = [_plain_linear(getattr(attn, n, None), f"{where} self_attn.{n}")
-                           for n in ("q_proj", "k_proj", "v_proj")]
-                if [int(m.out_features) for m in sources] != self.split:
+                sources = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")]
+                if [out_features(m) for m in sources] != self.split:
                     raise Unsupported(f"{where} q/k/v projections do not match the config's heads")
-                self.qkv = FusedProjections(sources, f"{where} q/k/v")
+                self.qkv = _fused(sources, f"{where} q/k/v")
         # The MLP: experts, the model's own gate/up projection (Phi-3), or gate and up fused here.
         self.experts: Experts | None = None
-        self.gate_up: FusedProjections | None = None
+        self.gate_up: FusedProjections | QuantizedProjections | None = None
         self.gate_up_proj: Any = None
         self.down_proj: Any = None
         self.act: Any = None
         if family.experts and hasattr(mlp, "experts"):
             self.experts = Experts(mlp, family.experts, where, tuning.experts_dense_max_tokens)
         else:
-            self.down_proj = _plain_linear(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
+            self.down_proj = _linear_module(getattr(mlp, "down_proj", None), f"{where} mlp.down_proj")
             self.act = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
             if self.act is None:
                 raise Unsupported(f"{where} mlp has no activation function")
             if family.fused_weights:
-                self.gate_up_proj = _plain_linear(getattr(mlp, "gate_up_proj", None), f"{where} mlp.gate_up_proj")
+                self.gate_up_proj = _linear_module(getattr(mlp, "gate_up_proj", None), f"{where} mlp.gate_up_proj")
             else:
-                self.gate_up = FusedProjections(
-                    [_plain_linear(getattr(mlp, n, None), f"{where} mlp.{n}") for n in ("gate_proj", "up_proj")],
-                    f"{where} gate/up")
+                self.gate_up = _fused([getattr(mlp, n, None) for n in ("gate_proj", "up_proj")], f"{where} gate/up")
         # Norms: before attention and MLP (pre), also of each block's output (Gemma's sandwich), only of
         # each block's output (OLMo's post), or one before both blocks side by side (Cohere's parallel).
         self.parallel = family.norms == "parallel"
@@ -236,25 +257,27 @@ class CompactLayer:
         self.qk_rms = _rms_parts(self.q_norm) if self.q_norm is not None and not self.qk_whole else None
 
     @property
-    def qkv_weight(self) -> Any:
-        return self.qkv.weight if self.qkv is not None else self.qkv_proj.weight
+    def qkv_projection(self) -> Any:
+        """The q/k/v projection as the step runs it (fused here, or the model's own)."""
+        return self.qkv if self.qkv is not None else self.qkv_proj
 
     @property
-    def qkv_bias(self) -> Any:
-        return self.qkv.bias if self.qkv is not None else self.qkv_proj.bias
+    def gate_up_projection(self) -> Any:
+        return self.gate_up if self.gate_up is not None else self.gate_up_proj
+
+    @property
+    def qkv_weight(self) -> Any:
+        return self.qkv_projection.weight
 
     @property
     def gate_up_weight(self) -> Any:
-        return self.gate_up.weight if self.gate_up is not None else self.gate_up_proj.weight
-
-    @property
-    def gate_up_bias(self) -> Any:
-        return self.gate_up.bias if self.gate_up is not None else self.gate_up_proj.bias
+        return self.gate_up_projection.weight
 
     def rejoin(self) -> bool:
         """Make the projections views of the fused tensors again where something replaced their
         storage; True when any had to be."""
-        joined = [f.rejoin() for f in (self.qkv, self.gate_up) if f is not None]
+        parts = (self.qkv, self.gate_up, self.qkv_proj, self.gate_up_proj, self.o_proj, self.down_proj)
+        joined = [f.rejoin() for f in parts if isinstance(f, (FusedProjections, QuantizedProjections))]
         return any(joined)
 
 
@@ -321,10 +344,26 @@ def _linear(x: Any, weight: Any, bias: Any, gemv: bool) -> Any:
     """``x @ weight.T + bias``; as multiply-and-sum when ``gemv`` (fusable by the compiler)."""
     import torch
 
-    if gemv:
+    if gemv and is_plain(weight):
         y = (x.unsqueeze(-2).float() * weight.float()).sum(-1).to(x.dtype)
         return y if bias is None else y + bias
     return torch.nn.functional.linear(x, weight, bias)
+
+
+def _project(x: Any, projection: Any, gemv: bool) -> Any:
+    """``projection`` (a plain ``nn.Linear``, :class:`FusedProjections` or
+    :class:`QuantizedProjections`) of ``x``."""
+    if isinstance(projection, QuantizedProjections):
+        return projection(x, gemv)
+    return _linear(x, projection.weight, projection.bias, gemv)
+
+
+def _normed_project(x: Any, norm: Any, rms: RmsParts | None, projection: Any, gemv: bool, fold: bool) -> Any:
+    """``projection(norm(x))``; a plain projection folds an RMSNorm in (``_normed_linear``), a
+    quantized one runs its own kernel on the normed input."""
+    if isinstance(projection, QuantizedProjections):
+        return projection(x if norm is None else norm(x), gemv)
+    return _normed_linear(x, norm, rms, projection.weight, projection.bias, gemv, fold)
 
 
 RmsParts = tuple[Any, float, float]
@@ -424,10 +463,15 @@ def _soft_cap(x: Any, cap: float | None) -> Any:
 
 
 class CompactModel:
-    """The compact forward of one loaded model; call it like a function (compile it as one)."""
+    """The compact forward of one loaded model; call it like a function (compile it as one).
+    ``backend``: the plan's backend, which says what the device runs (how prompt chunks attend,
+    the kernel features of its GPU); without one, none of a device's extras."""
 
-    def __init__(self, model: Any, tuning: DecodeTuning | None = None) -> None:
+    def __init__(self, model: Any, tuning: DecodeTuning | None = None, *, backend: Backend | None = None) -> None:
         self.tuning = tuning or DecodeTuning()
+        self.packs_prefill = backend is None or not backend.computes_on_host
+        self.varlen = backend is not None and backend.varlen_attention
+        self.capability = backend.capability(model.device) if backend is not None else None
         inner, head, family = _decoder_parts(model)
         self.family = family
         self.embed, self.norm, self.rotary, self.lm_head = inner.embed_tokens, inner.norm, inner.rotary_emb, head
@@ -502,6 +546,18 @@ class CompactModel:
 
         return True
 
+    def unified_fits(self) -> bool:
+        """The one-kernel attention of a step's flat queries (``unified_attention``) can serve this
+        model's layers: Triton is installed and every layer keeps per-head keys and values of a
+        power-of-two size (latent attention does not)."""
+        from importlib.util import find_spec
+
+        from .unified_attention import fits
+
+        layer = self.layers[0]
+        return (find_spec("triton") is not None and all(each.latent is None for each in self.layers)
+                and fits(layer.head_dim, layer.cache_dims[2]))
+
     def _rotations(self, hidden: Any, positions: Any) -> dict[str | None, tuple[Any, Any]]:
         """(cos, sin) per rotary kind, from the model's own rotary embedding, in the form
         ``_rotate_as(self.rotation, …)`` reads: full tables for ``half`` (GPT-OSS's table of half the
@@ -562,8 +618,12 @@ class CompactModel:
         arrivals: Any = None
         one_token: dict[str | None, tuple[Any, Any]] = {}
         newest: Any = None
+        programmatic, prefetch_mode = False, "off"
         if fused_attention:  # registered when attention_kernel_fits() said yes
+            from .triton_attention import launch_features
+
             decode_attention = torch.ops.intelrt.decode_attention
+            programmatic, prefetch_mode = launch_features(self.capability, tuning.programmatic_launch, tuning.prefetch)
             # The kernel's arrival counters (one per row and key/value head); each layer's kernel
             # leaves them at zero for the next.
             arrivals = torch.zeros(rows * self.kv_heads, dtype=torch.int32, device=hidden.device)
@@ -577,8 +637,8 @@ class CompactModel:
                     qkv[:, 0], qk_norm[0], layer.k_norm.weight if layer.k_norm is not None else None,
                     *one_token[layer.rotary_kind], keys[index], values[index], newest, write_slots, table, arrivals,
                     self._read_next(index) if gemv else [], layer.q_heads, qk_norm[1], layer.scaling,
-                    tuning.attention_splits, tuning.merge_in_kernel, tuning.prefetch, layer.window or 0,
-                    layer.softcap or 0.0, qk_norm[2], tuning.programmatic_launch)[:, None]
+                    tuning.attention_splits, tuning.merge_in_kernel, prefetch_mode, layer.window or 0,
+                    layer.softcap or 0.0, qk_norm[2], programmatic)[:, None]
             if layer.latent is not None:
                 q, latent = self._latent_qkv(layer, qkv, cos, sin)
                 paged.write(keys[index], write_slots, latent[:, :, 0])
@@ -593,25 +653,32 @@ class CompactModel:
                                           layer.window, layer.softcap, layer.sinks)
 
         residual = self._layers(hidden, rotations, attend, gemv)
-        logits = _normed_linear(residual[:, -1:], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
-                                gemv, self.tuning.fold_norms)[:, -1]
+        logits = _normed_project(residual[:, -1:], self.norm, self.norm_rms, self.lm_head, gemv,
+                                 self.tuning.fold_norms)[:, -1]
         return self._logits(logits)
 
     def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
-                keys: list[Any], values: list[Any]) -> Any:
-        """Prompt chunks of several requests, packed in one pass: logits (len(segments), vocab)
-        after each segment's last token.
+                keys: list[Any], values: list[Any], unified: bool = False, tables: Any = None,
+                last: Sequence[int] | None = None) -> Any:
+        """The tokens of one engine step — each decoding row's newest token (a segment of one) and
+        prompt chunks of several requests — packed in one pass: logits (len(segments), vocab) after
+        each segment's last token.
 
-        ``input_ids``/``positions``: (1, tokens), the chunks end to end; ``write_slots``: (tokens,)
-        flat cache slots of their keys and values; ``segments``: where each request's chunk lies in
-        the packed tokens and its block table. Each chunk attends its own request's cached context
-        and itself (``paged.PackedPrefill``: FlashAttention's variable-length kernel over the
-        blocks, or one masked ``scaled_dot_product_attention``, or one per chunk)."""
+        ``input_ids``/``positions``: (1, tokens), the segments end to end; ``write_slots``: (tokens,)
+        flat cache slots of their keys and values; ``segments``: where each request's tokens lie in
+        the packed tokens and its block table (``tables``: those tables stacked, when the caller
+        has them so). Each segment attends its own request's cached context and itself
+        (``paged.PackedPrefill``: with ``unified`` (the plan's attention kernel, where the layers fit
+        it: ``unified_fits``), one Triton kernel per layer for every segment; else FlashAttention's
+        variable-length kernel over the blocks, one masked ``scaled_dot_product_attention``, or one
+        per segment)."""
         import torch
 
         hidden = self._embedded(input_ids)
         rotations = self._rotations(hidden, positions)
-        packed = paged.PackedPrefill(segments, positions[0], keys[0].shape[1], hidden.device, keys[0].dtype)
+        packed = paged.PackedPrefill(segments, positions[0], keys[0].shape[1], hidden.device, keys[0].dtype,
+                                     packed=self.packs_prefill, varlen=self.varlen,
+                                     unified=unified and self.unified_fits(), tables=tables)
 
         def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
             if layer.latent is not None:
@@ -627,10 +694,43 @@ class CompactModel:
                                  layer.sinks)
 
         residual = self._layers(hidden, rotations, attend, False)
-        last = torch.tensor([seg.end - 1 for seg in segments], device=hidden.device)
+        ends = torch.tensor(list(last) if last is not None else [seg.end - 1 for seg in segments], device=hidden.device)
+        logits = _normed_project(residual[:, ends], self.norm, self.norm_rms, self.lm_head, False,
+                                 self.tuning.fold_norms)[0]
+        return self._logits(logits)
+
+    def flat_step(self, input_ids: Any, positions: Any, write_slots: Any, queries: Any, last: Any,
+                  keys: list[Any], values: list[Any]) -> Any:
+        """One engine step over a fixed number of tokens, device work only (so a device graph can record
+        it once per size and replay it for any step that fits): logits (len(last), vocab) after the
+        tokens ``last`` (each request's last token in the step).
+
+        ``input_ids``/``positions``: (1, tokens), the step's tokens end to end (decoding rows, then
+        prompt chunks, then padding); ``write_slots``: (tokens,) their flat cache slots (padding:
+        the null block's); ``queries``: ``unified_attention.StepQueries`` over the step's requests
+        (padded with requests of no token). Only for models whose layers fit the kernel and need no
+        host decision per step (``flat_fits``)."""
+        hidden = self._embedded(input_ids)
+        rotations = self._rotations(hidden, positions)
+        tokens = input_ids.shape[1]
+
+        def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
+            q, k, v = self._qkv(layer, qkv, cos, sin)
+            paged.write(keys[index], write_slots, k[0].transpose(0, 1))
+            paged.write(values[index], write_slots, v[0].transpose(0, 1))
+            out = queries.attend(q[0].transpose(0, 1), keys[index], values[index], layer.scaling, layer.window or 0,
+                                 layer.softcap or 0.0, layer.sinks)
+            return out.reshape(1, tokens, -1)
+
+        residual = self._layers(hidden, rotations, attend, False)
         logits = _normed_linear(residual[:, last], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
                                 False, self.tuning.fold_norms)[0]
         return self._logits(logits)
+
+    def flat_fits(self) -> bool:
+        """:meth:`flat_step` serves this model: the step attention kernel fits its layers, and none
+        of them routes experts (a long prompt's experts run code that asks the host)."""
+        return self.unified_fits() and all(layer.experts is None for layer in self.layers)
 
     def _layers(self, hidden: Any, rotations: dict[str | None, tuple[Any, Any]],
                 attend: Callable[[int, CompactLayer, Any, Any, Any], Any], gemv: bool) -> Any:
@@ -642,12 +742,11 @@ class CompactModel:
             cos, sin = rotations[layer.rotary_kind]
             normed = layer.input_norm(residual) if layer.parallel else residual
             if layer.parallel:  # Cohere-2: attention and MLP both read this one norm's output
-                qkv = _linear(normed, layer.qkv_weight, layer.qkv_bias, gemv)
+                qkv = _project(normed, layer.qkv_projection, gemv)
             else:
-                qkv = _normed_linear(residual, layer.input_norm, layer.input_rms, layer.qkv_weight, layer.qkv_bias,
-                                     gemv, fold)
+                qkv = _normed_project(residual, layer.input_norm, layer.input_rms, layer.qkv_projection, gemv, fold)
             attended = attend(index, layer, qkv, cos, sin)
-            attention_out = _linear(attended, layer.o_proj.weight, layer.o_proj.bias, gemv)
+            attention_out = _project(attended, layer.o_proj, gemv)
             if layer.attn_out_norm is not None:
                 attention_out = layer.attn_out_norm(attention_out)
             if not layer.parallel:
@@ -655,12 +754,12 @@ class CompactModel:
             if layer.experts is not None:
                 out = layer.experts(layer.mlp_norm(residual))
             elif layer.parallel:
-                gate, up = _linear(normed, layer.gate_up_weight, layer.gate_up_bias, gemv).chunk(2, dim=-1)
-                out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
+                gate, up = _project(normed, layer.gate_up_projection, gemv).chunk(2, dim=-1)
+                out = _project(layer.act(gate) * up, layer.down_proj, gemv)
             else:
-                gate, up = _normed_linear(residual, layer.mlp_norm, layer.mlp_rms, layer.gate_up_weight,
-                                          layer.gate_up_bias, gemv, fold).chunk(2, dim=-1)
-                out = _linear(layer.act(gate) * up, layer.down_proj.weight, layer.down_proj.bias, gemv)
+                gate, up = _normed_project(residual, layer.mlp_norm, layer.mlp_rms, layer.gate_up_projection, gemv,
+                                           fold).chunk(2, dim=-1)
+                out = _project(layer.act(gate) * up, layer.down_proj, gemv)
             if layer.mlp_out_norm is not None:
                 out = layer.mlp_out_norm(out)
             residual = residual + attention_out + out if layer.parallel else _added(residual, out, scale)
@@ -675,7 +774,9 @@ class CompactModel:
             following |= {"gate_up": layer.gate_up_weight, "down_proj": layer.down_proj.weight}
         if index + 1 < len(self.layers):
             following["next_qkv"] = self.layers[index + 1].qkv_weight
-        return [following[name] for name in self.tuning.prefetch_weights if name in following]
+        # quantized weights are tensor subclasses (or absent): the kernel prefetches plain tensors only
+        return [following[name] for name in self.tuning.prefetch_weights
+                if name in following and is_plain(following[name])]
 
     def _qkv(self, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
         """Queries, keys and values (rows, heads, T, head_dim) of a layer's fused projection output
@@ -719,3 +820,6 @@ class Segment:
     end: int
     table: Any
     context: int
+    width: int | None = None
+    """Blocks of its table the model's own forward reads (``None``: as many as ``context`` needs; a
+    padded step's: its bucket's, so the shape is one a warm-up ran)."""

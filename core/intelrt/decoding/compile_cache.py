@@ -3,14 +3,18 @@
 A compiled step costs a minute or more the first time (inductor's code generation, kernel
 compilation and coordinate-descent tuning); torch keeps what it produced in caches of its own
 (the FX graph cache and the autotuning cache under ``TORCHINDUCTOR_CACHE_DIR``, usually in
-``/tmp``). After a shape's first compile, ``torch.compiler.save_cache_artifacts()`` serialises
-them and they are written here; the next process that decodes the same model at the same shape
-hot-loads them (``torch.compiler.load_cache_artifacts``) before it compiles, so inductor finds
-every graph and tuned kernel it would otherwise build, even on a machine whose ``/tmp`` is empty.
+``/tmp``). After a graph's first compile — in the decoding process, or in a compile worker
+(``compile_worker.py``), which writes into the decoding process's entry directory —
+``torch.compiler.save_cache_artifacts()`` serialises them and they are written here; the next
+process that decodes the same model hot-loads them (``torch.compiler.load_cache_artifacts``)
+before it compiles, so inductor finds every graph and tuned kernel it would otherwise build, even
+on a machine whose ``/tmp`` is empty. Both calls exist in torch 2.7 and later (the H200's 2.11 and
+2.13 here: ``torch/compiler/__init__.py``).
 
 Entries are keyed by the model (class and config), the step (compact or the model's forward,
 its settings), the device, the versions of torch, transformers, Triton and intelrt, and the
-shape (rows, cache length, greedy or sampling): a change of any of them is another entry, so a
+graph (a batch shape, or a row class of a step with symbolic shapes: ``compiled_step.StepGraph``):
+a change of any of them is another entry, so a
 stale artifact is never loaded (torch checks its own versions again). A file is written whole
 (temporary file, then rename): a reader never sees half of one.
 """
@@ -41,32 +45,29 @@ UNCOMPILED_FIELDS = frozenset({"_name_or_path", "transformers_version", "archite
                                "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"})
 
 
-def device_name(device: Any) -> str:
-    """The device kind and model the compiled kernels were built for (``cuda:NVIDIA H200:sm90``, ``cpu``)."""
-    import torch
-
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"cuda:{torch.cuda.get_device_name(device)}:sm{major}{minor}"
-    return str(device.type)
-
-
 def compile_cache_root() -> Path:
     """Where compiled steps are kept: ``INTELRT_COMPILE_CACHE``, else ``compiled`` in intelrt's cache."""
     return Path(os.environ.get(LOCATION) or cache_root() / SUBDIRECTORY)
 
 
 class CompileCache:
-    """The compiled-step entries of one model and step in ``directory`` (default: intelrt's cache)."""
+    """The compiled-step entries of one model and step: the files of ``directory``, whose
+    ``identity.json`` says what they were compiled for (:meth:`of` names both)."""
 
-    def __init__(self, model: Any, step: dict[str, Any], device: Any, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path, identity: dict[str, Any]) -> None:
+        self.directory, self.identity = directory, identity
+
+    @classmethod
+    def of(cls, model: Any, step: dict[str, Any], device: str, root: Path | None = None) -> CompileCache:
+        """The entries of ``model``'s ``step`` built for ``device`` (``Backend.compiled_for``:
+        ``cuda:NVIDIA H200:sm90``, ``cpu``) in ``root`` (default: intelrt's cache)."""
         config = {k: v for k, v in model.config.to_dict().items() if k not in UNCOMPILED_FIELDS}
-        self.identity = {
+        identity = {
             "class": f"{type(model).__module__}.{type(model).__name__}", "config": config,
-            "dtype": str(model.dtype), "step": step, "device": device_name(device),
+            "dtype": str(model.dtype), "step": step, "device": device,
             "versions": {**{name: package_version(name) for name in VERSIONED}, "intelrt": __version__}}
-        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
-        self.directory = (directory or compile_cache_root()) / digest
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        return cls((root or compile_cache_root()) / digest, identity)
 
     def path(self, shape: tuple[Any, ...]) -> Path:
         return self.directory / ("-".join(str(part) for part in shape) + ".bin")

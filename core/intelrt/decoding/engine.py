@@ -22,23 +22,19 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import GenerationError
-from ..hooks.payloads import DecodeChoice
+from ..hooks.backend import Backend
+from ..hooks.payloads import Buckets, DecodeChoice
 from .compact import CompactModel, Unsupported
 from .compile_cache import CompileCache
 from .forwards import CompactForward, ModelForward, StepForward
-from .inflight import (
-    CaptureFailed,
-    InflightBatch,
-    InflightUnavailable,
-    collector_paused,
-    record_step,
-)
+from .inflight import InflightBatch
 from .keywords import DecodeOptions
 from .lora import EngineAdapters
 from .memory import EngineSize, KVShape, MemoryBudget, kv_shape, memory_budget, size_engine
 from .paged import PagedCache
 from .prefilled import PrefilledPrompt
 from .report import GenerationReport
+from .runner import CaptureFailed, InflightUnavailable, collector_paused, record_step
 from .sampling import DecodeRequest, SamplingParams
 from .tuning import DecodeTuning
 
@@ -54,14 +50,18 @@ COMPILE_ESTIMATES: dict[str, str] = {
 was measured (elsewhere a compile line quotes no estimate: the spinner's clock is the honest one)."""
 
 
-def compile_estimate(device: Any) -> str | None:
-    """The measured compile time for ``device``'s kind (an H200's), or ``None``."""
-    if getattr(device, "type", None) != "cuda":
-        return None
-    import torch
-
-    name = torch.cuda.get_device_name(device)
+def compile_estimate(backend: Backend, device: Any) -> str | None:
+    """The measured compile time for ``device``'s model (an H200's), or ``None``."""
+    name = backend.device_name(device)
     return next((text for key, text in COMPILE_ESTIMATES.items() if key in name), None)
+
+def dynamic_rows(backend: str | None) -> bool | None:
+    """Whether the compact step compiles once for every row count and cache size (symbolic shapes):
+    with inductor, so that a batch size or context no call had before runs at once, its device
+    graph captured from the one compiled step (no recompile: issue 38); ``None`` (torch's automatic
+    choice) for other compilers — Gaudi's ``hpu_backend`` compiles each bucket's static shapes."""
+    return True if backend == "inductor" else None
+
 
 CONTEXT_BUCKET = 128
 """An offline call's context (longest prompt plus new tokens) rounds up to a multiple of this, so
@@ -71,12 +71,15 @@ __all__ = ["CaptureFailed", "FastDecoder", "GenerationReport", "StepForward", "S
 
 
 class FastDecoder:
-    """The decode engine of ``model`` as the plan's decode decision ``choice`` says; ``capturer``
-    is the backend's device-graph capturer for ``choice.graphs`` (``Backend.graph_capturer``)."""
+    """The decode engine of ``model`` as the plan's decode decision ``choice`` says, on the plan's
+    ``backend`` (which answers every question about the device: memory, streams, events, its
+    kernels' capability); ``capturer`` is the backend's device-graph capturer for ``choice.graphs``
+    (``Backend.graph_capturer``)."""
 
     def __init__(self, model: Any, choice: DecodeChoice, capturer: Callable[..., Callable[[], object]] | None,
-                 tuning: DecodeTuning | None = None) -> None:
+                 tuning: DecodeTuning | None = None, *, backend: Backend) -> None:
         self.model = model
+        self.backend = backend
         self.tuning = tuning or DecodeTuning()
         self.step = choice.step or "model"
         """``compact`` (intelrt's compact step, when the model's layout allows) or ``model``."""
@@ -90,6 +93,14 @@ class FastDecoder:
         """The compile backend an ``adaptive`` plan compiles with once that pays (``None`` after)."""
         self.compile_backend = None if self._deferred else choice.compile
         self._planned_kernel = choice.attention_kernel
+        self.step_attention = choice.step_attention or "torch"
+        """How a step's flat queries attend (``DecodeChoice.step_attention``): ``triton`` runs
+        ``unified_attention``, the one kernel for decoding rows and prompt chunks together."""
+        self.shape_buckets: Buckets | None = None
+        """The plan's shape buckets (Gaudi: a graph per input shape), which the engine's steps are
+        padded to and a warm-up runs each of (``pad_to``)."""
+        self.planned_step_tokens = choice.step_tokens
+        """The plan's tokens per engine step for a server (``DecodeChoice.step_tokens``)."""
         self.attention_kernel = choice.attention_kernel and not self._deferred  # comes with the compiled step
         self.decoded = 0
         """Tokens decoded so far (every row's, every call)."""
@@ -142,7 +153,7 @@ class FastDecoder:
                 self._forget_compact()
         if self._compact is None:
             try:
-                self._compact = CompactModel(self.model, self.tuning)
+                self._compact = CompactModel(self.model, self.tuning, backend=self.backend)
             except Unsupported as why:
                 self.step = "model"
                 self.step_reason = f"compact step off: {why}; the step runs the model's own forward"
@@ -219,10 +230,24 @@ class FastDecoder:
         return PagedCache(shape.layers, shape.kv_heads, shape.head_dim, self.model.dtype, device, blocks, block_size,
                           self.tuning.prefix_caching)
 
+    def pad_to(self, buckets: Buckets) -> None:
+        """Pad every step to the plan's shape ``buckets`` (a backend that compiles a graph per input
+        shape: Gaudi): the decode steps' rows and blocks, the prompt chunks' tokens, and the KV
+        cache's block size the buckets are counted in (vLLM-Gaudi's 128)."""
+        from dataclasses import replace
+
+        self.shape_buckets = buckets
+        if self.tuning.block_size != buckets.block_size:
+            self.tuning = replace(self.tuning, block_size=buckets.block_size)
+        self._offline = None
+
     def row_buckets(self, rows: int) -> list[int]:
         """The row counts a batch of ``rows`` rows steps (one captured step each): powers of two
-        below ``rows``, then ``rows``; one bucket of all rows for a compiled model forward (compiled
-        for one shape: a bucket each would compile it again each time)."""
+        below ``rows``, then ``rows`` (with shape buckets, their decode batch sizes below ``rows``);
+        one bucket of all rows for a compiled model forward (compiled for one shape: a bucket each
+        would compile it again each time)."""
+        if self.shape_buckets is not None:
+            return [*[b for b in self.shape_buckets.decode_batch_sizes if b < rows], rows]
         if self.step != "compact" and self.compile_backend:
             return [rows]
         sizes, size = [], 1
@@ -241,10 +266,12 @@ class FastDecoder:
                 import torch
 
                 if self._compiled_decode is None:
-                    self._compiled_decode = torch.compile(compact.decode, backend=self.compile_backend)
+                    self._compiled_decode = torch.compile(compact.decode, backend=self.compile_backend,
+                                                          dynamic=dynamic_rows(self.compile_backend))
                 decode = self._compiled_decode
             gemv = bool(self.compile_backend) and rows <= self.tuning.gemv_max_rows
-            return CompactForward(compact, cache, decode, gemv=gemv, fused_attention=self.attention_kernel)
+            return CompactForward(compact, cache, decode, gemv=gemv, fused_attention=self.attention_kernel,
+                                  unified=self.step_attention == "triton")
         return ModelForward(self.model, cache, self._model_forward(), self.cache_kwarg, self.keep_logits)
 
     def adapter_forward(self, cache: PagedCache) -> ModelForward:
@@ -265,7 +292,7 @@ class FastDecoder:
         return self._compiled_model
 
     def recorder(self) -> Callable[..., None]:
-        """``inflight.record_step`` (a step's bookkeeping after the tokens are chosen), compiled
+        """``runner.record_step`` (a step's bookkeeping after the tokens are chosen), compiled
         with the step's backend when ``DecodeTuning.compiled_record`` — one fused kernel instead of
         about a dozen small ones, compiled once for every row count. The choice itself stays
         eager: compiled, a one-row argmax over the vocabulary fuses into one slow single-program
@@ -275,7 +302,8 @@ class FastDecoder:
         if self._compiled_record is None:
             import torch
 
-            self._compiled_record = torch.compile(record_step, backend=self.compile_backend)
+            self._compiled_record = torch.compile(record_step, backend=self.compile_backend,
+                                                  dynamic=dynamic_rows(self.compile_backend))
         return self._compiled_record
 
     def compiler_settings(self, backend: str | None = None) -> contextlib.AbstractContextManager[Any]:
@@ -323,10 +351,21 @@ class FastDecoder:
         self._offline = None
 
     # -- sizing ------------------------------------------------------------------------------------
+    def step_tokens(self, *, batch: bool) -> int:
+        """Tokens one engine step computes at most: ``DecodeTuning.max_batch_tokens`` when set, else
+        the plan's (``batch``: a list of prompts, which has no inter-token latency to keep, takes
+        ``sizing.batch_step_tokens`` of it)."""
+        from ..backends.sizing import DEFAULT_STEP_TOKENS, batch_step_tokens
+
+        if self.tuning.max_batch_tokens is not None:
+            return self.tuning.max_batch_tokens
+        planned = self.planned_step_tokens or DEFAULT_STEP_TOKENS
+        return batch_step_tokens(planned) if batch else planned
+
     def size_for(self, rows: int, context: int, needed_tokens: int | None, device: Any) -> EngineSize:
         """The engine's size for an offline call (``memory.size_engine`` over the memory budget)."""
-        return size_engine(self.kv_shape(), memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
-                           needed_tokens=needed_tokens)
+        return size_engine(self.kv_shape(), memory_budget(self.backend, device, self.tuning), self.tuning, rows=rows,
+                           context=context, needed_tokens=needed_tokens, step_tokens=self.step_tokens(batch=True))
 
     def serving_size(self, rows: int, context: int, device: Any, *, rows_asked: bool = False
                      ) -> tuple[EngineSize, MemoryBudget]:
@@ -336,8 +375,6 @@ class FastDecoder:
         peak, the batch's own buffers and (with graphs) what the captured steps will hold are set
         aside before the utilization's share of the free memory goes to the KV cache.
         ``InflightUnavailable`` when the step cannot run over the paged cache."""
-        from .memory import device_memory
-
         self.prepare()
         if self._planned_kernel and not self.attention_kernel:
             # A server's decode steps read long contexts through the block table: the one-kernel
@@ -347,24 +384,28 @@ class FastDecoder:
             self._offline = None
         shape = self.kv_shape()
         activation = graphs = 0
-        if device_memory(device) is not None:
+        if self.backend.memory_info(device) is not None:
             # Rows or a context that the whole budget could not hold even before the profile are
             # refused now, with the largest value that fits: the profile's batch of ``rows`` rows
             # would allocate for them first (409 GB for ``serve --max-batch 100000000``).
-            size_engine(shape, memory_budget(device, self.tuning), self.tuning, rows=rows, context=context,
+            size_engine(shape, memory_budget(self.backend, device, self.tuning), self.tuning, rows=rows, context=context,
                         rows_asked=rows_asked)
-            probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.tuning.max_batch_tokens,
+            probe_size = EngineSize(rows, context, self.tuning.block_size, 2, self.step_tokens(batch=False),
                                     shape.bytes_per_token)
             probe = InflightBatch(self, probe_size, device, preallocate=True)
             prefill, decode, warmed = probe.profile()
-            held = probe.buffer_bytes()
+            flat = probe.runner.flat_capturable()
+            held = probe.buffer_bytes() + probe.runner.flat_buffer_bytes()
             del probe
             activation = max(prefill, decode) + held
             if self.graphs:  # each captured step holds its own intermediate buffers, about in proportion to its rows
                 buckets = self.row_buckets(rows)
                 graphs = int(sum(warmed) * sum(buckets) / rows)
-        budget = memory_budget(device, self.tuning, activation, graphs)
-        return size_engine(shape, budget, self.tuning, rows=rows, context=context, rows_asked=rows_asked), budget
+                if flat:  # the captured steps with prompt chunks: the widest holds about a prefill's peak
+                    graphs += prefill
+        budget = memory_budget(self.backend, device, self.tuning, activation, graphs)
+        return size_engine(shape, budget, self.tuning, rows=rows, context=context, rows_asked=rows_asked,
+                           step_tokens=self.step_tokens(batch=False)), budget
 
     # -- offline decoding ----------------------------------------------------------------------------
     def decode(self, input_ids: Any, attention_mask: Any, options: DecodeOptions) -> tuple[Any, GenerationReport]:
@@ -436,13 +477,14 @@ class FastDecoder:
         if self._deferred and self._cache(device).holds(key):
             self._compile_from_now("the compile cache holds this step from an earlier process")
             batch = self._offline_batch(prompts, params, rows, device)
+        # This call's report before its hooks run: a step swapped in now is this call's, not the last one's.
+        batch.report = GenerationReport("fast", "", len(prompts), 1, self.graphs, self.compile_backend, self.step,
+                                        step_reason=self.step_reason, warmup=self.warmup)
+        batch.report.attention_kernel = batch.runner.attention_kernel
         self._before_call(batch, key)
         compiling = self.compile_backend is not None and key not in self._compiled_keys
         with self._compiling(key, device) if compiling else contextlib.nullcontext():
             batch.forget_prefixes()  # the weights may have changed since the last call
-            batch.report = GenerationReport("fast", "", len(prompts), 1, self.graphs, self.compile_backend, self.step,
-                                            step_reason=self.step_reason, warmup=self.warmup)
-            batch.report.attention_kernel = bool(getattr(batch._forward(batch.buckets[-1]), "fused_attention", False))
             seeds = torch.randint(0, 2**62, (len(prompts),)).tolist()  # torch.manual_seed makes a call repeatable
             handed: Sequence[PrefilledPrompt | None] = prefilled if prefilled is not None else [None] * len(prompts)
             handles = batch.add((DecodeRequest(tuple(p), q, prefilled=h)
@@ -450,7 +492,7 @@ class FastDecoder:
             outputs: dict[int, list[int]] = {h: [] for h in handles}
             steps = self.tuning.stream_every if stream is not None else self.tuning.eos_check_every
             try:
-                with collector_paused(bool(batch._replays)):
+                with collector_paused(bool(batch.runner.captured())):
                     while batch.pending:
                         done = batch.step(steps)
                         for handle, sampled in done.outputs.items():
@@ -462,7 +504,7 @@ class FastDecoder:
                         if stream is not None:
                             stream.send(outputs[handles[0]])
             finally:
-                for handle in list(batch._sequences):
+                for handle in batch.handles():
                     batch.retire(handle)
             if stream is not None:
                 stream.finish(outputs[handles[0]])
@@ -492,8 +534,29 @@ class FastDecoder:
             step = {"step": self.step, "compile": self._deferred or self.compile_backend,
                     "options": self.compile_options, "attention_kernel": self._planned_kernel,
                     "graphs": self.graphs, "tuning": repr(self.tuning)}
-            self._compile_cache = CompileCache(self.model, step, device)
+            self._compile_cache = CompileCache.of(self.model, step, self.backend.compiled_for(device))
         return self._compile_cache
+
+    def compiled_choice(self, backend: str) -> DecodeChoice:
+        """The plan's decode decision for this step compiled with ``backend`` at once (no graphs):
+        what a compile worker builds (``compile_worker.py``)."""
+        return DecodeChoice("fast", cache="static", compile=backend, step=self.step,
+                            compile_options=self.compile_options or None, attention_kernel=self._planned_kernel,
+                            warmup="compiled", step_attention=self.step_attention)
+
+    def compiled_twin(self, backend: str) -> FastDecoder:
+        """A decoder of this model and compact step whose step is compiled with ``backend``: it builds
+        the compiled step beside this decoder (``background.py``), which then takes its compiled
+        functions over (:meth:`adopt_compiled`)."""
+        twin = FastDecoder(self.model, self.compiled_choice(backend), None, self.tuning, backend=self.backend)
+        twin._compact = self._compact
+        return twin
+
+    def adopt_compiled(self, twin: FastDecoder | None) -> None:
+        """Step with ``twin``'s compiled functions (built elsewhere), or none (``None``)."""
+        self._compiled_decode = None if twin is None else twin._compiled_decode
+        self._compiled_record = None if twin is None else twin._compiled_record
+        self._compiled_model = None if twin is None else twin._compiled_model
 
     def _compile_from_now(self, why: str) -> None:
         """An ``adaptive`` plan's switch: later calls compile their step (and capture it anew)."""
@@ -514,7 +577,7 @@ class FastDecoder:
 
         found = self._persisted() and self._cache(device).load(key)
         expect = ("its artifacts from an earlier process are loaded" if found else
-                  "nothing cached for it yet" + (f": {estimate}" if (estimate := compile_estimate(device)) else ""))
+                  "nothing cached for it yet" + (f": {estimate}" if (estimate := compile_estimate(self.backend, device)) else ""))
         with step(f"compiling the decode step for {key[1]} row(s) x {key[2]} cache blocks with "
                   f"{self.compile_backend} ({expect})"):
             yield

@@ -38,13 +38,17 @@ class CompactForward:
     """The compact step over ``cache``; ``decode_fn`` is ``compact.decode`` or its compiled form;
     ``fused_attention``: decode steps run the one-kernel attention (the plan's ``attention_kernel``,
     where the model fits the kernel); ``gemv``: a compiled step of few rows writes its projections
-    as multiply-and-sum."""
+    as multiply-and-sum; ``unified``: the plan's attention kernel runs on this device (a step's
+    prompt chunks and decoding rows attend through ``unified_attention``, whether or not an adaptive
+    plan has compiled the decode step yet)."""
 
     def __init__(self, compact: CompactModel, cache: PagedCache, decode_fn: Callable[..., Any], *, gemv: bool,
-                 fused_attention: bool) -> None:
+                 fused_attention: bool, unified: bool = False) -> None:
         self.compact, self.cache, self.decode_fn = compact, cache, decode_fn
         self.gemv = gemv
         self.fused_attention = fused_attention and compact.attention_kernel_fits()
+        self.planned_kernel = unified
+        """The plan runs intelrt's attention kernels on this device (``unified_attention``)."""
 
     def blocker(self) -> str | None:
         return None
@@ -53,8 +57,29 @@ class CompactForward:
         return self.decode_fn(input_ids, positions, write_slots, table, self.cache.keys, self.cache.values, self.gemv,
                               self.fused_attention)
 
-    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment]) -> Any:
-        return self.compact.prefill(input_ids, positions, write_slots, segments, self.cache.keys, self.cache.values)
+    def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
+                tables: Any = None, last: Sequence[int] | None = None) -> Any:
+        """``CompactModel.prefill`` over this forward's cache (``last``: the token whose logits each
+        segment gives, when not its last: a padded segment's)."""
+        return self.compact.prefill(input_ids, positions, write_slots, segments, self.cache.keys, self.cache.values,
+                                    self.unified_attention, tables, last)
+
+    def flat(self, input_ids: Any, positions: Any, write_slots: Any, queries: Any, last: Any) -> Any:
+        """``CompactModel.flat_step`` over this forward's cache."""
+        return self.compact.flat_step(input_ids, positions, write_slots, queries, last, self.cache.keys,
+                                      self.cache.values)
+
+    @property
+    def flat_fits(self) -> bool:
+        """Steps over padded token counts can be captured (``CompactModel.flat_fits``, with the plan's
+        step attention)."""
+        return self.unified_attention and self.compact.flat_fits()
+
+    @property
+    def unified_attention(self) -> bool:
+        """A step's attention runs as one Triton kernel per layer (``unified_attention.py``): the plan's
+        attention kernel, on a model whose layers fit it."""
+        return self.planned_kernel and self.compact.unified_fits()
 
 
 def layer_kinds(config: Any) -> list[str]:
@@ -217,33 +242,60 @@ class ModelForward:
             return self.model(**inputs)
 
     def decode(self, input_ids: Any, positions: Any, write_slots: Any, table: Any,
-               adapter_keys: Sequence[str] | None = None) -> Any:
+               adapter_keys: Sequence[str] | None = None, eager: bool = False) -> Any:
+        """Next-token logits of one new token per row (``eager``: the model's forward as it is, not
+        the compiled one, whose shapes a mixed step's rows would not match)."""
         import torch
 
         self.model_cache.bind(write_slots[:, None], table)
         key_positions = torch.arange(table.shape[1] * self.cache.block_size, device=input_ids.device)[None, None, :]
         allowed = key_positions <= positions[..., None]
         masks = self._masks(allowed, positions, key_positions)
-        return self._run(self._inputs(input_ids, positions, masks), adapter_keys, self.forward).logits[:, -1, :]
+        forward = self.model if eager else self.forward
+        return self._run(self._inputs(input_ids, positions, masks), adapter_keys, forward).logits[:, -1, :]
 
     def prefill(self, input_ids: Any, positions: Any, write_slots: Any, segments: Sequence[Segment],
-                adapter_keys: Sequence[str] | None = None) -> Any:
-        """One forward per segment (the model's forward attends one row's context at a time): the
-        logits of every segment's last token, in order (``adapter_keys``: each segment's adapter)."""
+                adapter_keys: Sequence[str] | None = None, tables: Any = None,
+                last: Sequence[int] | None = None) -> Any:
+        """The logits of every segment's last token, in order (``adapter_keys``: each segment's
+        adapter): the leading one-token segments (a mixed step's decoding rows) as one batched
+        ``decode``, then one forward per segment (the model's forward attends one row's context at
+        a time). ``last``: the token whose logits each segment gives, when not its last (a padded
+        segment's)."""
         import torch
 
         rows: list[Any] = []
+        singles = 0
+        while last is None and singles < len(segments) and segments[singles].end - segments[singles].start == 1:
+            singles += 1
+        if singles > 1:
+            lead = segments[:singles]
+            blocks = max(-(-seg.context // self.cache.block_size) for seg in lead)
+            table = torch.cat([seg.table[:, :blocks] for seg in lead])
+            keys = None if adapter_keys is None else list(adapter_keys[:singles])
+            rows.append(self.decode(input_ids[0, :singles, None], positions[0, :singles, None],
+                                    write_slots[:singles], table, keys, eager=True))
+            segments = segments[singles:]
+            adapter_keys = None if adapter_keys is None else adapter_keys[singles:]
+        done = len(rows)
         for seg in segments:
-            blocks = -(-seg.context // self.cache.block_size)
+            blocks = seg.width or -(-seg.context // self.cache.block_size)
             table = seg.table[:, :blocks]
             self.model_cache.bind(write_slots[None, seg.start:seg.end], table)
             chunk = positions[:, seg.start:seg.end]
             key_positions = torch.arange(blocks * self.cache.block_size, device=input_ids.device)[None, None, :]
             allowed = (key_positions <= chunk[..., None]) & (key_positions < seg.context)
             masks = self._masks(allowed, chunk, key_positions)
-            keys = None if adapter_keys is None else [adapter_keys[len(rows)]]
-            out = self._run(self._inputs(input_ids[:, seg.start:seg.end], chunk, masks), keys, self.model)
-            rows.append(out.logits[:, -1, :])
+            keys = None if adapter_keys is None else [adapter_keys[len(rows) - done]]
+            inputs = self._inputs(input_ids[:, seg.start:seg.end], chunk, masks)
+            index = -1
+            if last is not None:  # a padded segment: the logits of its last real token
+                index = last[len(rows) - done] - seg.start
+                if self.keep_logits:
+                    inputs["logits_to_keep"] = torch.tensor([index], device=input_ids.device)
+                    index = -1
+            out = self._run(inputs, keys, self.model)
+            rows.append(out.logits[:, index, :])
         return torch.cat(rows)
 
 

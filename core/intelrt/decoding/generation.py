@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from ..backends.sizing import model_positions
+from ..hooks.backend import Backend
 from ..hooks.payloads import DecodeChoice
 from .engine import FastDecoder
 from .keywords import DecodeOptions, resolve
@@ -50,9 +53,10 @@ Capturer = Callable[..., Callable[[], object]]
 
 
 def decoder_class(choice: DecodeChoice, tuning: DecodeTuning) -> type[FastDecoder]:
-    """The fast decoder for the plan's decode decision: an ``adaptive`` warm-up compiles in the
-    background (``background.py``) unless ``DecodeTuning.background_compile`` is off."""
-    if choice.prepared == "adaptive" and tuning.background_compile:
+    """The fast decoder for the plan's decode decision: an ``adaptive`` warm-up whose compiled step a
+    compile worker builds (``DecodeChoice.compile_worker``) compiles in the background
+    (``background.py``) unless ``DecodeTuning.background_compile`` is off."""
+    if choice.prepared == "adaptive" and choice.compile_worker and tuning.background_compile:
         from .background import BackgroundCompilingDecoder
 
         return BackgroundCompilingDecoder
@@ -66,9 +70,10 @@ class Generator:
     capturer of the plan's graph kind (``None``: no graphs)."""
 
     def __init__(self, model: Any, plan: GenerationPlan, capturer: Callable[[], Capturer | None] | None = None,
-                 tuning: DecodeTuning | None = None) -> None:
+                 tuning: DecodeTuning | None = None, *, backend: Backend) -> None:
         self.model = model
         self.plan = plan
+        self.backend = backend
         self._capturer = capturer
         self.tuning = tuning or DecodeTuning()
         self._decoder: FastDecoder | None = None
@@ -77,7 +82,9 @@ class Generator:
         if self._decoder is None:
             capturer = self._capturer() if self.plan.decode.graphs and self._capturer is not None else None
             self._decoder = decoder_class(self.plan.decode, self.tuning)(self.model, self.plan.decode, capturer,
-                                                                         self.tuning)
+                                                                         self.tuning, backend=self.backend)
+            if self.plan.buckets is not None:
+                self._decoder.pad_to(self.plan.buckets)
         return self._decoder
 
     def route(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
@@ -99,8 +106,9 @@ class Generator:
             ran = self.fast_or_failure(prompts, route, options, report)
             if isinstance(ran, str):
                 report = GenerationReport("generate", ran, len(prompts))
-                ran = self._generate(prompts, Route("generate", ran, route.batch_rows), kwargs, report)
-            outputs = ran
+                outputs = self._generate(prompts, Route("generate", ran, route.batch_rows), kwargs, report)
+            else:
+                outputs, report = ran
         elif route.path == "continuous" and options is not None and self.plan.batching is not None:
             from .continuous import generate_continuous
 
@@ -116,17 +124,17 @@ class Generator:
         """Why this call, although its settings are the loop's, goes to transformers' generate."""
         if options.streamer is not None and len(prompts) > 1:
             return "a streamer takes one prompt; transformers' generate runs this call (and refuses a batch)"
-        limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        found = model_positions(self.model.config)
         longest = max(len(p) for p in prompts) + options.max_new_tokens
-        if isinstance(limit, int) and 0 < limit < longest:
-            return (f"prompt and new tokens reach position {longest}, past the model's max_position_embeddings="
-                    f"{limit}; transformers' generate runs this call as it would")
+        if found is not None and found[1] < longest:
+            return (f"prompt and new tokens reach position {longest}, past the model's {found[0]}={found[1]}; "
+                    "transformers' generate runs this call as it would")
         return None
 
     def fast_or_failure(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
                         report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None
-                        ) -> list[list[int]] | str:
-        """:meth:`fast`'s tokens, or why it failed (a str: the caller runs transformers' generate
+                        ) -> tuple[list[list[int]], GenerationReport] | str:
+        """:meth:`fast`'s tokens and report, or why it failed (a str: the caller runs transformers' generate
         instead, and says so). A call with a streamer raises: tokens may have reached it already,
         and running again would repeat them."""
         try:
@@ -141,17 +149,16 @@ class Generator:
                     "ran this call")
 
     def fast(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
-             report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None) -> list[list[int]]:
+             report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None
+             ) -> tuple[list[list[int]], GenerationReport]:
         """Every prompt through one run of the decode engine, at most ``route.batch_rows`` decoding
         at once (the others join as rows free up); ``prefilled``: their prefills, computed outside
-        the engine (a vision-language model's)."""
+        the engine (a vision-language model's). The report is the engine's, with the call's route
+        (``report``: its path, reason and notes)."""
         outputs, ran = self.decoder().generate(prompts, options.params(), rows=route.batch_rows,
                                                streamer=options.streamer, prefilled=prefilled)
-        for name in ("batches", "graphs", "compiled", "step", "attention_kernel", "step_reason", "captured",
-                     "warmup", "steps", "preemptions", "oom_retries", "prefix_hit_tokens"):
-            setattr(report, name, getattr(ran, name))
-        report.notes = sorted(set(report.notes) | set(ran.notes))
-        return outputs
+        return outputs, replace(ran, path=report.path, reason=report.reason, prompts=report.prompts,
+                                notes=sorted(set(report.notes) | set(ran.notes)))
 
     def _generate(self, prompts: Sequence[Sequence[int]], route: Route, kwargs: Mapping[str, Any],
                   report: GenerationReport) -> list[list[int]]:

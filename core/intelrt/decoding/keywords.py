@@ -56,7 +56,7 @@ class DecodeOptions:
                               seed=seed, stop_token_ids=self.eos_token_ids)
 
 
-def _check_types(kwargs: Mapping[str, Any]) -> None:
+def check_setting_types(kwargs: Mapping[str, Any]) -> None:
     """Refuse wrong types for the settings the loop reads (ConfigurationError, never a guess)."""
     checks: dict[str, tuple[tuple[type, ...], str]] = {
         "max_new_tokens": ((int,), "an int >= 1"),
@@ -97,7 +97,7 @@ def resolve(generation_config: Any, kwargs: Mapping[str, Any]) -> tuple[DecodeOp
     """``(options, None)`` when the loop honours every setting, else ``(None, why not)``."""
     from transformers import GenerationConfig
 
-    _check_types(kwargs)
+    check_setting_types(kwargs)
     settings = dict(kwargs)
     streamer = settings.pop("streamer", None)
     if settings.get("max_length") is not None and settings.get("max_new_tokens") is None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from ..hooks.backend import Backend
     from .tuning import DecodeTuning
 
 log = logging.getLogger(__name__)
@@ -66,85 +67,24 @@ def kv_shape(config: Any, dtype_bytes: int) -> KVShape | None:
     return KVShape(layers, kv_heads, int(head_dim), dtype_bytes)
 
 
-def _memory_module(device: Any) -> Any:
-    """``torch.accelerator`` when ``device`` is this process's accelerator, else ``torch.<type>``
-    (``torch.cuda``, ``torch.xpu``, ``torch.hpu``), else ``None`` (the CPU)."""
-    import torch
-
-    if device.type == "cpu":
-        return None
-    accelerator = getattr(torch, "accelerator", None)
-    current = accelerator.current_accelerator() if accelerator is not None and accelerator.is_available() else None
-    if current is not None and current.type == device.type and hasattr(accelerator, "get_memory_info"):
-        return accelerator
-    return getattr(torch, device.type, None)
-
-
-def device_memory(device: Any) -> tuple[int, int] | None:
-    """(free, total) bytes of ``device``'s memory as its runtime reports them: ``torch.accelerator``'s
-    query, else the device module's ``mem_get_info`` (``torch.cuda``, ``torch.xpu``, ``torch.hpu``);
-    ``None`` on the CPU, or for a runtime with neither."""
-    import torch
-
-    module = _memory_module(device)
-    if module is None:
-        return None
-    for owner in dict.fromkeys([module, getattr(torch, device.type, None)]):
-        query = getattr(owner, "get_memory_info", None) or getattr(owner, "mem_get_info", None)
-        if query is None:
-            continue
-        try:
-            free, total = query(device)
-        except Exception as exc:  # noqa: BLE001 - the next query, or no budget from the device (said at start)
-            log.debug("intelrt: %s reports no free memory through %s (%s)", device, owner.__name__, exc)
-            continue
-        return int(free), int(total)
-    return None
-
-
-def _memory_call(device: Any, name: str, *args: Any) -> Any:
-    """``name(*args)`` of ``torch.accelerator``, else of the device module (``torch.xpu`` …), the
-    first that has it and answers; ``None`` when none does (the CPU, or a runtime without it)."""
-    import torch
-
-    module = _memory_module(device)
-    if module is None:
-        return None
-    for owner in dict.fromkeys([module, getattr(torch, device.type, None)]):
-        function = getattr(owner, name, None)
-        if function is None:
-            continue
-        try:
-            return function(*args)
-        except Exception as exc:  # noqa: BLE001 - the next module, or nothing measured
-            log.debug("intelrt: %s.%s failed on %s (%s)", owner.__name__, name, device, exc)
-    return None
-
-
-def release_cached_memory(device: Any) -> None:
-    """Hand the allocator's cached, unused blocks back to the device (before measuring free memory,
-    and after an out-of-memory error)."""
-    _memory_call(device, "empty_cache")
-
-
 class PeakMemory:
     """The most memory the allocator reserved from ``device`` while the block ran, above what it
     held at the start (``bytes``; 0 where the runtime keeps no peak, e.g. the CPU). Reserved, not
     allocated: the allocator keeps freed blocks cached, and the device (and ``nvidia-smi``) counts
-    them as used."""
+    them as used. ``backend`` answers the queries (``Backend.memory_in_use`` …)."""
 
-    def __init__(self, device: Any) -> None:
-        self.device, self.bytes, self._start = device, 0, 0
+    def __init__(self, backend: Backend, device: Any) -> None:
+        self.backend, self.device, self.bytes, self._start = backend, device, 0, 0
 
     def __enter__(self) -> PeakMemory:
-        release_cached_memory(self.device)
-        _memory_call(self.device, "reset_peak_memory_stats", self.device)
-        self._start = int(_memory_call(self.device, "memory_reserved", self.device) or 0)
+        self.backend.empty_cache(self.device)
+        self.backend.reset_peak_memory(self.device)
+        self._start = self.backend.memory_in_use(self.device) or 0
         return self
 
     def __exit__(self, *exc: object) -> None:
-        peak = _memory_call(self.device, "max_memory_reserved", self.device)
-        self.bytes = max(0, int(peak) - self._start) if peak is not None else 0
+        peak = self.backend.memory_in_use(self.device, peak=True)
+        self.bytes = max(0, peak - self._start) if peak is not None else 0
 
 
 @dataclass(frozen=True)
@@ -159,21 +99,21 @@ class MemoryBudget:
     plus ``utilization`` of what was free); ``None`` on the CPU."""
 
 
-def memory_budget(device: Any, tuning: DecodeTuning, activation_bytes: int = 0, graph_bytes: int = 0,
-                  utilization: float | None = None) -> MemoryBudget:
-    """The KV budget on ``device`` now (the weights loaded): ``utilization`` (default
-    ``tuning.memory_utilization``) × free memory, less ``activation_bytes`` (the profiled peak of
-    one step) and ``graph_bytes`` (what the step's device graphs will hold); on the CPU,
-    ``tuning.cpu_kv_cache_bytes``."""
+def memory_budget(backend: Backend, device: Any, tuning: DecodeTuning, activation_bytes: int = 0,
+                  graph_bytes: int = 0, utilization: float | None = None) -> MemoryBudget:
+    """The KV budget on ``device`` now (the weights loaded), as ``backend`` reports its memory:
+    ``utilization`` (default ``tuning.memory_utilization``) × free memory, less ``activation_bytes``
+    (the profiled peak of one step) and ``graph_bytes`` (what the step's device graphs will hold);
+    where the runtime reports no free memory (the CPU), ``tuning.cpu_kv_cache_bytes``."""
     share = tuning.memory_utilization if utilization is None else utilization
     if not 0 < share <= 1:
         raise ConfigurationError(f"memory utilization {share!r} must be in (0, 1] (e.g. 0.9: 90 % of the free "
                                  "device memory)")
-    release_cached_memory(device)
-    memory = device_memory(device)
+    backend.empty_cache(device)
+    memory = backend.memory_info(device)
     if memory is None:
         kv = tuning.cpu_kv_cache_bytes
-        where = "the CPU" if device.type == "cpu" else f"{device} (its runtime reports no free memory)"
+        where = "the CPU" if backend.device_module() is None else f"{device} (its runtime reports no free memory)"
         return MemoryBudget(kv, f"KV cache budget {size_text(kv)}: configured for {where} "
                                 "(DecodeTuning.cpu_kv_cache_bytes)")
     free, total = memory
@@ -215,12 +155,17 @@ class EngineSize:
 
 
 def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, rows: int, context: int,
-                needed_tokens: int | None = None, rows_asked: bool = False) -> EngineSize:
+                needed_tokens: int | None = None, rows_asked: bool = False, step_tokens: int | None = None
+                ) -> EngineSize:
     """The engine's size for ``rows`` completions of up to ``context`` tokens each within
     ``budget``: as many blocks as the budget holds — at most what ``needed_tokens`` (an offline
     call's prompts and new tokens) need, when given, else at most every row at ``context`` tokens. ``ConfigurationError`` when the budget
     cannot hold one completion of ``context`` tokens, naming the largest context it holds;
-    ``rows_asked``: the caller gave ``rows`` itself (rows beyond the blocks are refused rather than cut)."""
+    ``rows_asked``: the caller gave ``rows`` itself (rows beyond the blocks are refused rather than cut);
+    ``step_tokens``: the tokens a step computes at most (``DecodeTuning.max_batch_tokens`` when set,
+    else this, else ``sizing.DEFAULT_STEP_TOKENS``)."""
+    from ..backends.sizing import DEFAULT_STEP_TOKENS
+
     block = tuning.block_size
     per_block = block * shape.bytes_per_token
     affordable = max(0, budget.kv_bytes // per_block)
@@ -249,5 +194,5 @@ def size_engine(shape: KVShape, budget: MemoryBudget, tuning: DecodeTuning, *, r
                                      f"pass at most {blocks} rows, or give the cache more memory")
         reasons.append(f"rows cut from {rows} to {blocks}: each decoding row needs a block of its own")
         rows = blocks
-    return EngineSize(rows, context, block, blocks + 1, tuning.max_batch_tokens, shape.bytes_per_token,
-                      tuple(reasons))
+    tokens = tuning.max_batch_tokens or step_tokens or DEFAULT_STEP_TOKENS
+    return EngineSize(rows, context, block, blocks + 1, max(tokens, block), shape.bytes_per_token, tuple(reasons))

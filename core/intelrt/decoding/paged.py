@@ -230,16 +230,24 @@ class PackedPrefill:
       request's keys up to its position (a fused kernel, no score matrix materialised);
     * ``each``: one ``prefill_attention`` per chunk (the CPU, whose SDPA gains nothing from packing;
       and the layers SDPA cannot express: ``materialised``).
+
+    ``varlen`` and ``packed`` say what the device allows (``Backend.varlen_attention``, and
+    ``Backend.computes_on_host`` for the CPU, which does not pack).
     """
 
     def __init__(self, segments: Any, positions: Any, block_size: int, device: Any, dtype: Any,
-                 packed: bool | None = None, pack_keys: int = PACK_KEYS) -> None:
+                 packed: bool = True, pack_keys: int = PACK_KEYS, unified: bool = False,
+                 tables: Any = None, varlen: bool = False) -> None:
         import torch
 
         self.segments, self.positions, self.pack_keys = segments, positions, pack_keys
-        self.varlen = varlen_paged_attention() if device.type == "cuda" and dtype in (torch.float16,
-                                                                                    torch.bfloat16) else None
-        self.packed = (device.type != "cpu" if packed is None else packed) and len(segments) > 1
+        self.unified: Any = None
+        """``unified_attention.StepQueries`` of the ``unified`` way."""
+        if unified:
+            self._plan_unified(tables, device)
+        self.varlen = varlen_paged_attention() if (self.unified is None and varlen
+                                                   and dtype in (torch.float16, torch.bfloat16)) else None
+        self.packed = packed and len(segments) > 1
         self.packs: list[tuple[int, int, Any, Any, Any]] = []
         self._masks: dict[tuple[int, int | None], Any] = {}
         if self.varlen is not None:
@@ -249,8 +257,24 @@ class PackedPrefill:
             self.block_table = torch.cat([seg.table[:, :width] for seg in segments]).to(torch.int32)
             self.max_q = max(seg.end - seg.start for seg in segments)
             self.max_k = max(seg.context for seg in segments)
-        if self.packed:
+        if self.packed and self.unified is None:
             self._plan_packed(block_size, device)
+
+    def _plan_unified(self, tables: Any, device: Any) -> None:
+        """The ``unified`` way's step metadata, made once for every layer: where each request's
+        tokens start, its context and its blocks (``unified_attention.StepQueries``)."""
+        import torch
+
+        from .unified_attention import StepQueries
+
+        segments = self.segments
+        if tables is None:
+            tables = torch.cat([seg.table for seg in segments])
+        starts = torch.tensor([0, *[seg.end for seg in segments]], dtype=torch.int32).to(device, non_blocking=True)
+        lengths = torch.tensor([seg.context for seg in segments], dtype=torch.int32).to(device, non_blocking=True)
+        counts = {seg.end - seg.start == 1 for seg in segments}
+        self.unified = StepQueries(starts, lengths, tables, segments[-1].end, mixed=len(counts) > 1,
+                                   single=counts == {True})
 
     def _plan_packed(self, block_size: int, device: Any) -> None:
         """The ``packed`` way's packs: consecutive chunks whose contexts together hold at most
@@ -298,6 +322,9 @@ class PackedPrefill:
 
         _, q_heads, tokens, dim = q.shape
         fused = not materialised(softcap, sinks, latent_values)
+        if self.unified is not None and latent_values is None:
+            out = self.unified.attend(q[0].transpose(0, 1), k_pool, v_pool, scaling, window or 0, softcap or 0.0, sinks)
+            return out.reshape(1, tokens, q_heads * dim)
         if self.varlen is not None and window is None and fused:
             try:
                 out = self.varlen(q[0].transpose(0, 1), k_pool, v_pool, self.cu_seq_q, None, self.max_q,
@@ -314,6 +341,8 @@ class PackedPrefill:
                 if not self.packed:
                     self._plan_packed(k_pool.shape[1], q.device)
         if self.packed and fused:
+            if not self.packs:
+                self._plan_packed(k_pool.shape[1], q.device)
             out = []
             for index, (start, end, slots, _, _) in enumerate(self.packs):
                 keys = flat(k_pool).index_select(0, slots).to(q.dtype)  # (keys, kv_heads, D)
@@ -325,8 +354,35 @@ class PackedPrefill:
                     q[:, :, start:end], keys, values, attn_mask=self._mask(index, window)[None, None], scale=scaling))
             attended = out[0] if len(out) == 1 else torch.cat(out, dim=2)
             return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
-        parts = [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
-                                   self.positions[seg.start:seg.end], seg.context, scaling, window, softcap, sinks,
-                                   latent_values)
-                 for seg in self.segments]
+        parts = []
+        singles = self._leading_single_tokens()
+        if singles > 1:  # decoding rows of a mixed step: one batched decode attention for all of them
+            parts.append(self._attend_singles(q, singles, k_pool, v_pool, scaling, window, softcap, sinks,
+                                              latent_values))
+        parts += [prefill_attention(q[:, :, seg.start:seg.end], k_pool, v_pool, seg.table,
+                                    self.positions[seg.start:seg.end], seg.context, scaling, window, softcap, sinks,
+                                    latent_values)
+                  for seg in self.segments[singles if singles > 1 else 0:]]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def _leading_single_tokens(self) -> int:
+        """How many segments at the start hold one token each (a mixed step's decoding rows)."""
+        count = 0
+        for seg in self.segments:
+            if seg.end - seg.start != 1:
+                break
+            count += 1
+        return count
+
+    def _attend_singles(self, q: Any, count: int, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
+                        softcap: float | None, sinks: Any, latent_values: int | None) -> Any:
+        """The first ``count`` one-token segments as one :func:`decode_attention` (1, count, q_heads * Dv)."""
+        import torch
+
+        rows = self.segments[:count]
+        blocks = max(-(-seg.context // k_pool.shape[1]) for seg in rows)
+        table = torch.cat([seg.table[:, :blocks] for seg in rows])
+        queries = q[0, :, :count].transpose(0, 1)[:, :, None]  # (count, q_heads, 1, D)
+        out = decode_attention(queries, k_pool, v_pool, table, self.positions[:count, None], scaling, window, softcap,
+                               sinks, latent_values)
+        return out.reshape(1, count, -1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hooks.payloads import BatchingChoice, DecodeChoice
+from ..hooks.payloads import BatchingChoice, Buckets, DecodeChoice
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class GenerationPlan:
     decode_reason: str
     batching: BatchingChoice | None = None
     batching_reason: str = "the plan has no batching decision"
+    buckets: Buckets | None = None
+    """The plan's shape buckets (Gaudi): the engine pads its steps to them and warms each at load."""
     trains_sharded: bool = False
     """The weights are FSDP2 shards that training will update: generate runs under ``no_grad``, not
     ``inference_mode``, whose tensors FSDP's reused all-gather buffers could not be updated from."""

@@ -208,7 +208,7 @@ class DecodeRequest:
     """One completion for the engine: a prompt of token ids and how to sample its continuation.
 
     The engine's in-flight batch (``InflightBatch.add``) takes these; so does a server's scheduler
-    (``intelrt.serving.scheduler.Completion.request``)."""
+    (``intelrt.serving.decode_thread.Completion.request``)."""
 
     prompt: tuple[int, ...]
     params: SamplingParams

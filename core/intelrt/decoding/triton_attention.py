@@ -307,15 +307,15 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     one; ``arrivals``: int32 zeros, at least rows * kv_heads of them (left at zero);
     ``prefetch``: tensors the next kernels read, brought into L2 meanwhile (``prefetch_mode``
     ``early``: by extra programs as the kernel starts; ``late``: by the attention programs after
-    their own loads; ``off``), only read, never changed; ignored under the interpreter, on GPUs
-    older than Hopper, past ``MAX_PREFETCH`` tensors, and altogether when they would not fit
-    ``PREFETCH_L2_SHARE`` of L2. ``split_target``: about this many programs share the cache
+    their own loads; ``off``: the caller's word on a GPU older than Hopper, ``launch_features``),
+    only read, never changed; ignored under the interpreter, past ``MAX_PREFETCH`` tensors, and
+    altogether when they would not fit ``PREFETCH_L2_SHARE`` of L2. ``split_target``: about this many programs share the cache
     (flash-decoding); ``merge_in_kernel``: the last split of a head merges the splits' states
     (else a second kernel does). ``window`` > 0: a sliding-window layer, which attends to the
     last ``window`` slots up to and including the new one; ``softcap`` > 0: scores become
     ``softcap * tanh(score / softcap)`` before the mask; ``norm_offset``: the q/k norms' weights are
     ``weight + norm_offset`` (1 for Gemma). ``programmatic``: launch the kernel as a programmatic
-    dependent launch where the GPU has it (``PROGRAMMATIC_LAUNCH_MIN_CAPABILITY``): it starts while
+    dependent launch (the caller's word, where the GPU has it: ``launch_features``): it starts while
     the kernel before it drains, and waits on the device for that kernel's output.
     """
     rows = qkv.shape[0]
@@ -338,10 +338,10 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     merge = merge_in_kernel and splits > 1
     fetched = [] if interpreted or prefetch_mode == "off" else [
         t for t in prefetch if t.is_contiguous() and (t.numel() * t.element_size()) % 16 == 0][:MAX_PREFETCH]
-    if sum(t.numel() * t.element_size() for t in fetched) > _prefetch_budget(qkv.device):
+    if fetched and sum(t.numel() * t.element_size() for t in fetched) > _prefetch_budget(qkv.device):
         fetched = []
     late = prefetch_mode == "late"
-    pdl = programmatic and not interpreted and _capable(qkv.device, PROGRAMMATIC_LAUNCH_MIN_CAPABILITY)
+    pdl = programmatic and not interpreted
     launch = {"launch_pdl": True} if pdl else {}
     extra = 0 if late or not fetched else triton.cdiv(PREFETCH_PROGRAMS, heads)
     pointers = [*fetched, *[qkv] * (MAX_PREFETCH - len(fetched))]
@@ -360,17 +360,19 @@ def decode_attention(qkv: torch.Tensor, q_norm: torch.Tensor | None, k_norm: tor
     return out
 
 
-def _capable(device: torch.device, capability: tuple[int, int]) -> bool:
-    """``device`` is a CUDA GPU of at least compute ``capability``."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= capability
+def launch_features(capability: tuple[int, int] | None, programmatic: bool, prefetch_mode: str) -> tuple[bool, str]:
+    """(``programmatic``, ``prefetch_mode``) as a GPU of compute ``capability`` runs them (the backend's
+    ``Backend.capability``; ``None``: a device without them): programmatic dependent launch from
+    ``PROGRAMMATIC_LAUNCH_MIN_CAPABILITY``, the bulk L2 prefetch from ``PREFETCH_MIN_CAPABILITY``."""
+    return (programmatic and capability is not None and capability >= PROGRAMMATIC_LAUNCH_MIN_CAPABILITY,
+            prefetch_mode if capability is not None and capability >= PREFETCH_MIN_CAPABILITY else "off")
 
 
 def _prefetch_budget(device: torch.device) -> int:
-    """Bytes the kernel may prefetch on ``device``: ``PREFETCH_L2_SHARE`` of its L2 cache on a CUDA
-    GPU with the bulk L2 prefetch (``PREFETCH_MIN_CAPABILITY``), else none."""
-    if not _capable(device, PREFETCH_MIN_CAPABILITY):
-        return 0
-    return int(torch.cuda.get_device_properties(device).L2_cache_size * PREFETCH_L2_SHARE)
+    """Bytes the kernel may prefetch on ``device``: ``PREFETCH_L2_SHARE`` of its L2 cache (asked only
+    where ``launch_features`` left the prefetch on: a GPU with the bulk L2 prefetch)."""
+    properties = torch.get_device_module(device).get_device_properties(device)
+    return int(getattr(properties, "L2_cache_size", 0) * PREFETCH_L2_SHARE)
 
 
 @decode_attention.register_fake

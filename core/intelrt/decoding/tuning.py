@@ -30,17 +30,19 @@ class DecodeTuning:
     stream_every: int = 2
     """With a streamer, tokens are handed over (and the end checked) every this many steps: a
     smaller number gives text sooner, at one host sync each."""
-    inflight_steps: int = 4
+    inflight_steps: int = 8
     """A server's engine runs this many decode steps between its host's looks: new tokens handed
     out, ended rows freed, waiting requests let in. Fewer give text sooner and let requests join
     sooner, at one host sync each."""
     block_size: int = 16
     """Token slots per block of the paged KV cache (vLLM's default): a request holds
     ``ceil(tokens / block_size)`` blocks; prefix caching reuses whole blocks."""
-    max_batch_tokens: int = 2048
+    max_batch_tokens: int | None = None
     """Tokens one engine step computes at most (vLLM's ``max_num_batched_tokens``): one per decoding
     row, the rest prefill chunks of waiting prompts. A longer prompt is prefilled in chunks across
-    steps (chunked prefill), so the rows decoding meanwhile keep getting tokens."""
+    steps (chunked prefill), so the rows decoding meanwhile keep getting tokens. ``None``: the plan's
+    (``DecodeChoice.step_tokens``, sized for the device and model; a list of prompts takes
+    ``sizing.batch_step_tokens`` of it)."""
     prefix_caching: bool = True
     """Reuse the KV blocks of identical prompt prefixes across requests (``blocks.py``)."""
     memory_utilization: float = 0.9
@@ -69,13 +71,16 @@ class DecodeTuning:
     """A mixture-of-experts layer runs every expert on up to this many tokens (static shapes, graph
     capturable); a longer prompt pass runs the model's own experts code (``experts.py``)."""
     background_compile: bool = True
-    """With an ``adaptive`` warm-up and the compact step, each batch shape's compiled step is built on
-    a worker thread from the first call while the uncompiled (captured) step decodes, and takes over
-    at a look boundary once built (``background.py``). False: the step compiles on the caller's
-    thread after ``compile_after_tokens``."""
+    """With an ``adaptive`` warm-up whose plan has a compile worker (``DecodeChoice.compile_worker``),
+    the compiled step is built by a worker process from the first call while the uncompiled
+    (captured) step decodes, and takes over at a look boundary once built (``background.py``).
+    False: the step compiles on the caller's thread after ``compile_after_tokens``."""
+    compile_timeout: int = 1800
+    """Seconds a compile worker (``compile_worker.py``) may take before it is stopped; the step it
+    was building is then not swapped in (a note says so) and the uncompiled step goes on."""
     compile_after_tokens: int = 32768
-    """With an ``adaptive`` warm-up and no background compile (``background_compile=False``, or the
-    model's own forward as the step), the step is compiled once this many tokens have been decoded:
+    """With an ``adaptive`` warm-up and no compile worker (``background_compile=False``, a plan without
+    one, or a model the worker cannot build), the step is compiled once this many tokens have been decoded:
     a compile of about a minute (cold, on a GPU) saving about 2 ms per token has then paid for
     itself (the compile cache makes a later process compile at once)."""
     persist_compiled: bool = True
@@ -91,18 +96,25 @@ class DecodeTuning:
     """When the attention kernel prefetches ``prefetch_weights``: ``early`` (extra programs, as the
     kernel starts), ``late`` (the attention programs, after their own loads) or ``off``."""
 
+    @property
+    def max_steps(self) -> int:
+        """The most decode steps one look runs (what the runner's output buffers hold per row)."""
+        return max(self.eos_check_every, self.stream_every, self.inflight_steps)
+
     def __post_init__(self) -> None:
         counts = ("warmup_steps", "eos_check_every", "stream_every", "inflight_steps", "block_size",
                   "max_batch_tokens", "cpu_kv_cache_bytes", "gemv_max_rows", "attention_splits",
-                  "experts_dense_max_tokens", "compile_after_tokens")
+                  "experts_dense_max_tokens", "compile_after_tokens", "compile_timeout")
         for name in counts:
             value = getattr(self, name)
+            if value is None and name == "max_batch_tokens":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "gemv_max_rows" else 1):
                 raise ValueError(f"DecodeTuning.{name} must be a whole number >= 1, got {value!r}")
         utilization = self.memory_utilization
         if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
             raise ValueError(f"DecodeTuning.memory_utilization must be in (0, 1], got {utilization!r}")
-        if self.max_batch_tokens < self.block_size:
+        if self.max_batch_tokens is not None and self.max_batch_tokens < self.block_size:
             raise ValueError(f"DecodeTuning.max_batch_tokens={self.max_batch_tokens} must be at least block_size="
                              f"{self.block_size}")
         if self.prefetch not in PREFETCH_MODES:

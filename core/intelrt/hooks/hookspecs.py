@@ -6,7 +6,7 @@ A plugin takes part in three ways:
   device — with :func:`intelrt_backends`; the host asks the chosen backend for each decision, then
   intelrt's generic rules;
 * it **overrides one decision** of any backend with a selection hook (``intelrt_select_<concern>``,
-  one per concern of :data:`~intelrt.hooks.concerns.CONCERNS`); mark it ``tryfirst=True`` to answer
+  one per concern of :data:`~intelrt.hooks.concerns.CONCERNS`, each written out below); mark it ``tryfirst=True`` to answer
   before other plugins. A selection hook answers ``None`` for "not mine": it is asked for every
   backend, so it says itself which backends and models it is for;
 * it **adds** variables, training keywords or doctor findings for any backend with the collecting
@@ -23,19 +23,18 @@ as a fault of the plugin. ``env`` is the environment the plan is made for: read 
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .backend import Backend
-from .concerns import CONCERNS, Concern, Decided
+from .concerns import Decided
 from .markers import PROJECT, hookspec
 from .model import ModelInfo
 from .plan import Plan
 from .request import Request
 from .types import BackendStatus, Decision, EnvVar, Finding, Setting
 
-__all__ = ["PROJECT", "SELECTION_HOOKS", "hookspec"]
+__all__ = ["PROJECT", "hookspec"]
 
 
 @hookspec
@@ -107,29 +106,260 @@ def intelrt_diagnose(backends: Sequence[BackendStatus], env: Mapping[str, str], 
     """
 
 
-SelectionHook = Callable[..., Decision | None]
+# -- the selection hooks: one per concern of the registry (hooks/concerns.py ``Decided``), in its order --------
+# Each is asked before the chosen backend's select_<concern>; a test holds every concern to its hookspec.
+
+@hookspec(firstresult=True)
+def intelrt_select_dtype(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                         decided: Decided) -> Decision | None:
+    """Choose the weights dtype (``"float32"``, ``"bfloat16"``, ``"float16"``).
+
+    ``request.dtype`` is ``"auto"`` or the user's choice; a forced choice is the user's: the host
+    answers it after the backend's ``check_dtype`` (which may refuse it with ``PlanError``).
+
+    Asked before the chosen backend's ``select_dtype``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to from_pretrained(dtype=); TrainingArguments(bf16= /
+        fp16=), or ``None``.
+    """
 
 
-def _selection_hook(declared: Concern) -> SelectionHook:
-    def spec(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str], decided: Decided
-             ) -> Decision | None:
-        """(generated from the concern registry)"""
+@hookspec(firstresult=True)
+def intelrt_select_quantization(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                                decided: Decided) -> Decision | None:
+    """Decide quantization: value ``None`` (none) or a :class:`~intelrt.plugin.QuantizationChoice`
+    (``method``, ``bits``, the ``scheme``, the ``package`` and ``extra`` that run it, the ``dtype`` the
+    method loads in, the builder's ``details``); intelrt builds transformers' ``quantization_config``
+    from it (``intelrt.quantization.builders``).
 
-    assert declared.hook is not None
-    spec.__name__ = spec.__qualname__ = declared.hook
-    spec.__doc__ = (f"{inspect.cleandoc(declared.doc)}\n\n"
-                    "Asked before the chosen backend's ``select_" + declared.name + "``: answer ``None`` for a "
-                    "backend, a model or a request this plugin is not for. Stops at the first non-``None`` "
-                    "result.\n\n"
-                    ":param backend: the backend chosen for the run.\n"
-                    ":param request: what the user asked for (``request.is_forced(option)`` tells a forced option).\n"
-                    ":param model: the model's config and files.\n"
-                    ":param env: the environment the plan is made for.\n"
-                    ":param decided: the decisions made before this one.\n"
-                    f":returns: a ``Decision`` whose value goes to {declared.applies}, or ``None``.")
-    return hookspec(firstresult=True)(spec)
+    Decided even when nothing is asked: a checkpoint whose config.json holds a ``quantization_config``
+    is quantized already (``source="checkpoint"``), and the plan says whether it runs on the backend.
+    ``request.quantization`` is ``None`` or one of ``QUANTIZATION_REQUESTS`` (``4bit``, ``8bit``,
+    ``int4``, ``int8``, ``int8-dynamic``, ``autoround``, ``fp8``); a forced one is proposed like an
+    automatic value — the backend's ``select_quantization``, else the generic rule (intelrt's method ×
+    backend table, ``intelrt.quantization.decide``) — and must carry it out (``requested`` equal to it).
+    A ``dtype`` the method forces replaces the plan's dtype decision (transformers'
+    ``HfQuantizer.update_dtype``).
+
+    Asked before the chosen backend's ``select_quantization``: answer ``None`` for a backend, a model or
+    a request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to from_pretrained(quantization_config=BitsAndBytesConfig
+        / TorchAoConfig / AutoRoundConfig …); a checkpoint's own quantization_config; AutoRound and INC
+        FP8 after loading, or ``None``.
+    """
 
 
-SELECTION_HOOKS: dict[str, SelectionHook] = {c.hook: _selection_hook(c) for c in CONCERNS if c.hook}
-"""``intelrt_select_<concern>`` for every concern a plugin may decide (the registry's order)."""
-globals().update(SELECTION_HOOKS)
+@hookspec(firstresult=True)
+def intelrt_select_parallelism(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                               decided: Decided) -> Decision | None:
+    """Decide how the run spreads over processes, one per device: value a
+    :class:`~intelrt.plugin.ParallelismChoice` — the training strategy (``none``, ``ddp``, ``fsdp``,
+    ``deepspeed``) with the ``fsdp_config`` or DeepSpeed config it hands ``TrainingArguments``, the
+    inference strategy (``none``, ``tensor``) with the ``distributed_config`` it hands
+    ``from_pretrained``, the world size it was planned for, and the launch command when this process is
+    not yet one of the ranks.
+
+    ``request.sharding`` (training) and ``request.parallel`` (inference) are ``"auto"`` or the user's
+    choice; refuse a strategy your backend's collective library cannot run with ``PlanError`` saying the
+    way out. The generic rule (:func:`~intelrt.plugin.decide_parallelism`) reads the backend's
+    :class:`~intelrt.plugin.ShardingSupport`. Decided for backend-only plans too (``model`` then has no
+    weights).
+
+    Asked before the chosen backend's ``select_parallelism``: answer ``None`` for a backend, a model or
+    a request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to intelrt launch (one process per device);
+        TrainingArguments(fsdp=, fsdp_config=, deepspeed=); from_pretrained(distributed_config=), or
+        ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_placement(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                             decided: Decided) -> Decision | None:
+    """Choose where the weights go: value a :class:`~intelrt.plugin.Placement` — the ``device_map`` for
+    ``from_pretrained`` (``"xpu"``, ``"xpu:2"``, ``"auto"``, ``"cpu"`` …), plus ``max_memory`` when
+    accelerate may use only some of the devices this process sees.
+
+    In a launched rank, or when the weights are sharded as they load,
+    :func:`~intelrt.plugin.rank_placement` answers.
+
+    Asked before the chosen backend's ``select_placement``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to from_pretrained(device_map=, max_memory=), or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_attention(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                             decided: Decided) -> Decision | None:
+    """Choose ``attn_implementation`` (``"sdpa"``, ``"eager"``, ``"flash_attention_2"`` …).
+
+    ``request.attention`` is ``"auto"`` or the user's choice; a forced choice is answered by the host
+    after the backend's ``check_attention`` (refuse an impossible one with ``PlanError`` naming the
+    reason).
+
+    Asked before the chosen backend's ``select_attention``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to from_pretrained(attn_implementation=), or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_kernels(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                           decided: Decided) -> Decision | None:
+    """Decide hub kernels: value a :class:`~intelrt.plugin.KernelChoice` (``use_kernels``, the
+    ``kernel_mapping`` layer → {device: kernel}, ``use_local_kernel``); intelrt builds transformers'
+    ``KernelConfig`` from it. ``kernels=False`` is answered by the host; ``kernels=True`` is proposed by
+    the backend (which kernels, from where) and must turn them on.
+
+    Asked before the chosen backend's ``select_kernels``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to from_pretrained(use_kernels=,
+        kernel_config=KernelConfig(...)), or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_compile(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                           decided: Decided) -> Decision | None:
+    """Decide ``torch.compile``: value a :class:`~intelrt.plugin.CompileChoice` (``enabled``, ``compiler``,
+    ``mode``). ``request.compile`` is ``"auto"``, ``"none"``, ``"on"`` (the backend's ``compiler``) or a
+    ``torch.compile`` backend name; a forced one is answered by the host and checked by the backend's
+    ``check_compile``.
+
+    Asked before the chosen backend's ``select_compile``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to torch.compile after loading;
+        TrainingArguments(torch_compile=, torch_compile_backend=), or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_decode(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                          decided: Decided) -> Decision | None:
+    """Decide how ``Loaded.generate`` decodes: value a :class:`~intelrt.plugin.DecodeChoice` (``method``
+    ``fast`` or ``generate``, ``cache``, ``graphs``, ``compile``, ``step``, ``compile_options``,
+    ``attention_kernel``, ``warmup``).
+
+    ``"fast"`` is intelrt's decode loop (static KV cache, one step function per token with no host
+    synchronisation, optionally compiled and captured into the device graph kind named by ``graphs``;
+    the backend that names a graph kind also answers ``graph_capturer``). ``"generate"`` is
+    transformers' plain ``model.generate``; say why in the reason. ``request.graphs``,
+    ``request.attention_kernel``, ``request.warmup`` and ``request.compile`` are the user's word: honour
+    them or raise ``PlanError``.
+
+    Asked before the chosen backend's ``select_decode``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to Loaded.generate of one prompt, or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_batching(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                            decided: Decided) -> Decision | None:
+    """Decide how a list of prompts is generated: value a :class:`~intelrt.plugin.BatchingChoice`
+    (``method`` ``continuous`` or ``padded``; for continuous batching ``use_graphs`` /
+    ``use_async_batching``, where ``None`` leaves the choice to transformers, SPEC X7).
+    ``request.batching`` and ``request.graphs`` are ``"auto"`` or forced.
+
+    Asked before the chosen backend's ``select_batching``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to Loaded.generate of a list of prompts, or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_buckets(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                           decided: Decided) -> Decision | None:
+    """Decide the input shapes of a device that compiles one graph per shape: value a
+    :class:`~intelrt.plugin.Buckets` (prompt batch sizes and lengths, decode batch sizes and KV-cache
+    blocks, the block size, whether every bucket is warmed up at load), or ``None`` — shapes are not
+    padded. A backend without such graphs answers ``None`` and the decision is left out.
+
+    ``request.buckets`` is ``"auto"``, ``"on"`` or ``"off"``; ``"off"`` must be answered with value
+    ``None`` (every new shape then compiles mid-run), ``"on"`` with buckets or ``PlanError``.
+
+    Asked before the chosen backend's ``select_buckets``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to the decode engine and the server: prompt passes and
+        decode steps padded to buckets; every bucket run at load when warmup, or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def intelrt_select_collective(backend: Backend, request: Request, model: ModelInfo, env: Mapping[str, str],
+                              decided: Decided) -> Decision | None:
+    """Choose the ``torch.distributed`` backend (``"gloo"``, ``"nccl"``, ``"xccl"``, ``"hccl"``); a backend
+    without one answers ``None`` (the decision is then left out).
+
+    Asked before the chosen backend's ``select_collective``: answer ``None`` for a backend, a model or a
+    request this plugin is not for. Stops at the first non-``None`` result.
+
+    :param backend: the backend chosen for the run.
+    :param request: what the user asked for (``request.is_forced(option)`` tells a forced option).
+    :param model: the model's config and files.
+    :param env: the environment the plan is made for.
+    :param decided: the decisions made before this one.
+    :returns: a ``Decision`` whose value goes to TrainingArguments(ddp_backend=) in launched ranks;
+        intelrt launch, or ``None``.
+    """

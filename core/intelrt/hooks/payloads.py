@@ -22,6 +22,10 @@ P = TypeVar("P", bound="Payload")
 DECODE_METHODS = ("fast", "generate")
 """``fast``: intelrt's decode loop; ``generate``: transformers' ``model.generate``."""
 DECODE_STEPS = ("compact", "model")
+STEP_ATTENTIONS = ("triton", "torch")
+"""How an engine step's flat queries (decoding rows and prompt chunks) attend the paged cache:
+intelrt's one Triton kernel per layer (``decoding/unified_attention.py``), or torch operations
+(SDPA per prompt chunk, one batched attention for the decoding rows)."""
 """``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
 FORCEABLE_WARMUPS = ("eager", "static", "compiled")
 """How the fast loop's step is prepared: ``eager`` (as it is), ``static`` (captured in a device graph,
@@ -258,7 +262,12 @@ class DecodeChoice(Payload):
     inductor settings; ``attention_kernel`` runs the compact step's decode attention as one
     Triton kernel per layer (the backend says whether its device runs that kernel); ``warmup``
     says when the step is compiled (``DECODE_WARMUPS``; ``None``: as ``compile`` says, from the
-    first call).
+    first call). ``step_tokens``: the tokens one engine step computes at most — each decoding row's
+    next token plus prompt chunks (vLLM's ``max_num_batched_tokens``), sized for the device and
+    model (``None``: the engine's default); ``step_attention``: how such a step attends
+    (``STEP_ATTENTIONS``). ``compile_worker``: an ``adaptive`` step's compiled form is built by a
+    compile worker process beside the decoding one and swapped in when ready (``False``: it is built
+    in the decoding process once that pays).
     """
 
     method: str
@@ -269,20 +278,32 @@ class DecodeChoice(Payload):
     compile_options: Mapping[str, JSONValue] | None = None
     attention_kernel: bool = False
     warmup: str | None = None
+    compile_worker: bool = False
+    step_tokens: int | None = None
+    step_attention: str | None = None
 
     def __post_init__(self) -> None:
         _check(self, "method", (str,), choices=DECODE_METHODS)
+        _check(self, "step_tokens", (int,), optional=True)
+        _check(self, "step_attention", (str,), optional=True, choices=STEP_ATTENTIONS)
+        if self.step_tokens is not None and self.step_tokens < 1:
+            _fail(type(self), f"step_tokens must be >= 1, got {self.step_tokens}")
         _check(self, "warmup", (str,), optional=True, choices=DECODE_WARMUPS)
         for name in ("cache", "graphs", "compile"):
             _check(self, name, (str,), optional=True)
         _check(self, "step", (str,), optional=True, choices=DECODE_STEPS)
         _check(self, "compile_options", (Mapping,), optional=True)
         _check(self, "attention_kernel", (bool,))
+        _check(self, "compile_worker", (bool,))
+        if self.compile_worker and self.warmup != "adaptive":
+            _fail(type(self), f"compile_worker builds an adaptive step's compiled form; warmup={self.warmup!r} has none "
+                              "to build beside the decoding process")
         if self.compile_options is not None:
             object.__setattr__(self, "compile_options", _plain(self.compile_options))
-        if self.method == "generate" and (self.graphs or self.compile or self.attention_kernel or self.warmup):
-            _fail(type(self), "method='generate' runs transformers' generate: graphs, compile, attention_kernel "
-                              "and warmup belong to the fast loop")
+        if self.method == "generate" and (self.graphs or self.compile or self.attention_kernel or self.warmup
+                                          or self.step_tokens or self.step_attention):
+            _fail(type(self), "method='generate' runs transformers' generate: graphs, compile, attention_kernel, "
+                              "warmup, step_tokens and step_attention belong to the fast loop")
         wants = {"eager": (False, False), "static": (True, False), "compiled": (None, True), "adaptive": (None, True)}
         if self.warmup is not None:
             graphs, compiled = wants[self.warmup]

@@ -12,10 +12,12 @@ first.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -37,12 +39,50 @@ from ..support.redaction import is_secret_name, register_secret
 from .settings import ALLOW_VAR, BLOCK_VAR, DEBUG_VAR, ENTRY_POINT_GROUP, TIMEOUT_VAR
 from .timeout import call_with_timeout, parse_timeout
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 USERS = "requested by the user"
 """How a plan says a decision keeps what the user forced: written here only."""
 
 trace_log = logging.getLogger("intelrt.trace")
 HOOK_NAMES = tuple(sorted(name for name in dir(hookspecs) if name.startswith(f"{hookspecs.PROJECT}_")))
+
+
+Select = Callable[[Backend, Situation], Decision | None]
+Check = Callable[[Backend, Any, Situation], Endorsement | None]
+
+
+@dataclass(frozen=True)
+class ConcernCalls:
+    """One concern's calls, written out so that a reader, grep and mypy follow each: the chosen
+    backend's proposal (its override, if any), the generic rule's, and for a value the user forces
+    or a third-party plugin answers, the backend's check and the generic one."""
+
+    select: Select
+    generic: Select
+    check: Check | None = None
+    generic_check: Check | None = None
+
+
+CALLS: dict[str, ConcernCalls] = {
+    "dtype": ConcernCalls(lambda b, s: b.select_dtype(s), GENERIC.select_dtype,
+                          lambda b, v, s: b.check_dtype(v, s), GENERIC.check_dtype),
+    "quantization": ConcernCalls(lambda b, s: b.select_quantization(s), GENERIC.select_quantization),
+    "parallelism": ConcernCalls(lambda b, s: b.select_parallelism(s), GENERIC.select_parallelism),
+    "placement": ConcernCalls(lambda b, s: b.select_placement(s), GENERIC.select_placement),
+    "attention": ConcernCalls(lambda b, s: b.select_attention(s), GENERIC.select_attention,
+                              lambda b, v, s: b.check_attention(v, s), GENERIC.check_attention),
+    "kernels": ConcernCalls(lambda b, s: b.select_kernels(s), GENERIC.select_kernels,
+                            lambda b, v, s: b.check_kernels(v, s), GENERIC.check_kernels),
+    "compile": ConcernCalls(lambda b, s: b.select_compile(s), GENERIC.select_compile,
+                            lambda b, v, s: b.check_compile(v, s), GENERIC.check_compile),
+    "decode": ConcernCalls(lambda b, s: b.select_decode(s), GENERIC.select_decode),
+    "batching": ConcernCalls(lambda b, s: b.select_batching(s), GENERIC.select_batching),
+    "buckets": ConcernCalls(lambda b, s: b.select_buckets(s), GENERIC.select_buckets),
+    "collective": ConcernCalls(lambda b, s: b.select_collective(s), GENERIC.select_collective),
+}
+"""Every concern a hook decides (:data:`~intelrt.hooks.concerns.CONCERNS`), by name; a test holds the
+two to each other."""
 
 
 @dataclass(frozen=True)
@@ -149,14 +189,26 @@ class PluginHost:
                 if on_error == "raise":
                     raise
                 self.records.append(PluginRecord(ep.name, dist, version, (), "failed", error=str(exc)))
+        known = {r.name for r in self.records} | {r.distribution for r in self.records}
+        self.unknown_blocked = tuple(sorted(self._block - known))
+        if self.unknown_blocked:  # a typo blocks nothing, and the plugin meant keeps loading
+            log.warning("%s", self.unknown_blocked_message())
         if self._allow:
-            known = {r.name for r in self.records} | {r.distribution for r in self.records}
             self.unknown_allowed = tuple(sorted(self._allow - known))
             if self.unknown_allowed and on_error == "raise":
                 raise ConfigurationError(self.unknown_allowed_message())
+            if self.unknown_allowed:
+                log.warning("%s", self.unknown_allowed_message())
 
     unknown_allowed: tuple[str, ...] = ()
     """Names in the allow-list that no installed plugin has (every plan refuses them; doctor reports them)."""
+    unknown_blocked: tuple[str, ...] = ()
+    """Names in the block-list that no plugin has (a warning, and a doctor finding: nothing is blocked by them)."""
+
+    def unknown_blocked_message(self) -> str:
+        plugins = ", ".join(sorted(r.name for r in self.records)) or "none"
+        return (f"{BLOCK_VAR} names {', '.join(self.unknown_blocked)}, which no plugin has, so it blocks nothing; "
+                f"plugins: {plugins}. Correct the names (a plugin's name or its distribution's).")
 
     def unknown_allowed_message(self) -> str:
         installed = ", ".join(sorted(r.name for r in self.records if not r.builtin)) or "none"
@@ -275,10 +327,11 @@ class PluginHost:
         return [(plugin, item) for plugin, result in self._hook(hook, kwargs)
                 for item in self._items(plugin, hook, result, kinds)]
 
-    def _own(self, backend: Backend, method: str, kinds: tuple[type, ...], *args: Any) -> list[tuple[str, Any]]:
-        """The chosen backend's answer to one of its collecting methods, checked."""
-        what = f"{type(backend).__name__}.{method}"
-        result = self._run(backend.plugin, what, getattr(backend, method), *args)
+    def _own(self, backend: Backend, method: Callable[..., Any], kinds: tuple[type, ...], *args: Any
+             ) -> list[tuple[str, Any]]:
+        """The chosen backend's answer to one of its collecting methods (bound: ``backend.diagnose``), checked."""
+        what = f"{type(backend).__name__}.{method.__name__}"
+        result = self._run(backend.plugin, what, method, *args)
         return [(backend.plugin, item) for item in self._items(backend.plugin, what, result, kinds)]
 
     # -- backends ----------------------------------------------------------------------------
@@ -322,14 +375,17 @@ class PluginHost:
             self._check_answer(concern, backend, plugin, decision, s)
             return self._planned(concern, plugin, decision, s, forced)
         if forced:
-            value = concern.forced_value(s.request, s.decided, backend)
+            value = concern.forced_value(s.request, s.decided, backend.compiler)
             if value is not PROPOSE:
                 return self._endorsed(concern, backend, value, s)
+        calls = CALLS[concern.name]
         plugin, what = backend.plugin, f"{type(backend).__name__}.select_{concern.name}"
-        answer = self._run(plugin, what, getattr(backend, f"select_{concern.name}"), s)
+        answer = self._run(plugin, what, calls.select, backend, s)
         if answer is None:
-            plugin, what = GENERIC_PLUGIN, f"{GENERIC_PLUGIN}.select_{concern.name}"
-            answer = getattr(GENERIC, f"select_{concern.name}")(backend, s)
+            # the generic rule; its answer from what the backend declares is the backend's decision
+            plugin = backend.plugin if GENERIC.derives(concern.name, backend) else GENERIC_PLUGIN
+            what = f"{GENERIC_PLUGIN}.select_{concern.name}"
+            answer = calls.generic(backend, s)
             if self.tracing:
                 trace_log.debug("%s <- %s returned %r", what, plugin, answer)
         if answer is None:
@@ -343,13 +399,13 @@ class PluginHost:
         """A third-party plugin's value passes the checks a value the user forced passes (the backend's
         ``check_<concern>``, then the generic rule's): a value the backend refuses is the plugin's fault,
         named now rather than as a failure of the model's files when it loads."""
-        check = f"check_{concern.name}"
-        if decision.value is None or not hasattr(GENERIC, check):
+        calls = CALLS[concern.name]
+        if decision.value is None or calls.check is None or calls.generic_check is None:
             return
         try:
-            if self._run(backend.plugin, f"{type(backend).__name__}.{check}", getattr(backend, check), decision.value,
-                         s) is None:
-                getattr(GENERIC, check)(backend, decision.value, s)
+            if self._run(backend.plugin, f"{type(backend).__name__}.check_{concern.name}", calls.check, backend,
+                         decision.value, s) is None:
+                calls.generic_check(backend, decision.value, s)
         except PlanError as exc:
             raise self._fault(plugin, f"chose {concern.name} {decision.value!r:.80} in {concern.hook}, which backend "
                                       f"{backend.name!r} refuses: {exc}. Report it to the plugin's authors, or skip "
@@ -357,12 +413,14 @@ class PluginHost:
 
     def _endorsed(self, concern: Concern, backend: Backend, value: Any, s: Situation) -> PlannedDecision:
         """The user's forced value, checked by the backend, then (when it says nothing) the generic rule."""
-        check = f"check_{concern.name}"
+        calls, check = CALLS[concern.name], f"check_{concern.name}"
+        if calls.check is None or calls.generic_check is None:
+            raise TypeError(f"concern {concern.name!r} takes a forced value but declares no check")
         plugin = backend.plugin
-        endorsement = self._run(plugin, f"{type(backend).__name__}.{check}", getattr(backend, check), value, s)
+        endorsement = self._run(plugin, f"{type(backend).__name__}.{check}", calls.check, backend, value, s)
         if endorsement is None:
             plugin = GENERIC_PLUGIN
-            endorsement = getattr(GENERIC, check)(backend, value, s) or Endorsement()
+            endorsement = calls.generic_check(backend, value, s) or Endorsement()
         if not isinstance(endorsement, Endorsement):
             raise self._fault(plugin, f"returned {endorsement!r:.120} from {check}; expected an Endorsement or None")
         off = isinstance(value, CompileChoice) and not value.enabled or isinstance(value, KernelChoice) and not \
@@ -408,14 +466,14 @@ class PluginHost:
     # -- environment, launch, training, doctor ----------------------------------------------------
     def setup_env(self, backend: Backend, s: Situation) -> list[tuple[str, EnvVar | Finding]]:
         """The backend's ``run_environment``, then every plugin's ``intelrt_setup_env``."""
-        return _secrets_kept(self._own(backend, "run_environment", (EnvVar, Finding), s)
+        return _secrets_kept(self._own(backend, backend.run_environment, (EnvVar, Finding), s)
                              + self._collect("intelrt_setup_env", (EnvVar, Finding), backend=backend,
                                              request=s.request, env=s.env))
 
     def launch_env(self, backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]
                    ) -> list[tuple[str, EnvVar | Finding]]:
         """The backend's ``launch_environment``, then every plugin's ``intelrt_launch_env``."""
-        return _secrets_kept(self._own(backend, "launch_environment", (EnvVar, Finding), plan, nproc, env)
+        return _secrets_kept(self._own(backend, backend.launch_environment, (EnvVar, Finding), plan, nproc, env)
                              + self._collect("intelrt_launch_env", (EnvVar, Finding), backend=backend, plan=plan,
                                              nproc=nproc, env=env))
 
@@ -431,15 +489,19 @@ class PluginHost:
         """Every plugin's ``intelrt_training_arguments``, the backend's ``training_arguments``, then the
         generic keywords — in the order a keyword's first answer wins."""
         hooks = self._collect("intelrt_training_arguments", (Setting,), backend=backend, plan=plan, overrides=overrides)
-        own = self._own(backend, "training_arguments", (Setting,), plan, overrides)  # its refusals come first
+        own = self._own(backend, backend.training_arguments, (Setting,), plan, overrides)  # its refusals come first
         return hooks + own + [(GENERIC_PLUGIN, item) for item in GENERIC.training_arguments(backend, plan, overrides)]
 
     def diagnose(self, backends: Sequence[Backend], env: Mapping[str, str], probe: bool = False
                  ) -> list[tuple[str, Finding]]:
         """Each backend's ``diagnose``, then every plugin's ``intelrt_diagnose``."""
-        own = [item for backend in backends for item in self._own(backend, "diagnose", (Finding,), env, probe)]
+        own = [item for backend in backends for item in self._own(backend, backend.diagnose, (Finding,), env, probe)]
         return own + self._collect("intelrt_diagnose", (Finding,), backends=[b.status for b in backends], env=env,
                                    probe=probe)
+
+    def acquire_device(self, backend: Backend, plan: Plan) -> None:
+        """The backend takes this process's device for ``plan`` (``Backend.acquire_device``)."""
+        self._run(backend.plugin, f"{type(backend).__name__}.acquire_device", backend.acquire_device, plan)
 
     def compile_wrapper(self, backend: Backend, compile_fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """The backend's process-wide ``torch.compile`` replacement, or ``None``."""
@@ -463,14 +525,30 @@ class PluginHost:
         return found
 
     def graph_capturer(self, backend: Backend, kind: str) -> Callable[..., Any] | None:
-        """The backend's device-graph capturer of graph ``kind``, or ``None``."""
-        capturer = self._run(backend.plugin, f"{type(backend).__name__}.graph_capturer", backend.graph_capturer, kind)
+        """The backend's capturer of the plan's device graphs ``kind``, or ``None`` when they are not
+        the backend's own (:attr:`~intelrt.hooks.backend.Backend.graph_kind`) or it builds none."""
+        what = f"{type(backend).__name__}.graph_capturer"
+        if takes_graph_kind(backend):  # intelrt 0.1's graph_capturer(kind), deprecated in 0.2
+            warnings.warn(f"{what}(kind) is deprecated: declare the class attribute graph_kind = {kind!r} and "
+                          "define graph_capturer(self) without arguments (docs/plugin-api.md); the old form stops "
+                          "working in intelrt 0.3", DeprecationWarning, stacklevel=2)
+            capturer = self._run(backend.plugin, what, backend.graph_capturer, kind)
+        elif kind != backend.graph_kind:
+            return None
+        else:
+            capturer = self._run(backend.plugin, what, backend.graph_capturer)
         if capturer is not None and not callable(capturer):
             raise self._fault(backend.plugin, f"returned {capturer!r:.80} from graph_capturer; expected a callable")
         return capturer
 
     def enabled(self) -> list[PluginRecord]:
         return [r for r in self.records if r.status == "enabled"]
+
+
+def takes_graph_kind(backend: Backend) -> bool:
+    """Whether ``backend`` overrides ``graph_capturer`` in intelrt 0.1's form, taking the graph kind."""
+    parameters = inspect.signature(backend.graph_capturer).parameters.values()
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters)
 
 
 def _secrets_kept(items: list[tuple[str, EnvVar | Finding]]) -> list[tuple[str, EnvVar | Finding]]:
@@ -503,4 +581,4 @@ def reset_host() -> None:
         _cached = None
 
 
-__all__ = ["PluginHost", "PluginRecord", "get_host", "reset_host"]
+__all__ = ["PluginHost", "PluginRecord", "get_host", "reset_host", "takes_graph_kind"]

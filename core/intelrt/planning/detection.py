@@ -50,9 +50,22 @@ def _listing(backends: tuple[Backend, ...]) -> str:
                      for b in backends)
 
 
+def skipped_plugins(host: PluginHost, env: Mapping[str, str]) -> list[str]:
+    """Installed plugins the allow-list or the block-list kept from loading, each with the variable
+    that did (their backends are never detected: a choice without them must say so)."""
+    from ..host.settings import ALLOW_VAR, BLOCK_VAR
+
+    why = {"blocked": f"blocked by {BLOCK_VAR}={env.get(BLOCK_VAR, '')}",
+           "not allowed": f"left out by {ALLOW_VAR}={env.get(ALLOW_VAR, '')}"}
+    return [f"plugin {r.name!r} ({r.distribution}) is not loaded: {why[r.status]}" for r in host.records
+            if r.status in why]
+
+
 def choose_backend(backends: tuple[Backend, ...], requested: str,
-                   env: Mapping[str, str]) -> tuple[Backend, str, bool]:
-    """Pick the backend for ``requested`` (``"auto"`` or a name); return (status, reason, forced)."""
+                   env: Mapping[str, str], skipped: list[str] | tuple[str, ...] = ()) -> tuple[Backend, str, bool]:
+    """Pick the backend for ``requested`` (``"auto"`` or a name); return (status, reason, forced).
+    ``skipped``: plugins not loaded (:func:`skipped_plugins`), named where they may be the cause."""
+    unloaded = "".join(f"; {line}" for line in skipped)
     source = "backend="
     if requested == "auto" and env.get(BACKEND_VAR):
         requested, source = env[BACKEND_VAR].strip().lower(), f"{BACKEND_VAR}"
@@ -60,9 +73,9 @@ def choose_backend(backends: tuple[Backend, ...], requested: str,
         status = next((b for b in backends if b.name == requested), None)
         if status is None:
             raise ConfigurationError(
-                f"{source}{'=' if source == BACKEND_VAR else ''}{requested!r} is not a backend intelrt knows. "
-                f"Known backends:\n{_listing(backends)}\nInstall the plugin that provides it "
-                "(e.g. pip install intelrt-xpu) or pick one of the names above.")
+                f"{source}{'=' if source == BACKEND_VAR else ''}{requested!r} is not a backend intelrt knows"
+                f"{unloaded}. Known backends:\n{_listing(backends)}\nInstall the plugin that provides it "
+                "(e.g. pip install intelrt-xpu), let it load, or pick one of the names above.")
         if not status.available:
             raise BackendUnavailableError(
                 f"backend {requested!r} was asked for ({source}) but is not available: {status.reason}.\n"
@@ -79,6 +92,9 @@ def choose_backend(backends: tuple[Backend, ...], requested: str,
     if cpu is None:
         raise BackendUnavailableError(f"no backend is available:\n{_listing(backends)}")
     why = "; ".join(f"{b.name}: {b.reason}" for b in backends if b.device_type != "cpu") or "no accelerator plugin"
+    if skipped:
+        return cpu, (f"no accelerator found among the backends of the plugins loaded, running on the CPU ({why}"
+                     f"{unloaded})"), False
     return cpu, f"no accelerator found, running on the CPU ({why})", False
 
 
@@ -88,5 +104,5 @@ def detect(backend: str = "auto", *, env: Mapping[str, str] | None = None,
     env = dict(os.environ) if env is None else env
     host = host or get_host()
     backends = detect_backends(host, env)
-    chosen, reason, forced = choose_backend(backends, backend.lower(), env)
+    chosen, reason, forced = choose_backend(backends, backend.lower(), env, skipped_plugins(host, env))
     return Detection(backends=backends, chosen=chosen, reason=reason, forced=forced)

@@ -53,6 +53,9 @@ def diagnose(env: Mapping[str, str] | None = None, host: PluginHost | None = Non
         findings.append(Finding("error", f"{ALLOW_VAR} names no installed plugin", host.unknown_allowed_message(),
                                 fix=f"correct the names in {ALLOW_VAR} (`intelrt plugins` lists them), or unset it",
                                 claim="C6"))
+    if host.unknown_blocked:
+        findings.append(Finding("warning", f"{BLOCK_VAR} names no plugin", host.unknown_blocked_message(),
+                                fix=f"correct the names in {BLOCK_VAR} (`intelrt plugins` lists them)", claim="C6"))
     for record in host.records:
         if record.status == "failed":
             findings.append(Finding("error", f"plugin {record.name} failed to load", record.error or "",

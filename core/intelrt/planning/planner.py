@@ -26,7 +26,7 @@ from ..hooks.types import EnvVar, Finding
 from ..host.manager import USERS, PluginHost, get_host
 from . import tasks
 from .architecture import resolve, task_for
-from .detection import choose_backend, detect_backends
+from .detection import choose_backend, detect_backends, skipped_plugins
 from .diagnosis import floor_findings
 from .environment import resolve_env
 from .model_source import check_safety, resolve_model
@@ -174,7 +174,8 @@ def make_plan(request: Request, *, env: Mapping[str, str] | None = None,
         model = NO_MODEL_INFO
         notes.append("backend-only plan: no model was given")
     detected = detect_backends(host, env)
-    backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env)
+    backend, backend_reason, backend_forced = choose_backend(detected, request.backend, env,
+                                                             skipped_plugins(host, env))
     settings, findings = plan_env(host, backend, request, model, env)
     decisions, model = decide_all(host, backend=backend, request=request, model=model, env=env)
     _log_plan(model, detected, backend, backend_reason, decisions)

@@ -8,7 +8,7 @@ trains adapters on a quantized base, ``inc`` writes Intel Neural Compressor's FP
 Runtime (imports torch, transformers and the method's library inside functions): ``builders``
 makes the ``quantization_config`` object ``from_pretrained`` takes, ``saving`` writes a quantized
 checkpoint, ``compact_weights`` runs weight-only int8/int4 projections in the compact decode step.
-docs/quantization.md is generated from ``methods.TABLE``.
+docs/quantization.md is generated from ``methods.TABLE`` and every backend's ``quantization_columns``.
 """
 
 from .checkpoint import CheckpointQuantization, read_checkpoint_quantization

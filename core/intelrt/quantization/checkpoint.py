@@ -26,6 +26,7 @@ FAMILIES = {
     "bitsandbytes_4bit": "bitsandbytes", "bitsandbytes_8bit": "bitsandbytes", "gptq": "gptq", "awq": "awq",
     "auto-round": "auto-round", "compressed-tensors": "compressed-tensors", "torchao": "torchao",
     "fbgemm_fp8": "fbgemm_fp8", "fp8": "fp8", "mxfp8": "fp8", "mxfp4": "mxfp4", "hqq": "hqq", "quanto": "quanto",
+    "aqlm": "aqlm", "gguf": "gguf",
 }
 """transformers' ``AUTO_QUANTIZER_MAPPING`` keys intelrt plans → the method family of the plan
 (``mxfp8`` reuses the fine-grained FP8 quantizer, ``quantizers/auto.py``)."""
@@ -175,6 +176,11 @@ def _facts(method: str, config: Mapping[str, Any]) -> dict[str, Any]:
         return {"bits": 8, "scheme": f"block {'x'.join(map(str, block))}" if isinstance(block, list) else None}
     if method == "mxfp4":
         return {"bits": 4, "scheme": "mxfp4"}
+    if method == "aqlm":  # AqlmConfig: each group of in x out weights is num_codebooks codes of nbits each
+        codes = (_int(config.get("num_codebooks")) or 1) * (_int(config.get("nbits_per_codebook")) or 16)
+        group = (_int(config.get("in_group_size")) or 8) * (_int(config.get("out_group_size")) or 1)
+        return {"bits": max(1, round(codes / group)), "scheme": f"{config.get('num_codebooks', 1)}x"
+                f"{config.get('nbits_per_codebook', 16)}"}
     if method == "quanto":
         weights = str(config.get("weights") or "int8")
         return {"bits": {"int8": 8, "float8": 8, "int4": 4, "int2": 2}.get(weights), "scheme": weights}
@@ -202,10 +208,14 @@ def _read_json(path: Path) -> Mapping[str, Any]:
     return data
 
 
-def read_checkpoint_quantization(config: Mapping[str, Any],
-                                 directory: str | Path | None = None) -> CheckpointQuantization | None:
+def read_checkpoint_quantization(config: Mapping[str, Any], directory: str | Path | None = None,
+                                 gguf_file: object = None) -> CheckpointQuantization | None:
     """The checkpoint's quantization (``config``: its config.json; ``directory``: where it lies, to
-    look for the quantizers' own files), or ``None`` when it is not quantized."""
+    look for the quantizers' own files; ``gguf_file``: the ``from_pretrained`` keyword naming a GGUF
+    file, from which transformers builds a ``GgufConfig`` — ``modeling_utils.py`` ``from_pretrained``),
+    or ``None`` when it is not quantized."""
+    if gguf_file is not None:
+        return CheckpointQuantization("gguf", f"gguf_file={gguf_file}")
     found = config.get("quantization_config")
     if isinstance(found, Mapping):
         return from_quantization_config(found, "config.json quantization_config")

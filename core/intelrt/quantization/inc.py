@@ -66,9 +66,25 @@ def _read_config(path: str) -> dict[str, Any]:
     return data
 
 
-def fp8_flow(env: Mapping[str, str] | None = None, stats_path: str = DEFAULT_STATS) -> dict[str, Any]:
-    """The plan's details for ``quantization='fp8'`` on Gaudi: both configurations, the stage this
-    run is in and the configuration file it applies (``config``; ``None``: written at load time).
+QDQ_SCALE_METHOD = "maxabs_pow2"
+"""The CPU's scale method: INC aligns scales to Gaudi's hardware (``maxabs_hw``) on Gaudi only
+(``fp_utils.get_fp8_hw_alligned_scales_by_device``); powers of two are the nearest it offers."""
+
+
+def qdq(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` for INC's CPU path: quantize-dequantize (``use_qdq``; ``Fp8cfg.parse``: "only QDQ
+    mode is supported on CPU device"), scales as powers of two rather than Gaudi-aligned."""
+    config = {**config, "use_qdq": True}
+    if config.get("scale_method") == "maxabs_hw":
+        config["scale_method"] = QDQ_SCALE_METHOD
+    return config
+
+
+def fp8_flow(env: Mapping[str, str] | None = None, stats_path: str = DEFAULT_STATS, *,
+             qdq_mode: bool = False) -> dict[str, Any]:
+    """The plan's details for ``quantization='fp8'`` (Gaudi; the CPU with ``qdq_mode``, INC's
+    quantize-dequantize path): both configurations, the stage this run is in and the configuration
+    file it applies (``config``; ``None``: written at load time).
 
     As Optimum Habana runs it: ``QUANT_CONFIG`` in ``env`` names the configuration, whose ``mode``
     is the stage (its ``dump_stats_path`` the statistics); without it, the stage is ``measure``
@@ -76,15 +92,23 @@ def fp8_flow(env: Mapping[str, str] | None = None, stats_path: str = DEFAULT_STA
     named = (env or {}).get(CONFIG_VAR)
     if named:
         data = _read_config(named)
+        if qdq_mode and not data.get("use_qdq"):
+            raise PlanError(f"{CONFIG_VAR}={named}: on the CPU Intel Neural Compressor runs FP8 only as "
+                            "quantize-dequantize (its Fp8cfg.parse: \"only QDQ mode is supported on CPU device\"): "
+                            "add \"use_qdq\": true to that file (and a scale_method other than maxabs_hw)")
         stats = str(data.get("dump_stats_path") or stats_path)
         which = MODES[str(data["mode"]).upper()]
         flow: dict[str, Any] = {"flow": "measure-then-quantize", "stats_path": stats, "measure": measure_config(stats),
-                "quantize": quantize_config(stats), "config": named}
+                                "quantize": quantize_config(stats), "config": named}
+        if qdq_mode:
+            flow["measure"], flow["quantize"] = qdq(flow["measure"]), qdq(flow["quantize"])
         flow[which] = data
         flow["stage"] = which
         return flow
     flow = {"flow": "measure-then-quantize", "stats_path": stats_path, "measure": measure_config(stats_path),
             "quantize": quantize_config(stats_path), "config": None}
+    if qdq_mode:
+        flow["measure"], flow["quantize"] = qdq(flow["measure"]), qdq(flow["quantize"])
     flow["stage"] = stage(flow)
     return flow
 
@@ -120,10 +144,21 @@ def write_config(details: Mapping[str, Any], which: str, directory: str | os.Pat
 def _inc() -> Any:
     try:
         from neural_compressor.torch import quantization
+        from neural_compressor.torch.algorithms.fp8_quant.utils import logger as inc_logger
     except ImportError:
-        raise PlanError(f"quantization='fp8' on Gaudi uses Intel Neural Compressor, which is not installed: pip install "
+        raise PlanError(f"quantization='fp8' uses Intel Neural Compressor, which is not installed: pip install "
                         f"'{EXTRA}' (neural-compressor-pt; Intel's Gaudi containers ship it)") from None
+    _restore_trace(inc_logger.trace)
     return quantization
+
+
+def _restore_trace(inc_trace: Any) -> None:
+    """INC and auto-round each set ``logging.Logger.trace`` when imported (INC's
+    ``fp8_quant/utils/logger.py``, auto-round's ``logger.py``); auto-round's takes no keywords, and
+    INC calls it with ``stacklevel=``, so after an AutoRound run in the process INC's FP8 flow raises
+    ``TypeError``. INC's own takes any keywords, auto-round's calls included: put it back."""
+    if logging.Logger.trace is not inc_trace:  # type: ignore[attr-defined]
+        logging.Logger.trace = inc_trace  # type: ignore[attr-defined]
 
 
 def apply_fp8(model: Any, details: Mapping[str, Any]) -> Any:

@@ -5,7 +5,7 @@ Two libraries must agree. transformers' Trainer refuses a quantized model whose 
 have a LoRA layer for the quantized module (``peft/tuners/lora/model.py`` dispatchers: bnb, gptq
 — gptqmodel's ``BaseQuantLinear`` —, awq, hqq, torchao — int8 only, ``TorchaoLoraLinear`` refuses
 ``Int4Tensor`` —, inc, eetq, aqlm; anything left a ``torch.nn.Linear`` takes the default layer).
-The table (``methods.TABLE``: ``lora``, ``lora_reason``) declares the answer per method; this
+The table's rows (``methods.TABLE``: ``lora``, ``lora_reason``) declares the answer per method; this
 module adds what the installed packages say.
 """
 

@@ -1,5 +1,8 @@
-"""The pipelines ``intelrt`` builds for generating tasks check each call as ``Loaded.generate``
-does, before ``model.generate`` runs: a length past the model's positions (``max_new_tokens=10**12``
+"""The pipelines ``intelrt`` builds check each call's input by its kind — text, images, audio,
+video (:mod:`.inputs`, the checks ``Loaded.generate`` shares) — before the pipeline's preprocessing,
+and translate what still fails there (:func:`.inputs.library_refused`). Fill-mask also checks its
+mask token and ``targets=``. Generating tasks check each call as ``Loaded.generate`` does, before
+``model.generate`` runs: a length past the model's positions (``max_new_tokens=10**12``
 would run for ever), a token id outside its vocabulary, and an empty prompt for a model with no
 ``bos_token_id`` to start from (transformers' own message then asks for ``input_ids``); and, before
 the pipeline's preprocessing, an empty batch, ``None``, a lone surrogate and a chat message without a
@@ -19,7 +22,19 @@ from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
-from .model_limits import check_counts, check_length, check_text, check_token_ids
+from .inputs import (
+    FIRST_INPUT_NAMES,
+    TASK_INPUTS,
+    audio_inputs,
+    check_mask,
+    check_targets,
+    check_texts,
+    first_input,
+    image_inputs,
+    library_refused,
+    video_inputs,
+)
+from .model_limits import check_counts, check_length, check_sampling, check_text, check_token_ids
 from .plain_generate import check_message
 
 
@@ -30,6 +45,44 @@ class _Checked:
     _intelrt_prompt_width = 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._checked_inputs(args, kwargs)
+        with library_refused(f"the {getattr(self, 'task', '') or type(self).__name__} pipeline"):
+            return self._generating_call(args, kwargs)
+
+    def _checked_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's inputs checked by the task's kind of input (images as bytes opened)."""
+        task = getattr(self, "task", "")
+        kind = TASK_INPUTS.get(task)
+        given, value, name = first_input(args, kwargs, *FIRST_INPUT_NAMES)
+        if kind is not None and not given:
+            raise ConfigurationError(f"the {task} pipeline was called without an input; pass it first: pipe(INPUT)")
+        if kind == "text":
+            check_texts(value, name)
+            if task == "fill-mask":
+                check_mask(value, getattr(self, "tokenizer", None), name)
+                if kwargs.get("targets") is not None:
+                    check_targets(kwargs["targets"], self.tokenizer)  # type: ignore[attr-defined]
+                top_k = kwargs.get("top_k")
+                if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+                    raise ConfigurationError(f"top_k must be an int >= 1, got {top_k!r}")
+        elif kind == "image":
+            value = image_inputs(value, name)
+        elif kind == "audio":
+            extractor = getattr(self, "feature_extractor", None)
+            value = audio_inputs(value, name, sampling_rate=getattr(extractor, "sampling_rate", None))
+        elif kind == "video":
+            value = video_inputs(value, name)
+        if kind is None:
+            for key, check in (("images", image_inputs), ("videos", video_inputs), ("audio", audio_inputs)):
+                if kwargs.get(key) is not None:
+                    kwargs = {**kwargs, key: check(kwargs[key], key)}
+        elif args:
+            args = (value, *args[1:])
+        else:
+            kwargs = {**kwargs, name: value}
+        return args, kwargs
+
+    def _generating_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # Before the pipeline's preprocessing: an empty batch ends in an IndexError there (its first
         # item is read to tell chats from texts), None and a lone surrogate in TypeErrors.
         inputs = args[0] if args else kwargs.get("text_inputs", kwargs.get("inputs"))
@@ -57,7 +110,7 @@ class _Checked:
 
     def forward(self, model_inputs: Any, **forward_params: Any) -> Any:
         ids = model_inputs.get("input_ids") if isinstance(model_inputs, Mapping) else None
-        decoder_only = not getattr(self.model.config, "is_encoder_decoder", False)
+        decoder_only = generates(type(self)) and not getattr(self.model.config, "is_encoder_decoder", False)
         width = int(ids.shape[-1]) if decoder_only and ids is not None and hasattr(ids, "shape") else 1
         if decoder_only and ids is not None and width == 0 and \
                 getattr(getattr(self.model, "generation_config", None), "bos_token_id", None) is None:
@@ -71,6 +124,7 @@ class _Checked:
         settings: dict[str, Any] = self._get_set_generation_params(kwargs)  # type: ignore[attr-defined]
         check_counts(settings)
         check_token_ids(self.model, settings)
+        check_sampling(self.model, settings)
         check_length(self.model, self._intelrt_prompt_width, settings)
         return kwargs
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +16,12 @@ from ..hooks.plan import Plan
 from ..host.manager import PluginHost, get_host
 from ..planning import tasks
 from . import plain_generate
-from .checked_pipeline import checked, generates
+from .checked_pipeline import checked
 from .model_limits import (
     check_counts,
     check_length,
     check_prompts,
+    check_sampling,
     check_text,
     check_token_ids,
     generate_refused,
@@ -242,6 +242,7 @@ class Loaded:
             settings.pop("max_length", None)
         check_counts(settings)
         check_token_ids(self.model, settings)
+        check_sampling(self.model, settings)
         return settings
 
     def _text_prompts(self, prompt: Any, tokenizer: Any) -> tuple[list[list[int]], bool]:
@@ -314,8 +315,8 @@ class Loaded:
         ran = generator.fast_or_failure(prompts, route, options, report, prefilled)
         if isinstance(ran, str):
             return None, ran
-        self.last_generation = report
-        return ran, report.reason
+        outputs, self.last_generation = ran
+        return outputs, report.reason
 
     def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
         """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
@@ -434,6 +435,7 @@ class Loaded:
             decode_reason=decode.reason if decode is not None else "the plan has no decode decision",
             batching=self.plan.decided.batching,
             batching_reason=batching.reason if batching is not None else "the plan has no batching decision",
+            buckets=self.plan.decided.buckets,
             trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
             and parallelism.sharded_load)
         model = self.model
@@ -441,7 +443,7 @@ class Loaded:
             from ..decoding.vision_language import language_model
 
             model = language_model(self.model)  # the engine steps the language model after the image prefill
-        return Generator(model, generation, self._graph_capturer, self.decode_tuning)
+        return Generator(model, generation, self._graph_capturer, self.decode_tuning, backend=self.plan.backend)
 
     def _graph_capturer(self) -> Callable[..., Any] | None:
         """The backend's capturer for the plan's device-graph kind (asked once, at the first fast call)."""
@@ -453,29 +455,37 @@ class Loaded:
     def stream(self, prompt: str, **generation_kwargs: Any) -> Iterator[str]:
         """Generate a continuation of ``prompt`` and yield its text as it comes, piece by piece
         (the same text :meth:`generate` returns, in order). The fast decode loop hands over tokens
-        every few steps; other paths stream through transformers' ``TextIteratorStreamer``."""
+        every few steps; other paths stream through transformers' ``TextIteratorStreamer``. A consumer
+        that stops reading (``break``, an error, the program's end) ends the generation at its next token."""
         self._require_task("text-generation")
         tokenizer = self._require_tokenizer("stream()")
         if not isinstance(prompt, str):
             raise ConfigurationError(f"stream() takes one prompt (a str), got {type(prompt).__name__}")
         if generation_kwargs.get("num_return_sequences", 1) not in (None, 1):
             raise ConfigurationError("stream() yields one continuation; drop num_return_sequences or use generate()")
-        from transformers import TextIteratorStreamer
+        from ..support.torch_threads import start_torch_thread
 
-        streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        streamer = _closable_streamer(tokenizer)
         failure: list[BaseException] = []
 
         def produce() -> None:
             try:
                 self.generate(prompt, streamer=streamer, **generation_kwargs)
+            except StreamClosed:
+                pass  # the consumer stopped reading: nobody waits for the rest
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consuming thread
                 failure.append(exc)
                 streamer.end()
 
-        worker = threading.Thread(target=produce, name="intelrt-stream", daemon=True)
-        worker.start()
-        yield from streamer
-        worker.join()
+        worker = start_torch_thread(produce, name="intelrt-stream", what="the generation stream() started",
+                                    stop=streamer.close)
+        try:
+            yield from streamer
+        finally:
+            # a consumer that stopped early (break, an error, the program's end) ends the generation
+            # at its next token rather than leaving it to run on
+            streamer.close()
+            worker.join()
         if failure:
             raise failure[0]
 
@@ -533,8 +543,8 @@ class Loaded:
         # A model placed by accelerate (device_map) is where the plan put it; the pipeline reads its
         # device from the model, and refuses a second device= for it.
         device = None if getattr(self.model, "hf_device_map", None) else self.model.device
-        if generates(pipeline_class) and "pipeline_class" not in pipeline_kwargs:
-            pipeline_kwargs["pipeline_class"] = checked(pipeline_class)  # lengths and ids checked per call
+        if "pipeline_class" not in pipeline_kwargs:
+            pipeline_kwargs["pipeline_class"] = checked(pipeline_class)  # inputs (lengths, ids) checked per call
         try:
             components = pipeline_components(pipeline_class, processors, self.tokenizer)
             return build(name, model=self.model, device=device, **components, **pipeline_kwargs)
@@ -592,7 +602,7 @@ class Loaded:
         return train(self, data, lora=lora, epochs=epochs, output_dir=output_dir, resume=resume,
                      overwrite=overwrite, sharding=sharding, **training_overrides)
 
-    def save_quantized(self, directory: str | os.PathLike[str]) -> Path:
+    def save_quantized(self, directory: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write this quantized model to ``directory`` as a checkpoint plain ``from_pretrained``
         loads (its ``quantization_config`` in config.json), with the tokenizer; returns the directory.
 
@@ -600,20 +610,38 @@ class Loaded:
         quantized checkpoint whose method saves (docs/quantization.md, "saves"). FP8 on Gaudi in
         INC's measure stage writes INC's statistics and ``directory/inc_fp8_quantize.json`` (for
         ``QUANT_CONFIG``) instead. ``intelrt.quantize`` / ``intelrt quantize`` load and save in one
-        step, with calibration text for AutoRound."""
-        from ..errors import PlanError
+        step, with calibration text for AutoRound.
 
-        choice = self.plan.decided.quantization
-        if choice is None:
-            raise PlanError("the model was loaded without quantization: load it with quantization= (e.g. 'int8'), or "
-                            "run intelrt quantize MODEL --method METHOD --output DIR")
-        if choice.method == "inc":
-            from ..quantization.inc import save_measurement
+        The directory the model was loaded from is refused (the checkpoint would replace its weights),
+        and so is one holding files unless ``overwrite=True``; the files are written to a staging
+        directory and swapped in at the end, so a failed save leaves ``directory`` as it was."""
+        from .quantized_save import save_quantized_model
 
-            return save_measurement(self.model, choice.details, directory)
-        from ..quantization.saving import save_quantized
+        return save_quantized_model(self, directory, overwrite=overwrite)
 
-        return save_quantized(self.model, choice, directory, tokenizer=self.tokenizer)
+
+class StreamClosed(Exception):
+    """Raised in ``Loaded.stream``'s generation at its next token once the consumer stopped reading."""
+
+
+def _closable_streamer(tokenizer: Any) -> Any:
+    """transformers' ``TextIteratorStreamer`` whose ``close()`` makes the generation feeding it end
+    at its next token (``put`` raises :class:`StreamClosed`; the decode loops stop on a streamer
+    that raises, without a retry)."""
+    from transformers import TextIteratorStreamer
+
+    class ClosableStreamer(TextIteratorStreamer):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+        def put(self, value: Any) -> None:
+            if self.closed:
+                raise StreamClosed("the consumer of stream() stopped reading")
+            super().put(value)
+
+    return ClosableStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
 
 
 @dataclass(frozen=True)

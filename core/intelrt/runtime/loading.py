@@ -32,7 +32,7 @@ from .environment import apply_in_process
 from .loaded import Loaded
 from .pretrained_kwargs import from_pretrained_kwargs
 from .processors import Processors
-from .quantized_load import after_load
+from .quantized_load import after_load, conversion_refused
 from .warmup import warm_prompt_buckets
 
 log = logging.getLogger(__name__)
@@ -143,9 +143,11 @@ def check_devices(plan: Plan, host: PluginHost | None = None) -> None:
 
 
 def prepare(plan: Plan, host: PluginHost | None = None) -> None:
-    """What a plan needs before a model is built: its environment, the backend's compile wrapper and
-    attention implementation (registered in transformers)."""
+    """What a plan needs before a model is built: its environment, the device (the backend takes it,
+    saying what holds it when it cannot), the backend's compile wrapper and attention implementation
+    (registered in transformers)."""
     apply_in_process(plan)
+    (host or get_host()).acquire_device(plan.backend, plan)
     install_compile_wrapper(plan.backend, host)
     register_attention(plan, host)
 
@@ -168,7 +170,8 @@ def apply_plan(plan: Plan, host: PluginHost | None = None, credentials: dict[str
              redact({k: v for k, v in kwargs.items() if k not in ("kernel_config", "distributed_config")}),
              f" and credentials {sorted(credentials)}" if credentials else "")
     try:
-        model = cls.from_pretrained(source, **kwargs, **credentials)
+        with conversion_refused(plan, plan.model.architecture.name if plan.model.architecture else cls.__name__):
+            model = cls.from_pretrained(source, **kwargs, **credentials)
     except OSError as exc:  # the hub's connection errors name HF_ENDPOINT, password included
         if isinstance(exc, IntelrtError):
             raise

@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..backends.sizing import model_positions
 from ..errors import ConfigurationError
 
 
@@ -34,13 +35,17 @@ def check_prompts(model: Any, ids: Sequence[Sequence[int]]) -> None:
 
 TOKEN_ID_SETTINGS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 """Generation settings that name token ids: each must be an id of the model's vocabulary."""
-POSITION_KEYS = ("max_target_positions", "max_position_embeddings", "n_positions")
-"""Config keys that bound the positions a model's decoder reads (Whisper's ``max_target_positions``
-first: its ``max_position_embeddings`` is the encoder's)."""
+UNBOUNDED_POSITIONS = 65536
+"""The positions a call may reach on a model whose config sets none of ``sizing.POSITION_KEYS``
+(relative positions: T5, XLNet's ``-1``): transformers sets no limit there, and
+``max_new_tokens=10**12`` would decode until the process is killed."""
 
 
 def _vocabulary(model: Any) -> int | None:
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    try:  # a speech encoder has none: transformers raises NotImplementedError (Wav2Vec2Model)
+        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    except NotImplementedError:
+        embeddings = None
     vocab = getattr(embeddings, "num_embeddings", None) or getattr(model.config.get_text_config(), "vocab_size", None)
     return vocab if isinstance(vocab, int) and vocab > 0 else None
 
@@ -65,36 +70,34 @@ def check_token_ids(model: Any, settings: dict[str, Any]) -> None:
 
 
 def decoder_positions(model: Any) -> tuple[str, int] | None:
-    """(config key, positions) the model's decoder can read, or ``None`` when its config sets no
-    bound (relative positions: T5; XLNet's ``-1``)."""
-    config = model.config
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    for key in POSITION_KEYS:
-        value = getattr(text, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return key, value
-    return None
+    """(config key, positions) the model's decoder can read (``sizing.model_positions``), or ``None``."""
+    return model_positions(model.config)
 
 
 def check_length(model: Any, prompt_tokens: int, settings: dict[str, Any]) -> None:
-    """Refuse a length (``max_new_tokens``, ``max_length``) past the positions the model reads,
-    before any device work: ``max_new_tokens=10**12`` would otherwise run (or allocate) for ever.
-    ``prompt_tokens``: what the decoder reads first (the prompt of a decoder-only model, the
-    decoder's start of an encoder-decoder one). The command line refuses the same (``--max-new-tokens``)."""
+    """Refuse a length (``max_new_tokens``, ``max_length``) past the positions the model reads —
+    or, for a model whose config names none, past :data:`UNBOUNDED_POSITIONS` — before any device
+    work: ``max_new_tokens=10**12`` would otherwise run (or allocate) for ever. ``prompt_tokens``:
+    what the decoder reads first (the prompt of a decoder-only model, the decoder's start of an
+    encoder-decoder one: at least 1). The command line refuses the same (``--max-new-tokens``)."""
     bound = decoder_positions(model)
     if bound is None:
-        return
-    key, positions = bound
+        positions = UNBOUNDED_POSITIONS
+        limit = (f"this model's config names no position limit (relative positions), so intelrt caps a call at "
+                 f"{positions} (docs/api.md, Generation)")
+    else:
+        key, positions = bound
+        limit = f"the model reads at most {positions} ({key})"
+    prompt_tokens = max(prompt_tokens, 1)
     new, total = settings.get("max_new_tokens"), settings.get("max_length")
     if isinstance(new, int) and prompt_tokens + new > positions:
         room = max(positions - prompt_tokens, 0)
         raise ConfigurationError(
             f"max_new_tokens={new} with a prompt of {prompt_tokens} tokens needs {prompt_tokens + new} positions, and "
-            f"the model reads at most {positions} ({key}); pass max_new_tokens={room} or less"
-            + ("" if room else " and a shorter prompt"))
+            f"{limit}; pass max_new_tokens={room} or less" + ("" if room else " and a shorter prompt"))
     if new is None and isinstance(total, int) and total > positions:
-        raise ConfigurationError(f"max_length={total} is past the {positions} positions the model reads ({key}); "
-                                 f"pass max_length={positions} or less (or max_new_tokens=)")
+        raise ConfigurationError(f"max_length={total} is past {positions} positions: {limit}; pass "
+                                 f"max_length={positions} or less (or max_new_tokens=)")
 
 
 COUNTS = {"max_new_tokens": 1, "max_length": 1, "num_return_sequences": 1, "num_beams": 1, "min_new_tokens": 0,
@@ -117,6 +120,33 @@ def check_counts(settings: Mapping[str, Any]) -> None:
     if stops is not None and not (isinstance(stops, str) or (isinstance(stops, (list, tuple)) and stops
                                                              and all(isinstance(x, str) and x for x in stops))):
         raise ConfigurationError(f"stop_strings= takes a string or a list of strings, got {stops!r:.80}")
+
+
+SAMPLING_ONLY = ("temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+"""Settings that change only a sampled token: with greedy decoding transformers drops them with a
+warning ("generation flags are not valid and may be ignored")."""
+
+
+def check_sampling(model: Any, given: Mapping[str, Any]) -> None:
+    """Refuse sampling settings the call gives (``temperature=0.7``) while it decodes greedily (no
+    ``do_sample=True``, and the model's generation config does not sample): they would be ignored.
+    ``temperature=0`` means greedy, and says so. A value no setting takes (``top_p=1.5``) is named as
+    such first."""
+    from ..decoding.keywords import check_setting_types
+
+    check_setting_types(given)
+    sampled = [name for name in SAMPLING_ONLY if given.get(name) is not None
+               and not (name == "temperature" and given[name] == 0)]
+    if not sampled:
+        return
+    own = getattr(getattr(model, "generation_config", None), "do_sample", False)
+    if given.get("do_sample", own):
+        return
+    where = "do_sample=False" if "do_sample" in given else "the model's generation config does not sample"
+    shown = ", ".join(f"{name}={given[name]!r}" for name in sampled)
+    raise ConfigurationError(f"{shown}: {'it applies' if len(sampled) == 1 else 'they apply'} only when sampling, and "
+                             f"this call decodes greedily ({where}); pass do_sample=True to sample, or leave "
+                             f"{', '.join(sampled)} out")
 
 
 def check_text(prompt: object) -> None:

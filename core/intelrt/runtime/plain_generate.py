@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from .inputs import audio_inputs, image_inputs, video_inputs
 
 REASONS = {
     "encoder-decoder": ("an encoder-decoder model: transformers' generate runs its encoder once and its decoder "
@@ -123,8 +124,11 @@ def _texts(prompt: object) -> tuple[list[str] | None, bool]:
         return [prompt], True
     if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
         return list(prompt), False
+    hint = ("; pass audio as audio=… (with sampling_rate=), images as images=…, token ids to generate_ids()"
+            if hasattr(prompt, "shape") or isinstance(prompt, (bytes, bytearray)) or callable(getattr(prompt, "getbbox", None))
+            else "")
     raise ConfigurationError("the prompt must be a str, a list of str, chat messages ([{'role': …, 'content': …}]) "
-                             f"or a list of conversations; got {type(prompt).__name__}")
+                             f"or a list of conversations; got {type(prompt).__name__}{hint}")
 
 
 def prepare(model: Any, processor: Any, tokenizer: Any, prompt: object, *, images: Any = None, audio: Any = None,
@@ -136,7 +140,13 @@ def prepare(model: Any, processor: Any, tokenizer: Any, prompt: object, *, image
     extra = dict(processor_kwargs or {})
     given = dict(tensors or {})
     chats = conversations(prompt)
+    images = image_inputs(images, "images") if images is not None else None
+    videos = video_inputs(videos, "videos") if videos is not None else None
+    if audio is not None:
+        audio_inputs(audio, "audio", arrays_only=True)
+        _check_rate(processor, sampling_rate)
     media = {k: v for k, v in (("images", images), ("audio", audio), ("videos", videos)) if v is not None}
+    _require_main_input(model, media, given)
     if chats is not None:
         handler = processor if hasattr(processor, "apply_chat_template") else tokenizer
         if handler is None or not hasattr(handler, "apply_chat_template"):
@@ -170,6 +180,35 @@ def prepare(model: Any, processor: Any, tokenizer: Any, prompt: object, *, image
         ids = inputs.get("input_ids")
         width = int(ids.shape[-1]) if ids is not None else 0
     return Prepared(inputs=inputs, rows=rows, single=single, prompt_width=width)
+
+
+MAIN_INPUTS = {"input_features": "audio=… (with sampling_rate=)", "input_values": "audio=… (with sampling_rate=)",
+               "pixel_values": "images=…"}
+"""A model's ``main_input_name`` that is not text, and the keyword that makes it."""
+
+
+def _require_main_input(model: Any, media: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """A speech or vision model called with text alone: its ``generate`` raises a ``ValueError``
+    asking for ``input_features`` (Whisper) or fails on missing pixels (an image encoder-decoder). A
+    decoder that takes images beside text (Kosmos-2's main input is ``pixel_values``) generates from
+    text alone, as plain transformers does."""
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "pixel_values" and not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return
+    if main in MAIN_INPUTS and not media and main not in given and "encoder_outputs" not in given:
+        raise ConfigurationError(f"{type(model).__name__} reads {main}, made from {MAIN_INPUTS[main].split('=')[0]}: "
+                                 f"pass {MAIN_INPUTS[main]} (a prompt alone gives it nothing to read)")
+
+
+def _check_rate(processor: Any, given: int | None) -> None:
+    """``sampling_rate=`` against the feature extractor's: ``generate`` does not resample (its
+    feature extractor raises a ``ValueError``)."""
+    extractor = getattr(processor, "feature_extractor", processor)
+    model = getattr(extractor, "sampling_rate", None)
+    if given is not None and isinstance(model, int) and given != model:
+        raise ConfigurationError(f"sampling_rate={given}: the model reads audio at {model} Hz, and generate() does not "
+                                 f"resample; resample it first (e.g. librosa.resample(samples, orig_sr={given}, "
+                                 f"target_sr={model})) and pass sampling_rate={model}")
 
 
 def _pad_left(items: list[Any], encoder_decoder: bool) -> dict[str, Any]:

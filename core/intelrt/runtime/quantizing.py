@@ -20,25 +20,15 @@ from typing import Any
 
 from ..errors import ConfigurationError, PlanError
 from ..host.manager import get_host
+from ..training.saving import write_atomically
 from .loading import apply_plan, plan_for_load
 from .quantized_load import autoround_device
+from .quantized_save import output_directory, refuse_content, refuse_the_source
 
 log = logging.getLogger(__name__)
 
 CALIBRATING = ("auto-round", "inc")
 """The methods that tune or measure on calibration text."""
-
-
-def _output(output: str | os.PathLike[str], overwrite: bool) -> Path:
-    if not isinstance(output, (str, os.PathLike)) or not os.fspath(output):
-        raise ConfigurationError(f"output must be a directory path, got {output!r}")
-    target = Path(output)
-    if target.exists() and not target.is_dir():
-        raise ConfigurationError(f"output={os.fspath(output)!r} is a file; pass a new or empty directory")
-    if target.is_dir() and any(target.iterdir()) and not overwrite:
-        raise ConfigurationError(f"output={os.fspath(output)!r} is not empty; pass a new or empty directory (or "
-                                 "overwrite=True / --overwrite to write over what it holds)")
-    return target
 
 
 def calibration_texts(calibration: Sequence[str] | str | os.PathLike[str] | None) -> list[str] | None:
@@ -90,10 +80,10 @@ def quantize(model: str | os.PathLike[str], *, method: str, output: str | os.Pat
     if iters is not None and (isinstance(iters, bool) or not isinstance(iters, int) or iters < 0):
         raise ConfigurationError(f"iters must be a whole number >= 0, got {iters!r}")
     texts = calibration_texts(calibration)
-    target = _output(output, overwrite)
+    target = output_directory(output)
     plan = plan_for_load(model, quantization=method, **options)
-    if plan.model.local_dir and Path(plan.model.local_dir).resolve() == target.resolve():
-        raise ConfigurationError(f"output={os.fspath(output)!r} is the model's own directory; pass a new directory")
+    refuse_the_source(target, plan.model)
+    refuse_content(target, overwrite)
     choice = plan.decided.quantization
     if choice is None or choice.pre_quantized:
         found = plan.decisions["quantization"].reason if choice is not None else "it plans none"
@@ -110,11 +100,13 @@ def quantize(model: str | os.PathLike[str], *, method: str, output: str | os.Pat
         loaded = apply_plan(plan, host, quantize=False)
         if loaded.tokenizer is None:
             raise PlanError("AutoRound tunes on tokenized text, and the model has no tokenizer files")
-        target.mkdir(parents=True, exist_ok=True)
-        written = quantize_and_save(loaded.model, loaded.tokenizer, choice, target, calibration=texts, iters=iters,
-                                    device=autoround_device(plan))
-        loaded.tokenizer.save_pretrained(written)
-        return written
+        def tune_and_save(staging: str) -> None:
+            quantize_and_save(loaded.model, loaded.tokenizer, choice, staging, calibration=texts, iters=iters,
+                              device=autoround_device(plan))
+            loaded.tokenizer.save_pretrained(staging)
+
+        write_atomically(target, tune_and_save, "the AutoRound checkpoint")
+        return target
     loaded = apply_plan(plan, host)
     if choice.method == "inc":
         if texts is None:
@@ -125,7 +117,9 @@ def quantize(model: str | os.PathLike[str], *, method: str, output: str | os.Pat
                             "quantize, not measure; remove them (or set QUANT_CONFIG to a MEASURE configuration) to "
                             "measure again")
         _calibrate(loaded, texts)
-    return loaded.save_quantized(target)
+        loaded.save_quantized(target, overwrite=overwrite)  # INC's statistics, and the QUANT_CONFIG file in target
+        return target
+    return loaded.save_quantized(target, overwrite=overwrite)
 
 
 def _calibrate(loaded: Any, texts: list[str]) -> None:

@@ -7,7 +7,7 @@ and chat, whole and streamed), ``sampling_fields.py`` (request fields → the en
 parameters), ``engine_request.py`` (what the engine takes and applies), ``structured.py``
 (grammars: JSON, tool calls), ``tool_calls.py`` (answers → ``tool_calls``), ``embeddings.py``,
 ``adapters.py`` (LoRA adapters), ``middleware.py`` (API key, access log, metric labels),
-``scheduler.py`` (the decode thread and its queue), ``limits.py`` (rows, context, queue from the
+``decode_thread.py`` (the decode thread and its queue), ``limits.py`` (rows, context, queue from the
 plan and the device), ``text.py`` (tokens to streamed text), ``metrics.py`` (Prometheus),
 ``server.py`` (uvicorn, the ``ready:`` line, a draining ``SIGTERM``). Needs the ``serve`` extra
 (FastAPI, uvicorn, prometheus-client, xgrammar); importing this package alone needs none of it.

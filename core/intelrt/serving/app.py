@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
+from ..backends.sizing import model_positions
 from ..errors import ConfigurationError
 from .body import parse_json, validate
 from .completions import answer, render_chat
@@ -58,11 +59,14 @@ class CorsOptions:
     allow_credentials: bool = False
 
 
+ENCODER_INPUT = 512
+"""Tokens an input of an encoder server may have when the model's config bounds none (BERT's)."""
+
+
 def _context(loaded: Loaded) -> int:
-    config = loaded.model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    positions = getattr(text, "max_position_embeddings", None)
-    return positions if isinstance(positions, int) and positions > 0 else 512
+    """The tokens one input of a server without the decode engine (embeddings) may have."""
+    found = model_positions(loaded.model.config)
+    return found[1] if found is not None else ENCODER_INPUT
 
 
 def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int | None = None,
@@ -112,7 +116,7 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.start(asyncio.get_running_loop())
         if adapters and _adapter_engine(state) is None:
-            reason = state.scheduler.reason if state.scheduler is not None else "no decode engine"
+            reason = state.decode_thread.reason if state.decode_thread is not None else "no decode engine"
             raise ConfigurationError(f"--lora cannot be served: this model decodes one completion at a time "
                                      f"({reason}), without per-request adapters; serve the merged model instead")
         for adapter_name, path in adapters:
@@ -270,7 +274,7 @@ def create_app(loaded: Loaded, *, model_name: str | None = None, max_batch: int 
 
 def _adapter_engine(state: ServerState) -> Any:
     """The decode thread when it loads adapters per request (``load_adapter`` / ``unload_adapter``), else ``None``."""
-    scheduler = state.scheduler
-    if scheduler is None or not hasattr(scheduler, "load_adapter"):
+    decode_thread = state.decode_thread
+    if decode_thread is None or not hasattr(decode_thread, "load_adapter"):
         return None
-    return scheduler
+    return decode_thread

@@ -21,13 +21,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import ConfigurationError
+from .decode_thread import Completion, Ended, Failed, Piece, QueueFull, Sink, _eos_ids
 from .engine_request import engine_request
 from .errors import ApiError, error_body
 from .middleware import OUTCOME
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .responses import ChoiceResult, Shape, usage
 from .sampling_fields import GenerationDefaults, sampling_params
-from .scheduler import Completion, Ended, Failed, Piece, QueueFull, Sink, _eos_ids
 from .state import RETRY_AFTER_S, ServerState
 from .text import TextAssembler
 from .tool_calls import ToolCallSplitter, parse_tool_calls
@@ -301,13 +301,13 @@ def _text_of(loaded: Loaded) -> Callable[[int], str]:
 
 async def answer(state: ServerState, request: Request, body: CompletionRequest | ChatCompletionRequest,
                  arrived: float) -> Response:
-    scheduler = state.running()
+    decode_thread = state.running()
     adapter = state.resolve_model(body.model)
     sink = Sink(asyncio.get_running_loop())
     prepared = await state.off_loop(prepare, state, body, adapter, sink)
     completions = prepared.completions
     try:
-        scheduler.submit(completions)
+        decode_thread.submit(completions)
     except QueueFull:
         raise ApiError(429, f"the server's queue is full ({state.limits.max_queue if state.limits else 0} "
                             f"completions waiting); retry after {RETRY_AFTER_S} s", "rate_limit_error",
@@ -346,7 +346,7 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
     finally:
         watcher.cancel()
         if finished < len(completions):
-            scheduler.cancel(completions)
+            decode_thread.cancel(completions)
     if prepared.tools is not None:
         for result in results.values():
             content, calls = parse_tool_calls(result.text, prepared.tools)
@@ -359,6 +359,11 @@ async def answer(state: ServerState, request: Request, body: CompletionRequest |
 
 def _sse(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def error_event(message: str, kind: str) -> str:
+    """The end of a stream that failed after it began: an OpenAI error event, then ``[DONE]``."""
+    return _sse(error_body(message, kind)) + "data: [DONE]\n\n"
 
 
 STALLED_STATUS = 408
@@ -424,7 +429,7 @@ async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Pr
     offsets = {c.index: len(prepared.echo.get(c.index, "")) for c in completions}
     tokens = 0
     failed = False
-    scheduler = state.scheduler
+    decode_thread = state.decode_thread
     try:
         if shape.chat:
             yield "".join(_sse(shape.role_chunk(i)) for i in sorted(open_choices))
@@ -471,13 +476,13 @@ async def _stream(state: ServerState, request: Request, sink: Sink, prepared: Pr
         yield "data: [DONE]\n\n"
         timing.done()
     except Exception as exc:  # noqa: BLE001 - the answer has begun: an error event, not a cut connection
-        if scheduler is not None:
-            scheduler.cancel(completions)
+        if decode_thread is not None:
+            decode_thread.cancel(completions)
         open_choices.clear()
         request.state.__setattr__(OUTCOME, 500)
-        yield _sse(error_body(_unexpected(exc), "server_error")) + "data: [DONE]\n\n"
+        yield error_event(_unexpected(exc), "server_error")
     finally:
         if open_choices:  # the client left: free their rows
-            if scheduler is not None:
-                scheduler.cancel(completions)
+            if decode_thread is not None:
+                decode_thread.cancel(completions)
             request.state.__setattr__(OUTCOME, 499)

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..backends.sizing import DEFAULT_CONTEXT  # the engine's context, which planning reads too
+from ..backends.sizing import (  # the engine's context, which planning reads too
+    context_limit,
+    model_positions,
+)
 from ..errors import ConfigurationError
 
 DRAIN_TIMEOUT_S = 30.0
@@ -87,7 +90,7 @@ def limits_for(loaded: Loaded, *, max_batch: int | None = None, context_length: 
                max_queue: int | None = None) -> ServingLimits:
     """The limits for serving ``loaded`` on its device: the plan's (see :func:`serving_limits`),
     the engine sized within the memory budget it measures on the device."""
-    from ..decoding.inflight import InflightUnavailable
+    from ..decoding.runner import InflightUnavailable
 
     base = serving_limits(loaded.plan, loaded.model.config, loaded.model.dtype.itemsize, None, loaded.decode_tuning,
                           max_batch=max_batch, context_length=context_length, max_queue=max_queue)
@@ -97,7 +100,7 @@ def limits_for(loaded: Loaded, *, max_batch: int | None = None, context_length: 
     try:
         engine, budget = decoder.serving_size(base.rows, base.context, loaded.model.device,
                                               rows_asked=max_batch is not None)
-    except InflightUnavailable as why:  # the scheduler says why, and serves one completion at a time
+    except InflightUnavailable as why:  # the decode thread says why, and serves one completion at a time
         return ServingLimits(base.rows, base.context, base.max_queue, 0, base.reasons, engine_blocker=str(why))
     reasons = [r for r in base.reasons if not r.startswith("KV cache not checked")] + list(engine.reasons[1:])
     queue = max_queue if max_queue is not None else engine.rows * QUEUE_PER_ROW
@@ -126,18 +129,17 @@ def serving_limits(plan: Plan, config: Any, dtype_bytes: int, budget: MemoryBudg
     else:
         rows = FALLBACK_ROWS
         reasons.append(f"rows: {rows}: the plan's batching decision names no batch size")
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    positions = getattr(text, "max_position_embeddings", None)
-    positions = positions if isinstance(positions, int) and positions > 1 else None
+    found = model_positions(config)
+    key, positions = found if found is not None else ("", None)
     if context_length is not None:
         if positions is not None and context_length > positions:
             raise ConfigurationError(f"context_length={context_length} is more than the model reads "
-                                     f"(max_position_embeddings={positions}); pass at most {positions}")
+                                     f"({key}={positions}); pass at most {positions}")
         context = context_length
     else:
-        context = min(positions or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
+        context = context_limit(config)
         reasons.append(f"context: {context} tokens" + (
-            ", the model's max_position_embeddings" if context == positions else
+            f", the model's {key}" if context == positions else
             f", intelrt's default (pass context_length for up to {positions or 'more'})"))
     if context < 2:
         raise ConfigurationError(f"context_length={context}: a request needs at least 2 tokens (one prompt token, "

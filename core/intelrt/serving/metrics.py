@@ -52,6 +52,23 @@ class ServerMetrics:
                                              registry=r)
         self.prefix_hit_tokens = Counter("intelrt_prefix_cache_hit_tokens",
                                          "Prompt tokens found in the prefix cache (not prefilled again)", registry=r)
+        self.engine_steps = Counter("intelrt_engine_steps", "Engine steps run (a forward over every decoding row's next "
+                                    "token, and any prompt chunks)", registry=r)
+        self.engine_mixed_steps = Counter("intelrt_engine_mixed_steps", "Engine steps that carried decoding rows and "
+                                          "prompt chunks in one forward", registry=r)
+        self.engine_prefill_tokens = Counter("intelrt_engine_prefill_tokens", "Prompt tokens the engine computed "
+                                             "(prefix-cache hits not included)", registry=r)
+        self.engine_looks = Counter("intelrt_engine_looks", "The engine's turns on the host: schedule, run one or more "
+                                    "steps, hand out their tokens", registry=r)
+        self.engine_look_seconds = Counter("intelrt_engine_look_seconds", "Wall time of the engine's looks", registry=r)
+        self.engine_wait_seconds = Counter("intelrt_engine_wait_seconds", "Of the looks' time, the host waiting for the "
+                                           "device's results (the rest is host work)", registry=r)
+        self.engine_mixed_device_seconds = Counter("intelrt_engine_mixed_device_seconds", "Device time of the steps "
+                                                   "that carried prompt chunks", registry=r)
+        self.engine_decode_device_seconds = Counter("intelrt_engine_decode_device_seconds", "Device time of the "
+                                                    "decode-only steps", registry=r)
+        self.engine_compiles_after_warmup = Counter("intelrt_engine_compiles_after_warmup", "Frames compiled while "
+                                                    "serving, after the warm-up (a shape it did not run)", registry=r)
         self.request_latency = Histogram("intelrt_request_latency_seconds",
                                          "From a request's arrival to its last byte of output", buckets=LATENCY_BUCKETS,
                                          registry=r)

@@ -170,6 +170,9 @@ class _Generation(_Body):
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOP_SEQUENCES:
             raise ApiError(400, f"stop: at most {MAX_STOP_SEQUENCES} stop sequences, got {len(self.stop)}",
                            param="stop")
+        if "" in self.stops:  # it would match before every token: the stop would be dropped without a word
+            raise ApiError(400, "stop: an empty string is not a stop sequence (it would match everywhere); remove it",
+                           param="stop")
         if self.stream_options is not None:
             if not self.stream:
                 raise ApiError(400, "stream_options needs stream=true", param="stream_options")

@@ -23,6 +23,8 @@ from .limits import CLIENT_TIMEOUT_S, DRAIN_TIMEOUT_S
 from .state import ServerState
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from ..runtime.loaded import Loaded
 
 CLOSE_GRACE_S = 5.0
@@ -64,7 +66,9 @@ class DrainingServer(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():
             yield  # only the main thread receives signals; an embedding framework stops us itself
             return
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS}
+        # an ignored signal stays ignored: a background job's SIGINT (intelrt.cli.interrupt)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in SIGNALS
+                    if signal.getsignal(sig) is not signal.SIG_IGN}
         try:
             yield
         finally:
@@ -97,6 +101,18 @@ def serving_log(output: TextIO | None) -> Iterator[None]:
         logger.propagate = before[1]
 
 
+def engine_app(loaded: Loaded, *, gpu_memory_utilization: float | None = None, max_batch_tokens: int | None = None,
+               prefix_caching: bool | None = None, **app_options: Any) -> FastAPI:
+    """The app :func:`serve` runs (and each Ray Serve replica, :mod:`intelrt.serving.ray`): the
+    engine options replace ``loaded.decode_tuning``'s before the engine is sized, the rest go to
+    :func:`~intelrt.serving.app.create_app`."""
+    from ..decoding.tuning import with_engine_options
+
+    loaded.decode_tuning = with_engine_options(loaded.decode_tuning, gpu_memory_utilization=gpu_memory_utilization,
+                                               max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
+    return create_app(loaded, **app_options)
+
+
 def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_name: str | None = None,
           max_batch: int | None = None, context_length: int | None = None, max_queue: int | None = None,
           drain_timeout: float = DRAIN_TIMEOUT_S, log_level: str = "warning",
@@ -114,16 +130,29 @@ def serve(loaded: Loaded, host: str = "127.0.0.1", port: int = 8000, *, model_na
     process's logging set-up). ``gpu_memory_utilization``, ``max_batch_tokens``,
     ``prefix_caching``: the decode engine's settings, as :func:`intelrt.load` takes them (given
     here, they replace ``loaded.decode_tuning``'s before the engine is sized)."""
-    from ..decoding.tuning import with_engine_options
-
     if drain_timeout < 0:
         raise ValueError(f"drain_timeout must be >= 0 seconds, got {drain_timeout}")
-    loaded.decode_tuning = with_engine_options(loaded.decode_tuning, gpu_memory_utilization=gpu_memory_utilization,
-                                               max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
-    app = create_app(loaded, model_name=model_name, max_batch=max_batch, context_length=context_length,
-                     max_queue=max_queue, announce=announce, api_key=api_key, cors=cors, chat_template=chat_template,
-                     access_log=access_log, lora=lora, client_timeout=client_timeout)
+    app = engine_app(loaded, gpu_memory_utilization=gpu_memory_utilization, max_batch_tokens=max_batch_tokens,
+                     prefix_caching=prefix_caching, model_name=model_name, max_batch=max_batch,
+                     context_length=context_length, max_queue=max_queue, announce=announce, api_key=api_key, cors=cors,
+                     chat_template=chat_template, access_log=access_log, lora=lora, client_timeout=client_timeout)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=int(drain_timeout + CLOSE_GRACE_S), **uvicorn_options)
     with serving_log(log_output):
+        if api_key is None and not is_loopback(host):
+            logging.getLogger(SERVING_LOGGER).warning(
+                "warning: serving on %s:%s without an API key — anyone who can reach this address can use the model. "
+                "Pass --api-key KEY (or INTELRT_API_KEY=KEY; api_key= from Python), or listen on 127.0.0.1", host, port)
         DrainingServer(config, app.state.intelrt, drain_timeout).run()
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (an address or a name) reaches this machine only: ``127.0.0.0/8``, ``::1``, ``localhost``."""
+    import ipaddress
+
+    if host.strip().lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any interface

@@ -18,8 +18,8 @@ from .metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from ..runtime.loaded import Loaded
+    from .decode_thread import DecodeThread
     from .limits import ServingLimits
-    from .scheduler import Scheduler
     from .structured import Grammars, ToolFormat
 
 log = logging.getLogger("intelrt.serving")
@@ -39,7 +39,7 @@ class ServerState:
     context: int
     """Tokens a request may hold (prompt + completion; an embedding input)."""
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
-    scheduler: Scheduler | None = None
+    decode_thread: DecodeThread | None = None
     loop: asyncio.AbstractEventLoop | None = None
     draining: bool = False
     announce: Callable[[str], None] = log.info
@@ -98,7 +98,7 @@ class ServerState:
 
     @cached_property
     def grammars(self) -> Grammars:
-        from .scheduler import _eos_ids
+        from .decode_thread import _eos_ids
         from .structured import Grammars
 
         return Grammars(self.loaded.tokenizer, self.vocabulary, _eos_ids(self.loaded))
@@ -108,10 +108,10 @@ class ServerState:
         self.loop = loop
         lines = [f"serving {self.model_name} ({self.loaded.plan.task}) on {self.loaded.plan.backend.name}"]
         if self.limits is not None:
-            from .scheduler import start_scheduler
+            from .decode_thread import start_decode_thread
 
-            self.scheduler = start_scheduler(self.loaded, self.limits, self.metrics)
-            lines += [*self.scheduler.describe(), *self.limits.lines()]
+            self.decode_thread = start_decode_thread(self.loaded, self.limits, self.metrics)
+            lines += [*self.decode_thread.describe(), *self.limits.lines()]
         else:
             lines.append(f"context: {self.context} tokens per input")
         for line in lines:
@@ -119,10 +119,10 @@ class ServerState:
         loop.create_task(self._when_warm())
 
     async def _when_warm(self) -> None:
-        scheduler = self.scheduler
-        if scheduler is not None:
-            await asyncio.to_thread(scheduler.ready.wait)
-            if scheduler.failure is not None:
+        decode_thread = self.decode_thread
+        if decode_thread is not None:
+            await asyncio.to_thread(decode_thread.ready.wait)
+            if decode_thread.failure is not None:
                 return
         self.warm = True
         self.announce_ready()
@@ -148,17 +148,17 @@ class ServerState:
             return
         self.draining = True
         self.announce(f"intelrt serve: draining: no new requests; in-flight ones have {timeout:g} s to finish")
-        scheduler = self.scheduler
-        if scheduler is not None:
-            self.loop.call_soon_threadsafe(self.loop.call_later, timeout, scheduler.abort,
+        decode_thread = self.decode_thread
+        if decode_thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.call_later, timeout, decode_thread.abort,
                                            f"{SHUTDOWN_MESSAGE} and its drain timeout ({timeout:g} s) passed")
 
     def stop(self) -> None:
-        if self.scheduler is not None:
-            self.scheduler.abort(SHUTDOWN_MESSAGE)
-            self.scheduler.stop(timeout=30)
+        if self.decode_thread is not None:
+            self.decode_thread.abort(SHUTDOWN_MESSAGE)
+            self.decode_thread.stop(timeout=30)
             # What is left once the decode thread has ended: 0 and 0, or a row or block leaked.
-            completions, used, blocks = self.scheduler.held()
+            completions, used, blocks = self.decode_thread.held()
             self.announce(f"intelrt serve: stopped: {completions} completions left in the engine, {used:,} of "
                           f"{blocks:,} KV blocks held")
         self.tokenizing.shutdown(wait=False, cancel_futures=True)
@@ -170,16 +170,16 @@ class ServerState:
             return False
         if self.limits is None:
             return self.loop is not None
-        scheduler = self.scheduler
-        return scheduler is not None and scheduler.ready.is_set() and scheduler.failure is None
+        decode_thread = self.decode_thread
+        return decode_thread is not None and decode_thread.ready.is_set() and decode_thread.failure is None
 
     def readiness(self) -> dict[str, Any]:
-        scheduler = self.scheduler
+        decode_thread = self.decode_thread
         status = ("ready" if self.ready else "draining" if self.draining else
-                  "failed" if scheduler is not None and scheduler.failure else "warming up")
+                  "failed" if decode_thread is not None and decode_thread.failure else "warming up")
         body: dict[str, Any] = {"status": status}
-        if status == "failed" and scheduler is not None:
-            body["reason"] = scheduler.failure
+        if status == "failed" and decode_thread is not None:
+            body["reason"] = decode_thread.failure
         return body
 
     def check_accepting(self) -> None:
@@ -188,19 +188,19 @@ class ServerState:
                            code="shutting_down")
         if self.limits is None:
             return
-        scheduler = self.scheduler
-        if scheduler is None or scheduler.failure is not None:
-            raise ApiError(503, (scheduler.failure if scheduler else None) or "the server is not started",
+        decode_thread = self.decode_thread
+        if decode_thread is None or decode_thread.failure is not None:
+            raise ApiError(503, (decode_thread.failure if decode_thread else None) or "the server is not started",
                            "server_error", code="not_ready")
-        if not scheduler.ready.is_set():
+        if not decode_thread.ready.is_set():
             raise ApiError(503, "the model is warming up; retry when GET /ready answers 200", "server_error",
                            code="not_ready", headers={"Retry-After": str(RETRY_AFTER_S)})
 
-    def running(self) -> Scheduler:
+    def running(self) -> DecodeThread:
         self.check_accepting()
-        if self.scheduler is None:
+        if self.decode_thread is None:
             raise self.wrong_task("text generation")
-        return self.scheduler
+        return self.decode_thread
 
     def wrong_task(self, what: str) -> ApiError:
         task = self.loaded.plan.task

@@ -52,7 +52,30 @@ def is_distributed_launch(env: Mapping[str, str] | None = None) -> bool:
     variables checked (:func:`local_rank`, :func:`world_size`)."""
     env = os.environ if env is None else env
     size = world_size(env)
-    return local_rank(env) is not None or size > 1
+    rank = local_rank(env)
+    if size > 1 and rank is None:
+        check_rank(env, size)
+    return rank is not None or size > 1
+
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+"""A rank's index, as each kind of launcher sets it beside the job's size (torchrun, Open MPI, MPICH /
+Intel MPI, PMIx, Slurm)."""
+
+
+def check_rank(env: Mapping[str, str], size: int) -> None:
+    """``WORLD_SIZE`` above 1 comes with this process's rank: without one it is a variable left over in
+    the shell, and the process would plan for ``size`` ranks and wait for a job that does not exist."""
+    found = next((name for name in RANK_VARIABLES if (env.get(name) or "").strip()), None)
+    if found is None:
+        raise ConfigurationError(
+            f"WORLD_SIZE={size} is set but no rank is ({', '.join(RANK_VARIABLES)}): a launcher sets both, so it is "
+            "left over in the shell, and this process would wait for a job of that size. Unset WORLD_SIZE: one "
+            "process needs none, and intelrt launch sets it for each rank it starts")
+    value = env[found].strip()
+    if value.isascii() and value.isdigit() and int(value) >= size:
+        raise ConfigurationError(f"{found}={value} is not below WORLD_SIZE={size}: ranks count from 0; unset both "
+                                 "(intelrt launch sets them for each rank it starts)")
 
 
 def any_rank(flag: bool) -> bool:

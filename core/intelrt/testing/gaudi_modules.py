@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .simulation import Simulation
+    from .machine import SimulationView as Simulation
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ConfigurationError
 from .level_zero import DEFAULT_PRODUCT, PRODUCTS, Product
@@ -69,7 +69,9 @@ class Machine:
     tiles: int | None = None
     """XPU: tiles per card (default: the product's; a Max 1550 has 2)."""
     memory_gib: float | None = None
-    """XPU: memory per tile (a FLAT device); HPU: per Gaudi (default: the generation's HBM)."""
+    """XPU: memory per tile (a FLAT device). Not for Gaudi: a Gaudi's memory is its generation's HBM,
+    the one figure detection can know without acquiring a Gaudi (SPEC H5), so another would change no
+    plan (pick ``generation``)."""
     bf16: bool = True
     """XPU: native bfloat16 (``has_bfloat16_conversions``); torch emulates it where it is False."""
     torch_version: str | None = None
@@ -98,6 +100,9 @@ class Machine:
     """HPU: module ids another tenant's process holds: acquiring them fails as on a shared server."""
     memory_used_gib: float = 0.0
     """XPU: memory of each device that other processes use (``mem_get_info`` reports it as not free)."""
+    pyzes: bool = False
+    """XPU: the optional ``pyzes`` package is installed, so torch (2.13) counts Intel GPUs through Level
+    Zero Sysman without loading the driver (:mod:`.sysman`); without it, counting loads the driver."""
 
     def __post_init__(self) -> None:
         _check(self)
@@ -128,9 +133,8 @@ class Machine:
         return int(gib * 1024**3)
 
     def total_memory(self) -> int:
-        """HPU: bytes per Gaudi."""
-        gib = self.memory_gib if self.memory_gib is not None else GAUDI_MEMORY_GIB[self.gaudi_generation()]
-        return int(gib * 1024**3)
+        """HPU: bytes per Gaudi, its generation's HBM."""
+        return int(GAUDI_MEMORY_GIB[self.gaudi_generation()] * 1024**3)
 
     def gaudi_stack(self) -> str | None:
         """The simulated ``habana-torch-plugin`` version (``None``: not installed)."""
@@ -241,7 +245,29 @@ def _check(machine: Machine) -> None:
         raise ConfigurationError(f"busy_modules {outside} are not module ids of this {count}-Gaudi machine")
     if machine.kind != "hpu" and (machine.busy_modules or machine.torch_fork or machine.mode is not None):
         raise ConfigurationError("busy_modules, torch_fork and mode describe Gaudi machines (kind='hpu')")
-    if machine.kind != "xpu" and machine.memory_used_gib:
-        raise ConfigurationError("memory_used_gib describes Intel GPUs (kind='xpu')")
+    if machine.kind == "hpu" and machine.memory_gib is not None:
+        raise ConfigurationError(f"memory_gib={machine.memory_gib!r} describes an Intel GPU tile; a Gaudi's memory is its "
+                                 "generation's HBM (32, 96, 128 GiB), the only figure detection can know without "
+                                 "acquiring a Gaudi, so it would change no plan: pick generation= instead")
+    if machine.kind != "xpu" and (machine.memory_used_gib or machine.pyzes):
+        raise ConfigurationError("memory_used_gib and pyzes describe Intel GPUs (kind='xpu')")
     if machine.memory_used_gib < 0:
         raise ConfigurationError(f"memory_used_gib must be >= 0, got {machine.memory_used_gib!r}")
+
+
+class SimulationView(Protocol):
+    """What the simulated vendor runtimes (``xpu_runtime``, ``sysman``, ``gaudi_modules``) read of the
+    active simulation (``simulation.Simulation``): its machine, with the machine's facts read through
+    (``sim.count``, ``sim.device_name()``), and what this process's runtime did. Declared here, below
+    the runtimes and the simulation alike, so that neither imports the other for a type."""
+
+    machine: Machine
+    acquired: int | None
+    state_dir: str | None
+
+    def record(self, call: str) -> None: ...
+
+    def visible_ids(self) -> list[int]: ...
+
+    def __getattr__(self, name: str) -> Any: ...
+

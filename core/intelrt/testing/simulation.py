@@ -361,9 +361,12 @@ def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool, xccl: bool) -
     import torch
     import torch.distributed.distributed_c10d as c10d
 
+    from . import sysman
     from .xpu_runtime import XpuDriver, process_group_xccl
 
     xpu_build = sim.machine.xpu_build
+    if xpu_build and sim.machine.packages.get("bitsandbytes", "") is not None:
+        _import_before_the_device("bitsandbytes")
     patcher.setattr(torch._C, "_has_xpu", xpu_build)
     patcher.setattr(torch.version, "xpu", "20250301" if xpu_build else None)
     for name, value in _XPU_STATE.items():
@@ -374,8 +377,8 @@ def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool, xccl: bool) -
     if not xpu_build:
         return
     # torch 2.13 counts devices through Level Zero Sysman when the optional pyzes package is
-    # installed; it is not a dependency of torch, and the simulated machine has none.
-    patcher.setitem(sys.modules, "pyzes", None)
+    # installed (not a dependency of torch): a stand-in when the machine has it, else none.
+    patcher.setitem(sys.modules, "pyzes", sysman.module(sim) if sim.machine.pyzes else None)
     driver = XpuDriver(sim)
     sim.xpu_driver = driver
     for name, function in driver.c_functions().items():
@@ -389,6 +392,22 @@ def _install_xpu(sim: Simulation, patcher: _Patcher, graphs: bool, xccl: bool) -
     patcher.setattr(c10d, "_XCCL_AVAILABLE", xccl)
     if xccl:
         patcher.setattr(c10d, "ProcessGroupXCCL", process_group_xccl())
+
+
+def _import_before_the_device(module: str) -> None:
+    """Import ``module`` now, before the simulated XPU exists, when it is installed and not yet imported.
+
+    For a library that builds tensors on the XPU at import: bitsandbytes puts its NF4 and FP4 code
+    tables on ``xpu`` when ``torch.xpu.is_available()`` (bitsandbytes 0.50 ``backends/utils.py``
+    ``_NF4_QUANT_TABLE``), and no tensor can live on the simulated ``xpu`` (a CPU build of torch has no
+    XPU allocator). Imported first, it is as in a process that imported it before touching the XPU:
+    its tables stay on the CPU and its XPU kernels (``backends/xpu/ops.py``) are not registered —
+    neither matters to a simulation, whose tensors are all on the CPU — where importing it inside
+    the simulation would fail ("PyTorch is not linked with support for xpu devices") although it
+    does not on real hardware."""
+    if module in sys.modules or _missing_module(module):
+        return
+    importlib.import_module(module)
 
 
 def _install_gaudi(sim: Simulation, patcher: _Patcher, root: Path) -> None:
@@ -436,7 +455,8 @@ def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = No
              packages: Mapping[str, str | None] | None = None, env: Mapping[str, str | None] | None = None,
              mode: str | None = None, xpu_build: bool = True, xpu_graphs: bool | None = None,
              xccl: bool | None = None, module_ids: Sequence[int] | None = None,
-             busy_modules: Sequence[int] = (), memory_used_gib: float = 0.0) -> Iterator[Simulation]:
+             busy_modules: Sequence[int] = (), memory_used_gib: float = 0.0,
+             pyzes: bool = False) -> Iterator[Simulation]:
     """Pretend this machine has ``count`` devices of ``kind`` (``"xpu"`` or ``"hpu"``), or is ``kind``
     when it is a :class:`~intelrt.testing.machine.Machine` (then no other argument is allowed).
 
@@ -445,7 +465,7 @@ def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = No
     :param product: XPU product, one of :data:`XPU_PRODUCTS` (default ``"max1550"``).
     :param name: device name (an XPU name not in :data:`XPU_PRODUCTS` is a one-tile GPU).
     :param tiles: XPU tiles per card (default: the product's).
-    :param memory_gib: XPU memory per tile; HPU memory per Gaudi.
+    :param memory_gib: XPU memory per tile (a Gaudi's is its generation's HBM: refused for ``hpu``).
     :param bf16: XPU native bfloat16 (``has_bfloat16_conversions``, default True).
     :param torch_version: the torch version reported by ``torch.__version__`` and package metadata,
         as given (default: the installed torch's, ``+xpu`` on an XPU build as its wheels name it).
@@ -459,6 +479,7 @@ def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = No
     :param module_ids: HPU module id of each device index, as ``hl-smi`` lists them.
     :param busy_modules: HPU module ids other tenants hold.
     :param memory_used_gib: XPU memory other processes use on each device.
+    :param pyzes: XPU: the optional ``pyzes`` package is installed (torch counts without loading the driver).
     """
     if isinstance(kind, Machine):
         machine = kind
@@ -468,7 +489,7 @@ def simulate(kind: str | Machine, count: int = 1, *, generation: str | None = No
                           torch_fork=torch_fork, packages=dict(packages or {}), env=dict(env or {}), mode=mode,
                           xpu_build=xpu_build, xpu_graphs=xpu_graphs, xccl=xccl,
                           module_ids=tuple(module_ids) if module_ids is not None else None,
-                          busy_modules=tuple(busy_modules), memory_used_gib=memory_used_gib)
+                          busy_modules=tuple(busy_modules), memory_used_gib=memory_used_gib, pyzes=pyzes)
     if _active is not None:
         raise RuntimeError("a simulation is already active; nest none")
     with _active_simulation(Simulation(machine)) as active:
@@ -573,11 +594,39 @@ def inherited() -> Iterator[Simulation]:
         yield active
 
 
+def _machine_spec(spec: str, usage: str) -> dict[str, Any]:
+    """A :class:`~intelrt.testing.machine.Machine` as JSON (``{"kind": "hpu", "torch_fork": true}``), or
+    ``@FILE`` holding it: every machine :func:`simulate` can pretend, from the command line."""
+    text = spec
+    if spec.startswith("@"):
+        try:
+            text = Path(spec[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"--simulate {spec!r}: cannot read {spec[1:]} ({exc.strerror or exc})") from None
+    try:
+        facts = json.loads(text)
+        if not isinstance(facts, dict):
+            raise TypeError(f"expected a JSON object, got {type(facts).__name__}")
+        machine = Machine.from_json(facts)
+    except (ValueError, TypeError) as exc:  # ConfigurationError is a ValueError: its words are kept
+        raise ConfigurationError(f"--simulate {spec[:120]!r}: not a simulated machine ({exc}); {usage}") from None
+    if machine.count > MAX_SIMULATED_DEVICES:
+        raise ConfigurationError(f"--simulate {spec[:120]!r}: count must be <= {MAX_SIMULATED_DEVICES} (more devices "
+                                 "than any one machine has)")
+    return {"kind": machine}
+
+
 def parse_spec(spec: str) -> dict[str, Any]:
     """``"xpu:4"``, ``"xpu:2:max1100"``, ``"hpu:8:gaudi1"`` → keyword arguments for :func:`simulate`
-    (CLI ``--simulate``); anything else → :class:`~intelrt.errors.ConfigurationError` (a ``ValueError``)."""
+    (CLI ``--simulate``); a :class:`~intelrt.testing.machine.Machine` as JSON, or ``@FILE`` holding it,
+    for every other fact (Gaudi's PyTorch fork, busy modules, pyzes …); anything else →
+    :class:`~intelrt.errors.ConfigurationError` (a ``ValueError``)."""
     usage = ("use KIND[:COUNT[:GENERATION]] with KIND xpu or hpu, e.g. xpu:2, xpu:2:max1100 or hpu:8:gaudi3 "
-             f"(GENERATION: a Gaudi generation or an Intel GPU product: {', '.join(XPU_PRODUCTS)})")
+             f"(GENERATION: a Gaudi generation or an Intel GPU product: {', '.join(XPU_PRODUCTS)}), or a machine as "
+             'JSON, e.g. \'{"kind": "hpu", "count": 8, "torch_fork": true}\' (the fields of '
+             "intelrt.testing.Machine), or @FILE holding it")
+    if spec.startswith(("{", "@")):
+        return _machine_spec(spec, usage)
     parts = spec.split(":")
     kind = parts[0]
     if kind not in KINDS or len(parts) > 3:

@@ -9,8 +9,17 @@ provides those functions for a :class:`~intelrt.testing.simulation.Simulation`; 
 real ones. The device list comes from :mod:`.level_zero`, read once, at the first call that
 initialises the driver, like the real driver.
 
-Tensors on ``"xpu"`` cannot be faked on a CPU build: model execution under simulation stays on
-the CPU. Device memory is still accounted: :meth:`XpuDriver.allocate` is the caching allocator's
+Tensors on ``"xpu"`` cannot be faked on a CPU build: a CPU build of torch has no XPU allocator
+or kernels, and ``"xpu"`` is torch's own device type, which the PrivateUse1 route
+(``torch.utils.rename_privateuse1_backend``) cannot take. So model execution under simulation stays
+on the CPU, and what upstream does by placing a tensor is not simulated. The one that decides
+plans: accelerate's ``get_max_memory()`` (``accelerate/utils/modeling.py``), which ``device_map="auto"``
+without ``max_memory`` runs, places ``torch.tensor(0, device="xpu:i")`` on each device before
+asking ``mem_get_info`` for its free memory, and logs and skips a device where that fails — so
+under simulation it budgets the CPU only, where real hardware budgets each XPU's free memory. The
+plan therefore passes ``max_memory`` whenever it limits ``auto`` to named devices (``devices=``,
+:mod:`intelrt_xpu.placement`), and the free memory accelerate would read is what
+:meth:`XpuDriver.memory_info` answers. Device memory is still accounted: :meth:`XpuDriver.allocate` is the caching allocator's
 ``malloc`` path (a test stands in for the tensors a load would create), and what it holds shows
 in torch's own ``mem_get_info``, ``memory_allocated``, ``memory_reserved`` and ``memory_stats``;
 an allocation past the product's single-allocation limit (Arc: 4 GiB) or past the free memory
@@ -29,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from .level_zero import HIERARCHY_VAR, MASK_VAR, Device, enumerate_devices
 
 if TYPE_CHECKING:
-    from .simulation import Simulation
+    from .machine import SimulationView as Simulation
 
 PLATFORM = "Intel(R) oneAPI Unified Runtime over Level-Zero"
 DRIVER_VERSION = "1.6.simulated"
@@ -258,7 +267,16 @@ def process_group_xccl() -> type:
     """A stand-in for ``torch._C._distributed_c10d.ProcessGroupXCCL``: a Gloo group on CPU tensors.
 
     ``init_process_group(backend="xccl")`` builds it as ``ProcessGroupXCCL(store, rank, size,
-    options)``; ranks rendezvous through the store and collectives run for real (on the CPU)."""
+    options)``; ranks rendezvous through the store and collectives run for real (on the CPU).
+
+    Kinder than the real one, an assumption named here: XCCL refuses ``ReduceOp`` BAND, BOR, BXOR and
+    PREMUL_SUM ("Cannot use ReduceOp.<op> with XCCL"; AVG too before oneCCL 2021.15), Float8 tensors
+    in reductions and data types outside uint8, int8, int32, int64, float16, float32, float64,
+    bfloat16 and bool ("Input tensor data type is not supported for XCCL process group")
+    (intel/torch-xpu-ops ``src/xccl/ProcessGroupXCCL.hpp`` ``getXcclReduceOp``, ``getXcclDataType``);
+    the Gloo group accepts most of them, and its hangs are not XCCL's. Checking them here needs a
+    group of Python's own (c10d's ``Backend`` has no Python constructor, and a Python
+    ``ProcessGroup`` would change what DDP and FSDP run on in every simulated launch): not done."""
     from datetime import timedelta
 
     from torch.distributed import ProcessGroupGloo

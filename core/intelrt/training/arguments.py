@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 #: Keywords of which at most one may be True; the first plugin (or the user) to set one owns precision.
 PRECISION = ("bf16", "fp16")
 USER = "user"
+INTELRT_DEFAULT = "intelrt"
+"""The source of a setting ``train()`` chose for you (its defaults), not a plugin's and not yours."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,8 @@ def parallelism_of(plan: Plan) -> ParallelismChoice:
 
 
 def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost | None = None,
-                      env: Mapping[str, str] | None = None) -> list[TrainingSetting]:
+                      env: Mapping[str, str] | None = None,
+                      defaults: Mapping[str, str] | None = None) -> list[TrainingSetting]:
     """The keywords for ``TrainingArguments``: the backend hooks' settings, then the user's.
 
     A user's keyword always wins; among plugins the first to answer wins (a backend plugin
@@ -190,7 +193,9 @@ def training_settings(plan: Plan, overrides: Mapping[str, Any], host: PluginHost
         if setting.name in PRECISION and (user_precision or any(p in chosen for p in PRECISION)):
             continue
         chosen[setting.name] = TrainingSetting(setting.name, setting.value, setting.reason, plugin, setting.claim)
-    users = [TrainingSetting(k, v, "set by you", USER) for k, v in overrides.items()]
+    defaults = defaults or {}  # keys of overrides that the caller (train()) chose, not the user: name, why
+    users = [TrainingSetting(k, v, "set by you", USER) if k not in defaults else
+             TrainingSetting(k, v, defaults[k], INTELRT_DEFAULT) for k, v in overrides.items()]
     return list(chosen.values()) + users
 
 
@@ -207,7 +212,7 @@ def check_value_types(arguments: type, settings: list[TrainingSetting]) -> None:
     kinds = {f.name: f.type for f in dataclasses.fields(arguments)}
     for s in settings:
         kind, value = kinds.get(s.name), s.value
-        if s.source != USER or kind not in (int, float, bool):
+        if kind not in (int, float, bool):
             continue
         if kind is bool:
             fits = isinstance(value, bool)
@@ -216,8 +221,12 @@ def check_value_types(arguments: type, settings: list[TrainingSetting]) -> None:
         else:
             fits = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if not fits:
-            raise ConfigurationError(f"{s.name}={value!r:.80}: TrainingArguments takes {'an' if kind is int else 'a'} "
-                                     f"{kind.__name__} there (help(transformers.TrainingArguments))")
+            wanted = f"TrainingArguments takes {'an' if kind is int else 'a'} {kind.__name__} there"
+            if s.source not in (USER, INTELRT_DEFAULT):  # a plugin's value: named, not passed on or dropped
+                raise PluginError(f"plugin {s.source!r} set TrainingArguments {s.name}={value!r:.80}: {wanted}; report "
+                                  f"it to the plugin's authors, or skip it with INTELRT_DISABLE_PLUGINS={s.source}",
+                                  plugin=s.source, distribution=None)
+            raise ConfigurationError(f"{s.name}={value!r:.80}: {wanted} (help(transformers.TrainingArguments))")
         if s.name in _AT_LEAST_ONE and value < 1:
             raise ConfigurationError(f"{s.name}={value!r} must be >= 1")
 

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_SIZE = 128
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+TABLE_SUFFIXES = {".csv": "'csv'", ".tsv": "'csv', delimiter='\\t'", ".json": "'json'", ".parquet": "'parquet'",
+                  ".arrow": "'arrow'"}
+"""Files of rows and columns: read as plain text, their header, separators and quoting would be
+trained on as if they were prose."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ def _jsonl_rows(path: Path, text: str) -> _Rows:
         if "text" in row:
             if not isinstance(row["text"], str):
                 raise ConfigurationError(f'{where}: "text" holds {type(row["text"]).__name__}, not a string')
-            texts.append((where, row["text"]))
+            if row["text"].strip():  # a blank row, as a list of strings drops it (all blank: refused below)
+                texts.append((where, row["text"]))
         else:
             ids.append((where, _id_row(where, row["input_ids"])))
         if texts and ids:
@@ -122,6 +127,13 @@ def _rows_from(data: object) -> _Rows:
             hint = " (to train on a string, pass it in a list: [text])" if isinstance(data, str) and not path.suffix else ""
             raise ConfigurationError(f"data={str(data)!r}: no such file{hint}. Pass a text file, a .jsonl file, a "
                                      "list of strings, or a datasets.Dataset with a 'text' column.")
+        if path.suffix.lower() in TABLE_SUFFIXES:
+            builder = TABLE_SUFFIXES[path.suffix.lower()]
+            raise ConfigurationError(
+                f"data={str(data)!r} is a {path.suffix.lower().lstrip('.')} file: read as plain text, its header and "
+                "separators would be trained on as prose. Load it as a table and pass it with a 'text' column — "
+                f"datasets.load_dataset({builder}, data_files='{path}')['train'] — or write the texts as a .jsonl "
+                "file with a \"text\" field, or a text file of one example per line")
         text = _read_text(path, str(data))
         if path.suffix.lower() in JSONL_SUFFIXES:
             return _jsonl_rows(path, text)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.sizing import model_positions
 from ..errors import ConfigurationError, IntelrtError, SaveError
 from ..hooks.options import AUTO
 from ..hooks.payloads import ParallelismChoice
@@ -230,9 +231,9 @@ def _model_limits(loaded: Any) -> ModelLimits:
     model, config = loaded.model, getattr(loaded.model, "config", None)
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     vocab = getattr(embeddings, "num_embeddings", None) or getattr(config, "vocab_size", None)
-    length = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    positions = model_positions(config) if config is not None else None
     return ModelLimits(vocab_size=vocab if isinstance(vocab, int) else None,
-                       max_length=length if isinstance(length, int) else None, strict=loaded.plan.request.strict)
+                       max_length=positions[1] if positions is not None else None, strict=loaded.plan.request.strict)
 
 
 def _claim_output_dir(loaded: Any, out: str, *, adapter: bool, resume: object, overwrite: bool) -> None:
@@ -318,7 +319,13 @@ def train(loaded: Any, data: object, *, lora: object = None, epochs: float = 1.0
             overrides.setdefault("learning_rate", LORA_LEARNING_RATE)
         if kind == VISION_LANGUAGE:
             overrides.setdefault("remove_unused_columns", False)  # the collator reads the raw rows
-        settings = training_settings(plan, overrides)
+        # what train() chose is reported as its default, not as "set by you"
+        why = {"num_train_epochs": "epochs= of train() (default 1)" if epochs == 1 else "epochs= of train()",
+               "learning_rate": "train()'s default for LoRA and quantized bases (PEFT's usual rate)",
+               "remove_unused_columns": "train()'s default for vision-language data (the collator reads the raw rows)"}
+        defaults = {k: why.get(k, "train()'s default") for k in overrides
+                    if k not in training_overrides and not (k == "num_train_epochs" and epochs != 1)}
+        settings = training_settings(plan, overrides, defaults=defaults)
         args = build_training_arguments(out, plan, settings, seq2seq=kind == SEQ2SEQ)
     check_writable(out)  # before training: a full or read-only disk must not cost the whole run
     with hold_output_dir(out):

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SaveError
@@ -281,6 +282,39 @@ def save_model_atomically(trainer: Any, directory: str) -> None:
         raise SaveError(f"moving the saved model into {directory} failed ({_why(moved) if moved else 'on rank 0'}); "
                         "the previous model there was put back and the new one removed: free space or fix the "
                         "permissions, then train again (resume=True continues from the last checkpoint)") from moved
+
+
+def write_atomically(directory: str | os.PathLike[str], write: Callable[[str], object], what: str) -> None:
+    """``write(staging)`` into a staging directory inside ``directory``, then swapped in as the
+    final training save is (:func:`_swap_into_place`): all of it lands, or none of it. ``what`` names
+    the result in the error (``the quantized model``). A failed write leaves ``directory`` as it was;
+    an error of intelrt's own (the model cannot be saved so) passes unchanged."""
+    from ..errors import IntelrtError
+
+    directory = os.fspath(directory)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory)
+    except OSError as exc:
+        raise SaveError(f"{directory} cannot be written ({_why(exc)}); nothing was saved. Pick a directory you can "
+                        "write, or fix its permissions / free space first.") from None
+    try:
+        try:
+            write(staging)
+        except IntelrtError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - safetensors and torch report a full disk as their own errors
+            raise SaveError(f"writing {what} to {directory} failed ({_why(exc)}): disk full, quota or read-only? "
+                            f"Nothing in {directory} was replaced and the partial files were removed.") from exc
+        try:
+            _swap_into_place(staging, directory)
+        except OSError as exc:
+            recover_interrupted_save(directory, locked=True)  # the previous files back, as after a kill
+            raise SaveError(f"moving {what} into {directory} failed ({_why(exc)}); what was there before was put "
+                            "back and the new files removed: free space or fix the permissions, then save "
+                            "again") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_json_atomically(path: str, data: Any) -> None:

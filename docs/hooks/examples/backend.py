@@ -15,6 +15,7 @@ class MyNpuBackend(Backend):
     device_type = "mynpu"
     priority = 10  # below xpu, hpu and cuda: backend="auto" takes it only when none of them is available
     compiler = "mynpu"  # what compile="on" compiles with
+    graph_kind = "mynpu"  # the device graphs a decode step is captured in (graph_capturer builds them)
 
     @classmethod
     def detect(cls, env):
@@ -35,10 +36,7 @@ class MyNpuBackend(Backend):
 
         return compile_for_mynpu
 
-    def graph_capturer(self, kind):
-        if kind != "mynpu":
-            return None
-
+    def graph_capturer(self):
         def capture(step, warmup=2):
             import mynpu_runtime  # the vendor's graph API, imported only when decoding
 

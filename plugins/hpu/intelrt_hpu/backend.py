@@ -14,6 +14,8 @@ from intelrt.plugin import (
     BackendStatus,
     CompileChoice,
     Decision,
+    DecodeChoice,
+    DeviceId,
     Endorsement,
     EnvVar,
     Finding,
@@ -24,9 +26,9 @@ from intelrt.plugin import (
 )
 
 from . import (
+    acquisition,
     attention,
     buckets,
-    collective,
     compile_wrap,
     compiler,
     detection,
@@ -40,6 +42,7 @@ from . import (
     training,
 )
 from .facts import BACKEND, PRIORITY, generation
+from .quantization import HPU_QUANTIZATION
 
 
 class HpuBackend(Backend):
@@ -50,6 +53,19 @@ class HpuBackend(Backend):
     priority = PRIORITY
     compiler = "hpu_backend"
     indexed_devices = False
+    # Decoding: intelrt's fast loop over the model's own forward (no Triton on Gaudi), captured in HPU graphs in
+    # lazy mode; in eager mode compiled with hpu_backend — work of unknown length once that pays, in this process (no
+    # compile worker beside the one process a Gaudi allows) — as vLLM's Gaudi plugin does (graphs.py).
+    fast_decode = True
+    decode_compiler = "hpu_backend"
+    compiles_quantized = True  # INC FP8 and AutoRound layers under hpu_backend, as vLLM's Gaudi plugin runs them
+    graph_kind = "hpu"  # HPUGraph, lazy mode only (graphs.py)
+    decode_source = graphs.VLLM_GAUDI
+    compile_worker_missing = graphs.ONE_PROCESS
+    # Ray's HPUAcceleratorManager (ray/_private/accelerators/hpu.py) names them HPU and sets
+    # HABANA_VISIBLE_MODULES to the ids it assigns
+    ray_resource = "HPU"
+    quantization_columns = HPU_QUANTIZATION  # H7: the Gaudi 1, 2, 3 columns (quantization.py)
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> BackendStatus:
@@ -69,6 +85,9 @@ class HpuBackend(Backend):
     def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding]:
         return environment.launch_environment(self, plan, nproc, env)
 
+    def device_group_problem(self, devices: Sequence[DeviceId]) -> str | None:
+        return environment.group_problem(devices)
+
     def written_by_stack(self, env: Mapping[str, str]) -> Collection[str]:
         return environment.written_by_stack(env)
 
@@ -78,14 +97,17 @@ class HpuBackend(Backend):
     def diagnose(self, env: Mapping[str, str], probe: bool) -> Sequence[Finding]:
         return diagnosis.diagnose(self.status, env, probe)
 
+    def acquire_device(self, plan: Plan) -> None:
+        acquisition.acquire_device(plan)
+
     def compile_wrapper(self, compile_fn: Callable[..., Any]) -> Callable[..., Any]:
         return compile_wrap.compile_wrapper(compile_fn)
 
     def attention_implementation(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         return attention.attention_implementation(name)
 
-    def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
-        return graphs.graph_capturer(kind)
+    def graph_capturer(self) -> Callable[..., Any]:
+        return graphs.graph_capturer()
 
     def select_dtype(self, s: Situation) -> Decision:
         return precision.select_dtype(self, s)
@@ -111,11 +133,14 @@ class HpuBackend(Backend):
     def check_compile(self, value: CompileChoice, s: Situation) -> Endorsement | None:
         return compiler.check_compile(self, value, s)
 
-    def select_decode(self, s: Situation) -> Decision | None:
-        return graphs.select_decode(self, s)
+    def graphs_missing(self, s: Situation) -> str | None:
+        return graphs.graphs_missing(self, s)
+
+    def compile_missing(self, s: Situation) -> str | None:
+        return graphs.compile_missing(self, s)
+
+    def decode_claim(self, choice: DecodeChoice) -> str | None:
+        return graphs.decode_claim(choice)
 
     def select_buckets(self, s: Situation) -> Decision | None:
         return buckets.select_buckets(self, s)
-
-    def select_collective(self, s: Situation) -> Decision:
-        return collective.select_collective(self, s)

@@ -69,6 +69,17 @@ def mode_note(env: Mapping[str, str], stack: str | None) -> str:
     return text
 
 
+def _lazy_blame(env: Mapping[str, str], lazy: bool) -> str:
+    """The variable behind a stack that failed in lazy mode (the bridge's assertion — "Stock PyTorch
+    … is not supported in Lazy mode" — does not name it)."""
+    value = env.get(LAZY_VAR)
+    if value is None or not lazy:
+        return ""
+    odd = "" if value == "1" else ", a value that is neither 0 (eager) nor 1 (lazy) and is read as lazy"
+    return (f"; {LAZY_VAR}={value!r} asks for lazy mode{odd}: set {LAZY_VAR}=0 (eager, what a stock PyTorch "
+            "build runs) or unset it")
+
+
 def visibility_note(env: Mapping[str, str]) -> str | None:
     """H5: which variable selects the visible Gaudis, and whether it is stable."""
     if env.get(MODULES_VAR) is not None:
@@ -105,8 +116,8 @@ def detect(env: Mapping[str, str]) -> BackendStatus:
         notes.append(f"devices counted in a child process with {INT64_VAR}=1, so this process does not load the "
                      f"Gaudi stack before {INT64_VAR} is set (H3)")
     if answer.error is not None:
-        return _unavailable(f"the Gaudi stack is installed but could not be queried ({answer.how}): {answer.error}",
-                            versions, tuple(notes))
+        return _unavailable(f"the Gaudi stack is installed but could not be queried ({answer.how}): {answer.error}"
+                            + _lazy_blame(env, lazy), versions, tuple(notes))
     if not answer.available:
         selecting = MODULES_VAR if env.get(MODULES_VAR) is not None else None
         problems = parse_device_list(MODULES_VAR, env[MODULES_VAR]).problems if selecting else ()

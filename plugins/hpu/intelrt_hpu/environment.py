@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from intelrt.plugin import (
     Backend,
+    DeviceId,
     EnvVar,
     Finding,
     Plan,
@@ -134,15 +135,31 @@ def known_module_ids(backend: Backend, env: Mapping[str, str]) -> tuple[int, ...
     return tuple(range(backend.device_count))
 
 
-def partial_server_item(ids: tuple[int, ...], request: Request, what: str) -> Finding | None:
-    """H5: distributed work on part of a server is supported only for listed module-id sets."""
+PARTIAL_SERVER_FIX = "pick one of those sets (or the whole server) for multi-Gaudi work"
+
+
+def _partial_server_message(ids: tuple[int, ...], what: str) -> str | None:
     if is_supported_set(ids):
         return None
-    message = (f"{what} selects Gaudi modules {format_ids(ids)}: on part of a server, distributed work is supported "
-               f"only for 2 or 4 Gaudis with module ids {supported_sets_text()}")
-    fix = "pick one of those sets (or the whole server) for multi-Gaudi work"
+    return (f"{what} selects Gaudi modules {format_ids(ids)}: on part of a server, distributed work is supported "
+            f"only for 2 or 4 Gaudis with module ids {supported_sets_text()}")
+
+
+def partial_server_item(ids: tuple[int, ...], request: Request, what: str) -> Finding | None:
+    """H5: distributed work on part of a server is supported only for listed module-id sets."""
+    message = _partial_server_message(ids, what)
+    if message is None:
+        return None
     return request.warn_or_refuse(Finding("warning", "unsupported Gaudi set for distributed work", message,
-                                          fix=fix, claim="H5"))
+                                          fix=PARTIAL_SERVER_FIX, claim="H5"))
+
+
+def group_problem(devices: Sequence[DeviceId]) -> str | None:
+    """H5: a group of Gaudis working together (a serving replica's tensor-parallel ranks) must be a
+    supported module set; the message says which sets are."""
+    ids = tuple(int(d) for d in devices)
+    message = _partial_server_message(ids, "the group")
+    return None if message is None else f"{message} (or the whole server); {PARTIAL_SERVER_FIX}"
 
 
 def _this_process_module(ids: tuple[int, ...], request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
@@ -190,7 +207,9 @@ def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) 
         items += _this_process_module(ids, request, env)
         items.append(EnvVar(MODULES_VAR, format_ids(ids), "devices= selects these Gaudi modules (module ids are stable "
                             "across reboots and driver reinstalls) for the processes the run starts, each rank taking "
-                            "its entry at LOCAL_RANK", claim="H5", overwrite_user=True, in_process=False))
+                            f"its entry at LOCAL_RANK; in this process it stops the bridge from taking another Gaudi "
+                            f"when module {ids[0]} is held (without it the bridge proceeds without the module id: "
+                            "device.cpp l.433-441)", claim="H5", overwrite_user=True))
         if env.get(DEVICES_VAR) is not None:
             items.append(Finding("info", f"{DEVICES_VAR} left in place",
                                  f"{DEVICES_VAR}={env[DEVICES_VAR]} (device indices) stays in the environment; inside "

@@ -1,4 +1,5 @@
-"""H6, H10: how a run spreads over Gaudis — one process per Gaudi, joined by ``hccl``.
+"""H6, H10: how a run spreads over Gaudis — one process per Gaudi, joined by ``hccl`` (HCCL, Gaudi's
+collective library: the plan's collective decision comes from :func:`sharding_support`).
 
 A Gaudi process drives one Gaudi, so a model too big for one is run by several processes
 (SPEC H6). Habana documents DeepSpeed for large-model training on Gaudi (its own fork,
@@ -37,7 +38,13 @@ def deepspeed_install(backend: Detected) -> str:
 def sharding_support(backend: Detected) -> ShardingSupport:
     first = generation(backend) == FIRST_GENERATION
     return ShardingSupport(
-        "hccl", fsdp=None if first else "accelerate",
+        "hccl", collective_reason="HCCL is Gaudi's collective library; transformers and accelerate select it on "
+                                  "Gaudi (ddp_backend='hccl' explicit also works)",
+        collective_notes=("one process per Gaudi: start them with torchrun or accelerate launch (which defaults "
+                          "--num_processes to the number of Gaudis)",
+                          f"HCCL reduces with {', '.join(HCCL_REDUCE_OPS)} only and has no int64: reduce int64 "
+                          "tensors as int32 or float"),
+        fsdp=None if first else "accelerate",
         fsdp_missing=(f"Habana documents PyTorch FSDP from Gaudi 2 ({HABANA_FSDP}), and this is first-generation "
                       "Gaudi; use sharding='deepspeed' (Habana's DeepSpeed ZeRO) or 'ddp'") if first else "",
         fsdp_source=f"accelerate builds FSDP2 for MULTI_HPU ranks over hccl (Habana documents FSDP on Gaudi 2 and "

@@ -27,8 +27,6 @@ from intelrt.plugin import (
 
 from . import (
     attention,
-    batching,
-    collective,
     compiler,
     detection,
     devices,
@@ -39,7 +37,8 @@ from . import (
     placement,
     training,
 )
-from .facts import NAME, PRIORITY, product_line
+from .facts import NAME, PRIORITY, XPU_GRAPHS_DEFAULT_TORCH, product_line
+from .quantization import XPU_QUANTIZATION
 
 
 class XpuBackend(Backend):
@@ -49,7 +48,22 @@ class XpuBackend(Backend):
     device_type = "xpu"
     priority = PRIORITY
     compiler = "inductor"
+    # Decoding: intelrt's fast loop, the step (the model's own forward: the compact step and intelrt's Triton
+    # kernels are unmeasured on Intel GPUs) compiled with inductor — for work of unknown length by a compile worker
+    # while the uncompiled step decodes (decoding/compile_worker.py); XPU graphs by default only
+    # from torch 2.14, as upstream (graphs.py); a list through transformers' continuous batching, which decides
+    # XPU graphs and async batching itself unless forced (SPEC X7).
+    fast_decode = True
+    decode_compiler = "inductor"
+    compiles_quantized = True  # torchao's and AutoRound's XPU layers inside the compiled forward, as before 0.2
+    graph_kind = "xpu"  # torch.xpu.XPUGraph (graphs.py)
+    graphs_default_from = XPU_GRAPHS_DEFAULT_TORCH
+    decode_source = graphs.UPSTREAM_GRAPHS
     tile_ids = True  # devices="0.1": tile 1 of card 0 in COMPOSITE mode (ZE_AFFINITY_MASK's card.tile)
+    # Ray's IntelGPUAcceleratorManager (ray/_private/accelerators/intel_gpu.py) names them GPU and sets
+    # ZE_AFFINITY_MASK to the ids it assigns
+    ray_resource = "GPU"
+    quantization_columns = XPU_QUANTIZATION  # X9: the Intel Arc and Max columns (quantization.py)
 
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> BackendStatus:
@@ -75,8 +89,8 @@ class XpuBackend(Backend):
     def diagnose(self, env: Mapping[str, str], probe: bool) -> Sequence[Finding]:
         return diagnosis.diagnose(self.status, env)
 
-    def graph_capturer(self, kind: str) -> Callable[..., Any] | None:
-        return graphs.graph_capturer(kind)
+    def graph_capturer(self) -> Callable[..., Any]:
+        return graphs.graph_capturer()
 
     def select_placement(self, s: Situation) -> Decision:
         return placement.select_placement(self, s)
@@ -99,11 +113,5 @@ class XpuBackend(Backend):
     def check_compile(self, value: CompileChoice, s: Situation) -> Endorsement | None:
         return compiler.check_compile(self, value, s)
 
-    def select_decode(self, s: Situation) -> Decision | None:
-        return graphs.select_decode(self, s)
-
-    def select_batching(self, s: Situation) -> Decision | None:
-        return batching.select_batching(self, s)
-
-    def select_collective(self, s: Situation) -> Decision:
-        return collective.select_collective(self, s)
+    def graphs_missing(self, s: Situation) -> str | None:
+        return graphs.graphs_missing(self)

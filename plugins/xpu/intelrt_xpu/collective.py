@@ -1,4 +1,5 @@
-"""X11: the collective backend of Intel GPUs, ``xccl``.
+"""X11: the collective backend of Intel GPUs, ``xccl`` (the plan's collective decision comes from
+``parallelism.sharding_support``).
 
 ``xccl`` is chosen as accelerate chooses it: torch >= 2.7 *and* a build with XCCL
 (``torch.distributed.is_xccl_available()``); without it accelerate picks no collective for the
@@ -6,14 +7,6 @@ ranks and torch.distributed fails to start their process group, deep inside Trai
 """
 
 from __future__ import annotations
-
-from intelrt.plugin import (
-    Backend,
-    Decision,
-    PlanError,
-    Situation,
-    world_size,
-)
 
 from .detection import XPU_INDEX
 from .facts import (
@@ -46,21 +39,3 @@ def xccl_missing(backend: Detected) -> str:
             "(built without USE_XCCL), so accelerate finds no collective for the Intel GPU (distributed_type NO) and "
             "torch.distributed stops every rank with \"Distributed package doesn't have XCCL built in\"; "
             f"{install} — Intel's XPU wheels include XCCL from {XCCL_WHEELS_TORCH}")
-
-
-def select_collective(backend: Backend, s: Situation) -> Decision:
-    """X11: ``xccl`` when accelerate would pick it (torch >= 2.7 and a build with XCCL). Without
-    it there is none: a distributed run (``WORLD_SIZE`` > 1) is refused, a single process is unaffected."""
-    env = s.env
-    if xccl_usable(backend):
-        return Decision("xccl", f"XCCL is torch.distributed's backend for Intel GPUs: this torch "
-                                f"({torch_version(backend)}) has it (torch.distributed.is_xccl_available()), and "
-                                f"accelerate picks it from torch {XCCL_TORCH_FLOOR}", claim="X11",
-                        notes=(f"{LEGACY_CCL}",
-                               "one process per Intel GPU (torchrun / accelerate launch); DDP, FSDP2, DeepSpeed ZeRO "
-                               "and tensor parallel run on top; every rank shares one ZE_AFFINITY_MASK and picks "
-                               "xpu:LOCAL_RANK"))
-    if world_size(env) > 1:
-        raise PlanError(f"WORLD_SIZE={env['WORLD_SIZE']}: {xccl_missing(backend)}")
-    return Decision(None, f"no collective backend: {xccl_missing(backend)}", claim="X11",
-                    notes=("single-process runs are unaffected",))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -12,6 +13,7 @@ from .affinity import HIERARCHIES, hierarchy, read_mask
 from .driver_view import DriverView, first_view, recorded_view
 from .facts import (
     ACCELERATE_XPU_OFF_AT_OR_BELOW,
+    DRIVER_CANDIDATES_KEY,
     DRIVER_HIERARCHY_KEY,
     DRIVER_MASK_KEY,
     DRIVER_VIEW_KEY,
@@ -120,7 +122,9 @@ def detect(env: Mapping[str, str]) -> BackendStatus:
 
 def view_versions(view: DriverView) -> dict[str, str]:
     """The driver's view as facts of ``BackendStatus.versions`` (what devices.py reads for this process)."""
-    facts = {DRIVER_VIEW_KEY: "recorded" if view.recorded else "inferred"}
+    facts = {DRIVER_VIEW_KEY: "recorded" if view.recorded else "ambiguous" if view.candidates else "inferred"}
+    if view.candidates:
+        facts[DRIVER_CANDIDATES_KEY] = json.dumps([list(c) for c in view.candidates])
     if view.mask is not None:
         facts[DRIVER_MASK_KEY] = view.mask
     if view.hierarchy is not None:
@@ -132,7 +136,7 @@ def view_notes(view: DriverView, env: Mapping[str, str]) -> tuple[str, ...]:
     """X2/C2: a mask in ``env`` other than the one the driver read changes nothing in this process."""
     notes = [] if view.note is None else [view.note]
     now = env.get(MASK_VAR)
-    if now is not None and now != view.mask:
+    if now is not None and now != view.mask and not view.candidates:
         saw = f"it read {MASK_VAR}={view.mask}" if view.mask is not None else "it saw no mask"
         notes.append(f"{MASK_VAR}={now} was set after this process's Level Zero driver loaded ({saw}, once): it "
                      "changes nothing here; it reaches processes started with it (intelrt launch, or a process "

@@ -12,6 +12,7 @@ the device instead (:mod:`intelrt_xpu.placement`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from intelrt.plugin import (
@@ -27,6 +28,8 @@ from intelrt.plugin import (
 from .affinity import MaskReading, describe_problems, hierarchy, read_mask
 from .collective import xccl_missing, xccl_usable
 from .facts import (
+    AMBIGUOUS_VIEW,
+    DRIVER_CANDIDATES_KEY,
     DRIVER_MASK_KEY,
     HIERARCHY_KEY,
     HIERARCHY_VAR,
@@ -66,22 +69,60 @@ def malformed_mask(env: Mapping[str, str], backend: Detected | None, visible: in
                        "to intelrt", claim="X2")
 
 
-def driver_reading(backend: Detected) -> MaskReading | None:
+def _candidate_readings(backend: Detected) -> list[MaskReading | None] | None:
+    """The masks this process's driver may have read when the view is ambiguous (``None``: it is not)."""
+    raw = backend.versions.get(DRIVER_CANDIDATES_KEY)
+    if raw is None:
+        return None
+    names = [d.name for d in backend.devices]
+    readings: list[MaskReading | None] = []
+    for mask, stated in json.loads(str(raw)):
+        mode = hierarchy({HIERARCHY_VAR: stated} if stated is not None else {}, names)[0]
+        readings.append(None if mask is None else read_mask(mask, mode))
+    return readings
+
+
+def _said(reading: MaskReading | None) -> str:
+    return f"{MASK_VAR}={reading.value}" if reading is not None else f"no {MASK_VAR}"
+
+
+def driver_reading(backend: Detected, devices: Sequence[DeviceId] = ()) -> MaskReading | None:
     """The mask this process's driver read when it loaded (``None``: none), in its hierarchy — never
-    the one in ``os.environ`` now, which it does not read again (:mod:`intelrt_xpu.driver_view`)."""
-    mask = backend.versions.get(DRIVER_MASK_KEY)
-    return None if mask is None else read_mask(str(mask), str(backend.versions.get(HIERARCHY_KEY) or "FLAT"))
+    the one in ``os.environ`` now, which it does not read again (:mod:`intelrt_xpu.driver_view`).
+    When that is ambiguous, one of the candidates if each puts every one of ``devices`` at the same
+    index here; ``PlanError`` when they do not agree (one of them may be the wrong GPU)."""
+    candidates = _candidate_readings(backend)
+    if candidates is None:
+        mask = backend.versions.get(DRIVER_MASK_KEY)
+        return None if mask is None else read_mask(str(mask), str(backend.versions.get(HIERARCHY_KEY) or "FLAT"))
+    placed: list[str] = []
+    indices: set[tuple[int, ...]] = set()
+    for reading in candidates:
+        try:
+            here = tuple(_index_under(backend, reading, d) for d in devices)
+        except PlanError:
+            placed.append(f"under {_said(reading)} it is not in this process")
+            indices.add(())
+            continue
+        placed.append(f"under {_said(reading)} it is {', '.join(f'xpu:{i}' for i in here)}")
+        indices.add(here)
+    if len(indices) > 1:
+        note = next((n for n in backend.notes if AMBIGUOUS_VIEW in n), "")
+        raise PlanError(f"devices={list(devices)}: intelrt cannot tell which Intel GPU that is in this process "
+                        f"({'; '.join(placed)}): {note}. Export {MASK_VAR} before Python starts or not at all "
+                        "(devices= alone selects), plan before anything touches torch.xpu, install pyzes (torch "
+                        "then counts Intel GPUs without loading the driver), or start the run with the plan's "
+                        f"environment: intelrt launch --devices {','.join(map(str, devices))}")
+    return candidates[0]
 
 
-def in_process_index(backend: Backend, device: DeviceId) -> int:
-    """Where device id ``device`` is in *this* process, whose driver enumerated the devices when it
-    loaded (with the mask it read then, if any); ``PlanError`` when this process cannot reach it.
-    A ``card.tile`` id is its card here, unless the driver read exactly that tile (then it is device 0)."""
+def _index_under(backend: Backend | Detected, reading: MaskReading | None, device: DeviceId) -> int:
+    """Where device id ``device`` is in a process whose driver read ``reading``; ``PlanError`` when it
+    cannot reach it there."""
     if isinstance(device, str):
-        if tile_in_process(backend, [device]):
+        if _shows_tiles(reading, [device]):
             return 0
         device = card_of(device)
-    reading = driver_reading(backend)
     if reading is None or reading.selects_all:
         if device >= backend.device_count:
             raise PlanError(f"devices: id {device} does not exist: this machine shows {backend.device_count} Intel "
@@ -95,6 +136,14 @@ def in_process_index(backend: Backend, device: DeviceId) -> int:
                         f"with the plan's environment: intelrt launch --devices {device} (or {MASK_VAR}={device} "
                         "python ...)")
     return visible.index(device)
+
+
+def in_process_index(backend: Backend, device: DeviceId) -> int:
+    """Where device id ``device`` is in *this* process, whose driver enumerated the devices when it
+    loaded (with the mask it read then, if any); ``PlanError`` when this process cannot reach it, or
+    cannot tell where it is. A ``card.tile`` id is its card here, unless the driver read exactly that
+    tile (then it is device 0)."""
+    return _index_under(backend, driver_reading(backend, [device]), device)
 
 
 def ascending(ids: Sequence[int]) -> bool:
@@ -138,10 +187,9 @@ def card_of(device: DeviceId) -> int:
     return device if isinstance(device, int) else int(device.split(".")[0])
 
 
-def tile_in_process(backend: Detected, tiles: list[str]) -> bool:
-    """Whether this process's driver shows exactly these tiles (it read a mask of them): only then does
-    a ``card.tile`` id name a device here; otherwise this process sees whole cards."""
-    seen = driver_reading(backend)
+def _shows_tiles(seen: MaskReading | None, tiles: list[str]) -> bool:
+    """Whether a driver that read ``seen`` shows exactly these tiles (it read a mask of them): only then
+    does a ``card.tile`` id name a device here; otherwise the process sees whole cards."""
     return seen is not None and [e.strip() for e in seen.value.split(",") if e.strip()] == tiles
 
 
@@ -161,9 +209,18 @@ def _tiles(backend: Backend, ids: list[DeviceId]) -> None:
 def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     ids = list(request.devices or ())
     _tiles(backend, ids)
-    seen = driver_reading(backend)
+    ambiguous = backend.versions.get(DRIVER_CANDIDATES_KEY) is not None
+    seen = None if ambiguous else driver_reading(backend)
     items: list[EnvVar | Finding] = []
-    if seen is None or seen.selects_all:
+    if ambiguous:
+        # Which mask this driver read is not known, so neither is the machine's size (in-process
+        # placement refuses devices the candidates disagree on: in_process_index).
+        items.append(request.warn_or_refuse(Finding(
+            "warning", f"devices={ids} not checked against the machine",
+            f"intelrt cannot tell which {MASK_VAR} this process's Level Zero driver read, so not whether device(s) "
+            f"{', '.join(map(str, ids))} exist; the driver of each process the run starts drops ids that do not",
+            fix=f"plan in a process started without {MASK_VAR} to check the ids", claim="X2")))
+    elif seen is None or seen.selects_all:
         # This driver read no mask: it shows every device, so detection's count is the machine's.
         count = backend.device_count
         bad = [i for i in ids if card_of(i) >= count]
@@ -200,7 +257,7 @@ def _selected(backend: Backend, request: Request, env: Mapping[str, str]) -> lis
                 "plan.child_environment()", claim="X2"),
     ]
     tiles = [i for i in ids if isinstance(i, str)]
-    if tiles and not tile_in_process(backend, tiles):
+    if tiles and not _shows_tiles(seen, tiles):
         items.append(request.warn_or_refuse(Finding(
             "warning", f"devices={ids}: a tile is reached only by the run's processes",
             f"{', '.join(tiles)} selects a tile of a COMPOSITE card through {MASK_VAR}, which a driver reads when it "
@@ -222,6 +279,23 @@ def run_environment(backend: Backend, request: Request, env: Mapping[str, str]) 
     return _selected(backend, request, env)
 
 
+def ranks_devices(backend: Backend, env: Mapping[str, str]) -> int:
+    """How many Intel GPUs the ranks of a launch see: their drivers read the mask of ``env``, which may
+    not be the one this process's driver read (one exported after torch counted the devices here) —
+    so this process's count decides only when the two agree. A mask read against the machine this
+    process shows (its driver read none), or an upper bound (the number of ids it names)."""
+    reading = mask_reading(env, backend)
+    try:
+        here = driver_reading(backend)
+    except PlanError:
+        here = None
+    if reading is None or reading.selects_all or (here is not None and here.value == reading.value):
+        return backend.device_count
+    if backend.versions.get(DRIVER_CANDIDATES_KEY) is None and (here is None or here.selects_all):
+        return len(reading.visible(backend.device_count))
+    return len(reading.ids)
+
+
 def launch_environment(backend: Backend, plan: Plan, nproc: int, env: Mapping[str, str]) -> list[EnvVar | Finding]:
     """X11: one ``ZE_AFFINITY_MASK`` shared by every rank (a per-rank mask hangs XCCL
     collectives); each rank picks ``xpu:LOCAL_RANK``; one process per selected Intel GPU."""
@@ -230,10 +304,13 @@ def launch_environment(backend: Backend, plan: Plan, nproc: int, env: Mapping[st
     devices = plan.request.devices
     planned = next((s.value for s in plan.env if s.name == MASK_VAR), None)
     mask = planned if planned is not None else env.get(MASK_VAR)
-    selected = len(devices) if devices else backend.device_count
+    selected = len(devices) if devices else ranks_devices(backend, env)
     if nproc > selected:
         where = f"devices={list(devices)}" if devices else (
             f"{MASK_VAR}={mask}" if mask is not None else "all visible")
+        if not devices and selected != backend.device_count:
+            where += (f", which the ranks' drivers read; this process shows {backend.device_count} because its "
+                      "driver loaded before that mask was set, and reads a mask only once")
         hint = ("; a mask with one device per rank hangs XCCL collectives: give every rank one shared mask"
                 if mask is not None and selected == 1 else "")
         raise PlanError(f"nproc={nproc}: intelrt launches one process per Intel GPU, and this run has {selected} "

@@ -14,6 +14,18 @@ and the device count itself — a mask selecting *n* devices cannot show more th
 then ``recorded=False``: the mask at ``import intelrt`` is taken when it agrees with the count, and
 no mask is claimed otherwise.
 
+torch's Python state does not always show that the driver loaded. torch 2.13 counts devices through
+Level Zero Sysman when the optional ``pyzes`` package imports, which leaves the driver unloaded until
+``_lazy_init``; without it (or on an older torch) ``torch.xpu.device_count()`` and ``is_available()``
+call ``torch._C._xpu_getDeviceCount()``, which enumerates the SYCL devices and so loads the driver,
+while ``is_initialized()`` stays False and nothing is cached (``torch/xpu/__init__.py``
+``device_count``, ``_device_count_zes``). The first check of the Intel GPU guide,
+``torch.xpu.is_available(), torch.xpu.device_count()``, loads it that way. So when the mask changed
+in this process since ``import intelrt`` and counting loads the driver, intelrt cannot tell whether
+the driver read the mask of then (something counted before intelrt) or of now (intelrt's count was
+the first): the view keeps both as :attr:`DriverView.candidates`, and :mod:`intelrt_xpu.devices`
+names a device in this process only where the two agree.
+
 One view per driver: the identity of torch's ``_xpu_getDeviceCount`` stands for this process's
 driver (a simulation, which stands for a new process, installs a new one).
 """
@@ -28,7 +40,7 @@ from typing import Any
 from intelrt.plugin import environment_at_import
 
 from .affinity import HIERARCHIES, read_mask
-from .facts import HIERARCHY_VAR, MASK_VAR
+from .facts import AMBIGUOUS_VIEW, HIERARCHY_VAR, MASK_VAR
 
 
 @dataclass(frozen=True)
@@ -42,11 +54,15 @@ class DriverView:
     count: int
     """The devices it shows."""
     recorded: bool
-    """True: intelrt's detection initialised the driver and read the environment then. False: the
-    driver was initialised before intelrt looked; :attr:`mask` is the best evidence (the mask at
-    ``import intelrt``, when the count agrees with it), or ``None``."""
+    """True: the environment the driver read is known — intelrt's detection initialised the driver
+    and read it then, or the variables have not changed since ``import intelrt``. False: the driver
+    was initialised before intelrt looked; :attr:`mask` is the best evidence (the mask at ``import
+    intelrt``, when the count agrees with it), or ``None`` (see :attr:`candidates`)."""
     note: str | None = None
     """What intelrt could not tell, when not :attr:`recorded`."""
+    candidates: tuple[tuple[str | None, str | None], ...] = ()
+    """(mask, hierarchy) pairs the driver may have read, when more than one agrees with what it
+    shows (:attr:`mask` is then ``None``); empty when the view is one of them."""
 
     def env(self) -> dict[str, str]:
         """The view as the variables the driver read (for the readers of :mod:`intelrt_xpu.affinity`)."""
@@ -82,6 +98,33 @@ def _consistent(mask: str | None, hierarchy: str | None, count: int) -> bool:
     return reading.selects_all or count <= len(reading.ids)
 
 
+def count_loads_driver(torch: Any) -> bool:
+    """Whether ``torch.xpu.device_count()`` loads the Level Zero driver before torch initialises:
+    torch 2.13 counts through Level Zero Sysman without loading it when ``pyzes`` imports and Sysman
+    answers, and otherwise falls back to ``torch._C._xpu_getDeviceCount()`` (``torch/xpu/__init__.py``
+    ``device_count`` and ``_device_count_zes``, which answers -1 for that fallback); a torch without
+    the Sysman path always takes the C++ one."""
+    sysman = getattr(torch.xpu, "_device_count_zes", None)
+    if sysman is None:
+        return True
+    try:
+        return int(sysman()) < 0
+    except Exception:  # noqa: BLE001 - what torch itself does with a failing Sysman: count the other way
+        return True
+
+
+def _ambiguous(now: tuple[str | None, str | None], started: tuple[str | None, str | None], count: int) -> DriverView:
+    def said(view: tuple[str | None, str | None]) -> str:
+        return f"{MASK_VAR}={view[0]}" if view[0] is not None else f"no {MASK_VAR}"
+
+    note = (f"{MASK_VAR} changed in this process after `import intelrt` ({said(started)} then, {said(now)} now), and "
+            "this torch counts Intel GPUs by loading the Level Zero driver (no pyzes: torch.xpu.device_count() and "
+            "is_available() load it): if anything counted them before intelrt did, the driver read the first, "
+            f"otherwise the second; both agree with the {count} device(s) it shows, so {AMBIGUOUS_VIEW}")
+    hierarchy = now[1] if now[1] == started[1] else None
+    return DriverView(None, hierarchy, count, False, note, candidates=(started, now))
+
+
 def first_view(torch: Any) -> DriverView:
     """This process's driver view: recorded by the first call (which initialises the driver, through
     ``torch.xpu.device_count()``), the same view for every later call, whatever ``os.environ`` says then.
@@ -93,10 +136,14 @@ def first_view(torch: Any) -> DriverView:
             return _view[1]
         before = _initialised_before(torch)
         mask, hierarchy = os.environ.get(MASK_VAR), os.environ.get(HIERARCHY_VAR)
+        at_import = environment_at_import()
+        started = at_import.get(MASK_VAR), at_import.get(HIERARCHY_VAR)
         count = int(torch.xpu.device_count()) if torch.xpu.is_available() else 0
-        if before or not _consistent(mask, hierarchy, count):
-            started = environment_at_import()
-            mask, hierarchy = started.get(MASK_VAR), started.get(HIERARCHY_VAR)
+        if not before and _consistent(mask, hierarchy, count) and (mask, hierarchy) != started and \
+                _consistent(*started, count) and count_loads_driver(torch):
+            view = _ambiguous((mask, hierarchy), started, count)
+        elif before or not _consistent(mask, hierarchy, count):
+            mask, hierarchy = started
             known = _consistent(mask, hierarchy, count)
             seen = f"the {count} device(s) it shows"
             note = (f"this process's Level Zero driver was initialised before intelrt looked, so the {MASK_VAR} it "

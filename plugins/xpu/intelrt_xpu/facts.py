@@ -46,8 +46,14 @@ loaded (absent: none). The mask in ``os.environ`` now may differ; this one decid
 DRIVER_HIERARCHY_KEY = "driver_hierarchy"
 """Key of ``BackendStatus.versions``: the ``ZE_FLAT_DEVICE_HIERARCHY`` value the driver read (absent: unset)."""
 DRIVER_VIEW_KEY = "driver_view"
-"""Key of ``BackendStatus.versions``: ``recorded`` (intelrt saw the driver initialise) or ``inferred``
-(it was initialised before intelrt looked: :mod:`intelrt_xpu.driver_view`)."""
+"""Key of ``BackendStatus.versions``: ``recorded`` (what the driver read is known), ``inferred`` (it was
+initialised before intelrt looked) or ``ambiguous`` (one of :data:`DRIVER_CANDIDATES_KEY`):
+:mod:`intelrt_xpu.driver_view`."""
+AMBIGUOUS_VIEW = "intelrt cannot tell which devices this process has"
+"""Ends the detection note of an ``ambiguous`` driver view (the refusals quote that note)."""
+DRIVER_CANDIDATES_KEY = "driver_candidates"
+"""Key of ``BackendStatus.versions`` when the view is ``ambiguous``: the (mask, hierarchy) pairs the
+driver may have read, as JSON (``null``: unset)."""
 MARK_VAR = "INTELRT_ZE_AFFINITY_MASK"
 """Set next to a mask intelrt chose for a run, so the run's own processes (ranks, a re-plan in
 the launched script) recognise the mask as the run's and do not warn about an inherited export."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from intelrt.plugin import ShardingSupport
 
-from .collective import xccl_missing, xccl_usable
-from .facts import Detected
+from .collective import LEGACY_CCL, xccl_missing, xccl_usable
+from .facts import XCCL_TORCH_FLOOR, Detected, torch_version
 
 #: DeepSpeed's XPU accelerator (``deepspeed/accelerator/xpu_accelerator.py``) imports these two.
 DEEPSPEED_XPU = ("pip install deepspeed intel-extension-for-pytorch oneccl_bind_pt (DeepSpeed's XPU accelerator "
@@ -24,6 +24,12 @@ def sharding_support(backend: Detected) -> ShardingSupport:
     usable = xccl_usable(backend)
     return ShardingSupport(
         "xccl" if usable else None, collective_missing="" if usable else xccl_missing(backend),
+        collective_reason=f"XCCL is torch.distributed's backend for Intel GPUs: this torch ({torch_version(backend)}) "
+                          f"has it (torch.distributed.is_xccl_available()), and accelerate picks it from torch "
+                          f"{XCCL_TORCH_FLOOR}",
+        collective_notes=(LEGACY_CCL, "one process per Intel GPU (torchrun / accelerate launch); DDP, FSDP2, DeepSpeed "
+                          "ZeRO and tensor parallel run on top; every rank shares one ZE_AFFINITY_MASK and picks "
+                          "xpu:LOCAL_RANK"),
         fsdp_source="accelerate builds FSDP2 from TrainingArguments(fsdp=True, fsdp_config=...) for MULTI_XPU ranks "
                     "over xccl",
         deepspeed_install=DEEPSPEED_XPU, claim="X11",

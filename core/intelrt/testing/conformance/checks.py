@@ -36,7 +36,7 @@ from ...hooks.payloads import CompileChoice, Payload
 from ...hooks.plan import Plan
 from ...hooks.request import Request
 from ...hooks.types import BackendStatus, Decision, EnvVar, Finding, Setting
-from ...host.manager import HOOK_NAMES, PluginHost
+from ...host.manager import HOOK_NAMES, PluginHost, takes_graph_kind
 from ...host.settings import ALLOW_VAR, BLOCK_VAR, ENTRY_POINT_GROUP
 from ...planning.detection import detect_backends
 from ...planning.model_source import resolve_model
@@ -395,7 +395,10 @@ def _exercise(caller: _Caller, plugin: _Plugin, report: Report, host: PluginHost
                     _check_env_items(report, f"{type(backend).__name__}.launch_environment", _items(own),
                                      devices_asked, where)
                     caller.method(backend, "compile_wrapper", where, compile_fn)
-                    caller.method(backend, "graph_capturer", where, backend.device_type)
+                    if takes_graph_kind(backend):  # intelrt 0.1's form, deprecated: still checked as it runs
+                        caller.method(backend, "graph_capturer", where, backend.graph_kind or backend.device_type)
+                    else:
+                        caller.method(backend, "graph_capturer", where)
                 _check_training_arguments(caller, report, backend, plan, kwargs, where, ours)
 
 

@@ -15,6 +15,14 @@ At import, like the real module:
   only for a multi-process run with a local rank (l.27-47) — and ``ID`` for rank logs;
 * it registers the ``hccl`` process-group backend (l.111), here as a Gloo group on CPU tensors, so
   ranks of a simulated launch rendezvous for real.
+
+Kinder than the real group, an assumption named here: ``ProcessGroupHCCL`` reduces with MIN, MAX,
+SUM and PRODUCT only ("Unsupported ReduceOp for HCCL process group"), takes uint8, int8, float64,
+float32, float16, int32, int64 and bfloat16 only ("Input tensor data type is not supported for HCCL
+process group"), and moves int64 as pairs of float32 words, so an int64 sum is not a sum
+(gaudi-pytorch-bridge ``ProcessGroupHCCL.cpp`` ``hcclOp``,
+``hcclDataType``, ``getCountDatatype``; SPEC H10: "HCCL reduces with sum/min/max only and has no
+int64", which the plan says). The Gloo group computes all of those right: not simulated.
 """
 
 from __future__ import annotations

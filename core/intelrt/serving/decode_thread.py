@@ -1,15 +1,15 @@
 """The decode thread of a server: completions join the decode engine's in-flight batch, and their
 text goes back to the event loop that answers the HTTP requests.
 
-:class:`InflightScheduler` drives intelrt's decode engine (``decoding/inflight.py``): it hands
+:class:`InflightDecodeThread` drives intelrt's decode engine (``decoding/inflight.py``): it hands
 every accepted completion to the engine at once — the engine queues them, lets them in as KV
 blocks and rows free up, prefills their prompts in chunks between decode steps, preempts and
 recomputes when the cache runs out, and retries a step that runs out of device memory with fewer
 rows — so an accepted completion is never failed for capacity (SPEC S1); only the queue limit
 (``429`` before acceptance) says no. Models whose step cannot run over the paged cache (the plan
 decodes with transformers' ``generate``, or an attention that takes no mask) get
-:class:`SequentialScheduler`: one completion at a time, streamed through
-:meth:`Loaded.generate_ids`. :func:`start_scheduler` picks one and says why.
+:class:`SequentialDecodeThread`: one completion at a time, streamed through
+:meth:`Loaded.generate_ids`. :func:`start_decode_thread` picks one and says why.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..decoding.inflight import InflightBatch, InflightUnavailable
+from ..decoding.inflight import InflightBatch
+from ..decoding.runner import InflightUnavailable
 from ..decoding.sampling import DecodeRequest, SampledToken
 from .metrics import ServerMetrics
 from .text import TextAssembler
@@ -100,7 +101,7 @@ class Completion:
     handle: int | None = None
 
 
-class Scheduler:
+class DecodeThread:
     """A decode thread and its queue; subclasses say how completions are decoded."""
 
     engine = "?"
@@ -115,7 +116,7 @@ class Scheduler:
         self._stopping = False
         self._abort: str | None = None
         self._outbox: list[tuple[Sink, Event]] = []
-        self._handoff = CPU_HANDOFF_S if loaded.model.device.type == "cpu" else 0.0
+        self._handoff = CPU_HANDOFF_S if loaded.plan.backend.computes_on_host else 0.0
         self._thread = threading.Thread(target=self._main, name=f"intelrt-serve-{self.engine}", daemon=True)
 
     # -- called from the event loop ------------------------------------------------------------
@@ -274,7 +275,7 @@ def _deliver(outbox: list[tuple[Sink, Event]]) -> None:
         sink.queue.put_nowait(event)
 
 
-class InflightScheduler(Scheduler):
+class InflightDecodeThread(DecodeThread):
     """Completions join and leave the decode engine's in-flight batch between its looks."""
 
     engine = "in-flight batching"
@@ -285,7 +286,7 @@ class InflightScheduler(Scheduler):
         self.batch = batch
         self._rows: dict[int, Completion] = {}
         """Completions the engine holds (waiting in it or running), by handle."""
-        self._counted = (0, 0, 0, 0)
+        self._counted: tuple[float, ...] = (0,) * 13
         self._engine_lock = threading.Lock()
         """Held by a look and by loading or unloading an adapter (which change the model's modules)."""
 
@@ -401,14 +402,17 @@ class InflightScheduler(Scheduler):
 
     def _count(self) -> None:
         """The engine's own metrics: blocks in use, preemptions, out-of-memory retries, prefix hits."""
-        stats, pool = self.batch.stats, self.batch.pool
-        now = (stats.preemptions, stats.oom_retries, pool.stats.queried_tokens, pool.stats.hit_tokens)
-        before = self._counted
-        metrics = self.metrics
-        metrics.preemptions.inc(now[0] - before[0])
-        metrics.oom_retries.inc(now[1] - before[1])
-        metrics.prefix_queried_tokens.inc(now[2] - before[2])
-        metrics.prefix_hit_tokens.inc(now[3] - before[3])
+        stats, pool, metrics = self.batch.stats, self.batch.pool, self.metrics
+        counters = (metrics.preemptions, metrics.oom_retries, metrics.prefix_queried_tokens, metrics.prefix_hit_tokens,
+                    metrics.engine_steps, metrics.engine_mixed_steps, metrics.engine_prefill_tokens,
+                    metrics.engine_looks, metrics.engine_look_seconds, metrics.engine_wait_seconds,
+                    metrics.engine_mixed_device_seconds, metrics.engine_decode_device_seconds,
+                    metrics.engine_compiles_after_warmup)
+        now = (stats.preemptions, stats.oom_retries, pool.stats.queried_tokens, pool.stats.hit_tokens, stats.steps,
+               stats.mixed_steps, stats.prefill_tokens, stats.looks, stats.look_seconds, stats.wait_seconds,
+               stats.mixed_device_seconds, stats.decode_device_seconds, stats.compiles_after_warmup)
+        for counter, value, before in zip(counters, now, self._counted, strict=True):
+            counter.inc(value - before)
         metrics.kv_blocks_used.set(pool.used)
         self._counted = now
 
@@ -421,8 +425,8 @@ class _CompletionStreamer:
     """A transformers streamer (``put`` / ``end``) that turns one completion's tokens into events;
     ``halted`` says why it ended ``generate`` early (``stop``, ``gone``, ``abort``)."""
 
-    def __init__(self, scheduler: SequentialScheduler, completion: Completion) -> None:
-        self.scheduler, self.completion = scheduler, completion
+    def __init__(self, decode_thread: SequentialDecodeThread, completion: Completion) -> None:
+        self.decode_thread, self.completion = decode_thread, completion
         self.prompt_seen = False
         self.halted: str | None = None
         self.last: int | None = None
@@ -431,24 +435,24 @@ class _CompletionStreamer:
         if not self.prompt_seen:  # generate hands over the prompt first
             self.prompt_seen = True
             return
-        scheduler, completion = self.scheduler, self.completion
-        if completion.cancelled or scheduler._abort is not None:
+        decode_thread, completion = self.decode_thread, self.completion
+        if completion.cancelled or decode_thread._abort is not None:
             self.halted = "gone" if completion.cancelled else "abort"
             raise _Halt()
         tokens = [int(t) for t in value.reshape(-1).tolist()]
         if tokens:
             self.last = tokens[-1]
-        stopped = scheduler._text(completion, tokens)
-        scheduler._flush()
+        stopped = decode_thread._text(completion, tokens)
+        decode_thread._flush()
         if stopped:
             self.halted = "stop"
             raise _Halt()
 
     def end(self) -> None:
-        """Nothing to do: the scheduler ends the completion when ``generate`` returns."""
+        """Nothing to do: the decode thread ends the completion when ``generate`` returns."""
 
 
-class SequentialScheduler(Scheduler):
+class SequentialDecodeThread(DecodeThread):
     """One completion at a time through :meth:`Loaded.generate_ids` with a streamer (whatever path
     the plan gives a single prompt)."""
 
@@ -513,15 +517,15 @@ def _eos_ids(loaded: Loaded) -> tuple[int, ...]:
     return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
 
 
-def start_scheduler(loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics) -> Scheduler:
-    """The scheduler for ``loaded`` (the decode engine's in-flight batch where the plan's fast loop
+def start_decode_thread(loaded: Loaded, limits: ServingLimits, metrics: ServerMetrics) -> DecodeThread:
+    """The decode thread for ``loaded`` (the decode engine's in-flight batch where the plan's fast loop
     runs over the paged cache), started: it warms up on its own thread (``ready`` is set after)."""
     decoder = loaded.fast_decoder()
-    scheduler: Scheduler
+    decode_thread: DecodeThread
     if decoder is None:
         decode = loaded.plan.decisions.get("decode")
         why = decode.reason if decode is not None else "the plan has no decode decision"
-        scheduler = SequentialScheduler(loaded, limits, metrics,
+        decode_thread = SequentialDecodeThread(loaded, limits, metrics,
                                         f"the plan decodes with transformers' generate ({why})")
     else:
         try:
@@ -529,10 +533,10 @@ def start_scheduler(loaded: Loaded, limits: ServingLimits, metrics: ServerMetric
                 raise InflightUnavailable(limits.engine_blocker or "the engine could not be sized for this model")
             batch = InflightBatch(decoder, limits.engine, loaded.model.device, preallocate=True)
         except InflightUnavailable as why:
-            scheduler = SequentialScheduler(loaded, limits, metrics, f"the fast decode loop cannot batch in flight: "
+            decode_thread = SequentialDecodeThread(loaded, limits, metrics, f"the fast decode loop cannot batch in flight: "
                                             f"{why}")
         else:
-            scheduler = InflightScheduler(loaded, limits, metrics, "requests join and leave the decode engine's "
+            decode_thread = InflightDecodeThread(loaded, limits, metrics, "requests join and leave the decode engine's "
                                           "batch between steps (paged KV cache, chunked prefill)", batch)
-    scheduler.start()
-    return scheduler
+    decode_thread.start()
+    return decode_thread

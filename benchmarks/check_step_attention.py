@@ -1,0 +1,142 @@
+"""The engine step's attention on a GPU: intelrt's one Triton kernel (``unified_attention``) against
+the torch way it replaces, on one mixed step of real proportions — decoding rows at varied contexts
+and prompt chunks continuing long contexts — for correctness (bf16 against a float32 reference) and
+time, in one run.
+
+    python benchmarks/check_step_attention.py --out results/step-attention     # a GPU (bf16, 8B heads)
+    python benchmarks/check_step_attention.py --tiny --out /tmp/step-attention # the CPU, interpreter
+
+The step: ``--rows`` decoding rows (contexts log-uniform in 64 … ``--context``) and ``--chunks``
+prompt chunks of ``--chunk`` tokens, each after ``--context`` cached tokens, over a paged cache of
+16-token blocks; Llama-3.1-8B's heads (32 query heads, 8 key/value heads of 128). The reference
+gathers each request's context and attends it in float32 (``paged.PackedPrefill``'s per-segment
+way, upcast); the torch way is the one steps took before the kernel (gathered contexts, SDPA per
+pack of chunks, one batched decode attention). Prints the largest error and each way's time
+(median of ``--repeats`` after a warm-up), and writes them to ``OUT/step_attention.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def layout(rows: int, chunks: int, chunk: int, context: int, block: int, seed: int) -> tuple[list[Any], int]:
+    """(tokens, context after the step) per request and the blocks the cache needs: decoding rows
+    first (one token each), then the chunks."""
+    rng = random.Random(seed)
+    requests = [(1, int(math.exp(rng.uniform(math.log(64), math.log(context))))) for _ in range(rows)]
+    requests += [(chunk, context + chunk) for _ in range(chunks)]
+    blocks = sum(-(-length // block) for _, length in requests)
+    return requests, blocks + 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tiny", action="store_true", help="small, float32, on the CPU under Triton's interpreter")
+    parser.add_argument("--rows", type=int, default=128)
+    parser.add_argument("--chunks", type=int, default=2)
+    parser.add_argument("--chunk", type=int, default=1024)
+    parser.add_argument("--context", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.tiny:
+        os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported
+        args.rows, args.chunks, args.chunk, args.context, args.repeats = 3, 2, 8, 24, 1
+    import torch
+
+    from intelrt.decoding import paged
+    from intelrt.decoding.compact import Segment
+    from intelrt.decoding.unified_attention import (
+        StepQueries,
+        block_q,
+        query_blocks,
+        unified_attention,
+    )
+
+    device = torch.device("cpu" if args.tiny else "cuda")
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    q_heads, kv_heads, dim, block = (4, 2, 16, 4) if args.tiny else (32, 8, 128, 16)
+    requests, blocks = layout(args.rows, args.chunks, args.chunk, args.context, block, 0)
+    torch.manual_seed(0)
+    k_pool = torch.randn(blocks, block, kv_heads, dim, device=device, dtype=dtype)
+    v_pool = torch.randn(blocks, block, kv_heads, dim, device=device, dtype=dtype)
+    ids = torch.randperm(blocks - 1)[:blocks - 1] + 1  # scattered blocks, as a busy cache holds them
+    width = max(-(-length // block) for _, length in requests)
+    table = torch.zeros((len(requests), width), dtype=torch.long)
+    used = 0
+    for row, (_, length) in enumerate(requests):
+        need = -(-length // block)
+        table[row, :need] = ids[used:used + need]
+        used += need
+    table = table.to(device)
+    tokens = sum(t for t, _ in requests)
+    q = torch.randn(tokens, q_heads, dim, device=device, dtype=dtype)
+    starts = [0]
+    for count, _ in requests:
+        starts.append(starts[-1] + count)
+    positions = torch.tensor([p for (count, length) in requests for p in range(length - count, length)], device=device)
+    segments = [Segment(starts[i], starts[i + 1], table[i:i + 1], requests[i][1]) for i in range(len(requests))]
+    cu_q = torch.tensor(starts, dtype=torch.int32, device=device)
+    lengths = torch.tensor([length for _, length in requests], dtype=torch.int32, device=device)
+    scaling = dim ** -0.5
+
+    def kernel() -> Any:  # as an engine step runs it: decoding rows and prompt chunks in launches of their own
+        return StepQueries(cu_q, lengths, table, tokens).attend(q, k_pool, v_pool, scaling)
+
+    def one_launch() -> Any:
+        per_block = block_q(q_heads // kv_heads, max(count for count, _ in requests))
+        return unified_attention(q, k_pool, v_pool, cu_q, lengths, table, query_blocks(cu_q, tokens, per_block),
+                                 per_block, scaling)
+
+    def torch_way(packed: bool) -> Any:
+        step = paged.PackedPrefill(segments, positions, block, device, dtype, packed=packed)
+        step.varlen = None
+        return step.attend(q.transpose(0, 1)[None], k_pool, v_pool, scaling, None, None)[0]
+
+    expected = paged.PackedPrefill(segments, positions, block, device, torch.float32, packed=False).attend(
+        q.float().transpose(0, 1)[None], k_pool.float(), v_pool.float(), scaling, None, None)[0]
+    got = kernel().reshape(tokens, -1).float()
+    error = float((got - expected).abs().max())
+    results: dict[str, Any] = {"device": str(torch.cuda.get_device_name() if device.type == "cuda" else "cpu"),
+                               "torch": torch.__version__, "rows": args.rows, "chunks": args.chunks,
+                               "chunk": args.chunk, "context": args.context, "tokens": tokens,
+                               "max_abs_error": error, "ok": error < (1e-4 if args.tiny else 3e-2)}
+
+    def timed(fn: Any) -> float:
+        fn()
+        times = []
+        for _ in range(args.repeats):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            began = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - began)
+        return sorted(times)[len(times) // 2] * 1000
+
+    results["kernel_ms"] = timed(kernel)
+    results["one_launch_ms"] = timed(one_launch)
+    results["one_launch_max_abs_error"] = float((one_launch().reshape(tokens, -1).float() - expected).abs().max())
+    if not args.tiny:
+        results["torch_packed_ms"] = timed(lambda: torch_way(True))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_attention.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    print(f"{'PASS' if results['ok'] else 'MISS'} unified attention within {'1e-4' if args.tiny else '3e-2'} of the "
+          f"float32 reference (max abs error {error:.2e})")
+    return 0 if results["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
