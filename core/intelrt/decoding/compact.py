@@ -552,11 +552,12 @@ class CompactModel:
         power-of-two size (latent attention does not)."""
         from importlib.util import find_spec
 
-        from .unified_attention import fits
+        if find_spec("triton") is None or any(each.latent is not None for each in self.layers):
+            return False
+        from .unified_attention import fits  # imports triton
 
         layer = self.layers[0]
-        return (find_spec("triton") is not None and all(each.latent is None for each in self.layers)
-                and fits(layer.head_dim, layer.cache_dims[2]))
+        return fits(layer.head_dim, layer.cache_dims[2])
 
     def _rotations(self, hidden: Any, positions: Any) -> dict[str | None, tuple[Any, Any]]:
         """(cos, sin) per rotary kind, from the model's own rotary embedding, in the form
@@ -723,8 +724,8 @@ class CompactModel:
             return out.reshape(1, tokens, -1)
 
         residual = self._layers(hidden, rotations, attend, False)
-        logits = _normed_linear(residual[:, last], self.norm, self.norm_rms, self.lm_head.weight, self.lm_head.bias,
-                                False, self.tuning.fold_norms)[0]
+        logits = _normed_project(residual[:, last], self.norm, self.norm_rms, self.lm_head, False,
+                                 self.tuning.fold_norms)[0]
         return self._logits(logits)
 
     def flat_fits(self) -> bool:
