@@ -265,13 +265,9 @@ class ModelForward:
         import torch
 
         rows: list[Any] = []
-        singles = 0
-        while last is None and singles < len(segments) and segments[singles].end - segments[singles].start == 1:
-            singles += 1
+        singles = 0 if last is not None else paged.leading_single_tokens(segments)
         if singles > 1:
-            lead = segments[:singles]
-            blocks = max(-(-seg.context // self.cache.block_size) for seg in lead)
-            table = torch.cat([seg.table[:, :blocks] for seg in lead])
+            table = paged.singles_table(segments[:singles], self.cache.block_size)
             keys = None if adapter_keys is None else list(adapter_keys[:singles])
             rows.append(self.decode(input_ids[0, :singles, None], positions[0, :singles, None],
                                     write_slots[:singles], table, keys, eager=True))

@@ -116,10 +116,6 @@ class InflightBatch:
         return self.scheduler.token_budget
 
     @property
-    def row_cap(self) -> int:
-        return self.scheduler.row_cap
-
-    @property
     def busy(self) -> int:
         """Rows decoding now."""
         return len(self.scheduler.decoding)

@@ -49,10 +49,6 @@ class KVCacheManager:
         return self.pool.used
 
     @property
-    def prefix_caching(self) -> bool:
-        return self.pool.prefix_caching
-
-    @property
     def stats(self) -> PrefixStats:
         return self.pool.stats
 

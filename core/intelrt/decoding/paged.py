@@ -28,6 +28,7 @@ values being the keys' first ``latent_values`` features (``PagedCache(value_dim=
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from .blocks import BlockPool
@@ -196,6 +197,24 @@ _VARLEN_REFUSED: list[str] = []
 """Why this process's ``varlen_attn`` refused paged keys once (it is not asked again)."""
 
 
+def leading_single_tokens(segments: Sequence[Any]) -> int:
+    """How many segments at the start hold one token each (a mixed step's decoding rows)."""
+    count = 0
+    for seg in segments:
+        if seg.end - seg.start != 1:
+            break
+        count += 1
+    return count
+
+
+def singles_table(segments: Sequence[Any], block_size: int) -> Any:
+    """One block table (rows, blocks) of one-token ``segments``, as wide as the longest context needs."""
+    import torch
+
+    blocks = max(-(-seg.context // block_size) for seg in segments)
+    return torch.cat([seg.table[:, :blocks] for seg in segments])
+
+
 def varlen_paged_attention() -> Any:
     """``torch.nn.attention.varlen.varlen_attn`` when this torch has it with paged keys and values
     (``block_table``: FlashAttention reads each request's blocks itself, nothing gathered) and it
@@ -355,7 +374,7 @@ class PackedPrefill:
             attended = out[0] if len(out) == 1 else torch.cat(out, dim=2)
             return attended.transpose(1, 2).reshape(1, tokens, q_heads * dim)
         parts = []
-        singles = self._leading_single_tokens()
+        singles = leading_single_tokens(self.segments)
         if singles > 1:  # decoding rows of a mixed step: one batched decode attention for all of them
             parts.append(self._attend_singles(q, singles, k_pool, v_pool, scaling, window, softcap, sinks,
                                               latent_values))
@@ -365,23 +384,10 @@ class PackedPrefill:
                   for seg in self.segments[singles if singles > 1 else 0:]]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
-    def _leading_single_tokens(self) -> int:
-        """How many segments at the start hold one token each (a mixed step's decoding rows)."""
-        count = 0
-        for seg in self.segments:
-            if seg.end - seg.start != 1:
-                break
-            count += 1
-        return count
-
     def _attend_singles(self, q: Any, count: int, k_pool: Any, v_pool: Any, scaling: float, window: int | None,
                         softcap: float | None, sinks: Any, latent_values: int | None) -> Any:
         """The first ``count`` one-token segments as one :func:`decode_attention` (1, count, q_heads * Dv)."""
-        import torch
-
-        rows = self.segments[:count]
-        blocks = max(-(-seg.context // k_pool.shape[1]) for seg in rows)
-        table = torch.cat([seg.table[:, :blocks] for seg in rows])
+        table = singles_table(self.segments[:count], k_pool.shape[1])
         queries = q[0, :, :count].transpose(0, 1)[:, :, None]  # (count, q_heads, 1, D)
         out = decode_attention(queries, k_pool, v_pool, table, self.positions[:count, None], scaling, window, softcap,
                                sinks, latent_values)

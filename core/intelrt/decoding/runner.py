@@ -30,7 +30,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .compact import Segment
@@ -252,14 +252,25 @@ class ModelRunner:
 
         self.table[row, start:start + len(blocks)].copy_(torch.tensor(blocks, dtype=torch.long), non_blocking=True)
 
+    def _slots(self, request: EngineRequest, positions: Iterable[int]) -> list[int]:
+        """The cache slot of each of ``request``'s ``positions``: its block table's block, the offset in it."""
+        block = self.block_size
+        return [request.blocks[p // block] * block + p % block for p in positions]
+
+    def _set_masks(self, requests: Iterable[EngineRequest]) -> None:
+        """Each constrained request's allowed next tokens, in its sampler row."""
+        for request in requests:
+            constraint = request.params.constraint
+            if constraint is not None and request.row is not None:
+                self.sampler.set_allowed(request.row, constraint.allowed_tokens_mask(self.vocab))
+
     def write_prefilled(self, request: EngineRequest, start: int, end: int) -> None:
         """Write ``request``'s handed prefill keys and values of positions ``start .. end - 1``."""
         import torch
 
         assert request.prefilled is not None
-        block = self.block_size
-        slots = torch.tensor([request.blocks[p // block] * block + p % block for p in range(start, end)],
-                             dtype=torch.long).to(self.device, non_blocking=True)
+        slots = torch.tensor(self._slots(request, range(start, end)), dtype=torch.long).to(self.device,
+                                                                                          non_blocking=True)
         request.prefilled.write(self.cache, slots, start, end)
 
     # -- warm-up and memory -----------------------------------------------------------------------------
@@ -460,10 +471,7 @@ class ModelRunner:
         params = [r.params for r in decoding]
         if any(p.constraint is not None for p in params):
             steps = 1  # each mask depends on the token before: the host looks after every step
-            for request in decoding:
-                constraint = request.params.constraint
-                if constraint is not None and request.row is not None:
-                    self.sampler.set_allowed(request.row, constraint.allowed_tokens_mask(self.vocab))
+            self._set_masks(decoding)
         steps = max(1, min(steps, max(r.params.max_new_tokens - r.generated for r in decoding)))
         bucket = next(b for b in self.buckets if b >= busy)
         keys = [r.adapter_key for r in decoding]
@@ -533,13 +541,12 @@ class ModelRunner:
         positions: list[int] = []
         slots: list[int] = []
         segments = []
-        block = self.block_size
         for request, count in chunks:
             start = request.computed
             span = range(start, start + count)
             tokens += request.tokens[start:start + count]
             positions += span
-            slots += [request.blocks[p // block] * block + p % block for p in span]
+            slots += self._slots(request, span)
             table = torch.zeros((1, self.width), dtype=torch.long)
             table[0, :len(request.blocks)] = torch.tensor(request.blocks, dtype=torch.long)
             segments.append(Segment(len(tokens) - count, len(tokens), table.to(self.device, non_blocking=True),
@@ -570,7 +577,7 @@ class ModelRunner:
         span = range(start, start + count)
         ids = request.tokens[start:start + count] + [0] * (tokens - count)
         positions = [*span, *range(start + count, start + tokens)]
-        slots = [request.blocks[p // block] * block + p % block for p in span] + [0] * (tokens - count)
+        slots = self._slots(request, span) + [0] * (tokens - count)
         table = torch.zeros((1, self.width), dtype=torch.long)
         table[0, :len(request.blocks)] = torch.tensor(request.blocks, dtype=torch.long)
         segment = Segment(0, tokens, table.to(device, non_blocking=True), start + count, width)
@@ -610,10 +617,7 @@ class ModelRunner:
 
         busy = len(decoding)
         params = [r.params for r in decoding]
-        for request in decoding:
-            constraint = request.params.constraint
-            if constraint is not None and request.row is not None:
-                self.sampler.set_allowed(request.row, constraint.allowed_tokens_mask(self.vocab))
+        self._set_masks(decoding)
         kind = SamplerKind.of(params)
         self.sampler.prepare(kind)
         block, device = self.block_size, self.device
@@ -625,7 +629,7 @@ class ModelRunner:
             position = len(request.tokens) - 1
             tokens.append(request.tokens[-1])
             positions.append(position)
-            slots.append(request.blocks[position // block] * block + position % block)
+            slots += self._slots(request, [position])
             contexts.append(position + 1)
         chunk_tables = torch.zeros((len(chunks), self.width), dtype=torch.long)
         for i, (request, count) in enumerate(chunks):
@@ -633,7 +637,7 @@ class ModelRunner:
             span = range(start, start + count)
             tokens += request.tokens[start:start + count]
             positions += span
-            slots += [request.blocks[p // block] * block + p % block for p in span]
+            slots += self._slots(request, span)
             contexts.append(start + count)
             chunk_tables[i, :len(request.blocks)] = torch.tensor(request.blocks, dtype=torch.long)
         ends = [*range(1, busy + 1)]
@@ -693,9 +697,7 @@ class ModelRunner:
         count = len(requests)
         positions = torch.tensor([[len(r.tokens) - 1] for r in requests], dtype=torch.long, device=self.device)
         kind = SamplerKind.of([r.params for r in requests])
-        for request in requests:
-            if request.params.constraint is not None and request.row is not None:
-                self.sampler.set_allowed(request.row, request.params.constraint.allowed_tokens_mask(self.vocab))
+        self._set_masks(requests)
         chosen, logprob, top_ids, top_values = self.sampler.choose(logits, first, count, positions, kind)
         with self.waiting_for_device():
             return _sampled(chosen[:, None], None if logprob is None else logprob[:, None],

@@ -23,7 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .blocks import block_digests
 from .kv_manager import KVCacheManager
@@ -415,6 +415,3 @@ class Scheduler:
         assert all(r.row == row for row, r in enumerate(self.decoding))
         assert all(r.status is RequestStatus.WAITING for r in self.waiting)
         assert all(r.status in (RequestStatus.PREFILLING, RequestStatus.DECODING) for r in self.running)
-
-    def describe(self) -> dict[str, Any]:
-        return {"rows": self.rows, "max_batch_tokens": self.token_budget}

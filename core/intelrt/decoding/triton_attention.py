@@ -81,6 +81,20 @@ def _soft_capped(scores, softcap, SOFTCAP: tl.constexpr):  # type: ignore[no-unt
 
 
 @triton.jit
+def _softmax_update(scores, best, total, acc, value_ptrs, inside, PRECISION: tl.constexpr):  # type: ignore[no-untyped-def]
+    """One tile of the online softmax: the running maximum ``best``, denominator ``total`` and weighted
+    values ``acc`` of each row updated with ``scores`` (``-inf`` where masked) and the tile's values
+    read at ``value_ptrs`` (rows ``inside``); returns the three."""
+    new_best = tl.maximum(best, tl.max(scores, axis=1))
+    alpha = tl.exp(best - new_best)
+    weights = tl.exp(scores - new_best[:, None])
+    values = tl.load(value_ptrs, mask=inside[:, None], other=0.0)
+    total = total * alpha + tl.sum(weights, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
+    return new_best, total, acc
+
+
+@triton.jit
 def _prefetch_l2(ptr, nbytes, worker, workers, LANES: tl.constexpr, CHUNK: tl.constexpr):  # type: ignore[no-untyped-def]
     """Ask the L2 cache to fetch this worker's share of bytes ``0 .. nbytes`` of ``ptr``, in
     ``CHUNK``-byte bulk prefetches: fire and forget (nothing waits for the data), so the program
@@ -126,13 +140,7 @@ def _attend_block(q, best, total, acc, start, lo, hi, k_cache_ptr, v_cache_ptr, 
     keys = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
     scores = _soft_capped(tl.dot(q, tl.trans(keys), input_precision=PRECISION), softcap, SOFTCAP)
     scores = tl.where(inside[None, :], scores, float("-inf"))
-    new_best = tl.maximum(best, tl.max(scores, axis=1))
-    alpha = tl.exp(best - new_best)
-    weights = tl.exp(scores - new_best[:, None])
-    values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-    total = total * alpha + tl.sum(weights, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
-    return new_best, total, acc
+    return _softmax_update(scores, best, total, acc, v_cache_ptr + offsets, inside, PRECISION)
 
 
 def _blocks_for_a_full_cache(configs: list[triton.Config], named_args: dict[str, object],

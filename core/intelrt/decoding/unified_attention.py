@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from intelrt.decoding.triton_attention import _soft_capped
+from intelrt.decoding.triton_attention import _soft_capped, _softmax_update
 
 MIN_DOT_ROWS = 16
 """A program's rows (tokens x grouped heads) are at least this many: tensor-core dots need 16."""
@@ -84,13 +84,7 @@ def _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_p
     seen = inside[None, :] & (j[None, :] <= position[:, None])
     seen = seen & ((window <= 0) | (j[None, :] > position[:, None] - window))
     scores = tl.where(seen, scores, float("-inf"))
-    new_best = tl.maximum(best, tl.max(scores, axis=1))
-    alpha = tl.exp(best - new_best)
-    weights = tl.exp(scores - new_best[:, None])
-    values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-    total = total * alpha + tl.sum(weights, axis=1)
-    acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
-    return new_best, total, acc
+    return _softmax_update(scores, best, total, acc, v_cache_ptr + offsets, inside, PRECISION)
 
 
 CONFIGS = [triton.Config({"TILE": tile}, num_warps=warps, num_stages=stages)
