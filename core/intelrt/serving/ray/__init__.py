@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
-from .layout import Replication
+from .layout import Replication, refuse_blocked
 
 if TYPE_CHECKING:
     from .layout import ReplicaLayout
@@ -50,8 +50,7 @@ def build_application(model: str, replication: Replication, *, devices_per_repli
     from .application import build_application as build
 
     layout = plan_replicas(model, replication.most, devices_per_replica, **(plan_options or {}))
-    if layout.blocked:
-        raise ConfigurationError(f"intelrt serve --replicas: not yet — {layout.blocked}")
+    refuse_blocked(layout.blocked)
     return build(model, layout.replicas[0].actor_options, replication, plan_options=plan_options,
                  app_options=app_options)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import ConfigurationError
-from .layout import ReplicaLayout, Replication, plan_replicas
+from .layout import ReplicaLayout, Replication, plan_replicas, ray_resources, refuse_blocked
 from .replica import ReplicaServer, ReplicaSpec
 from .routing import router_config
 
@@ -71,9 +71,7 @@ def app_builder(args: dict[str, Any]) -> Any:
         names = sorted(cls.name for _, cls in get_host().backend_classes())
         raise ConfigurationError(f"backend {args['backend']!r} is not one of {', '.join(names)}")
     per = int(args.get("devices_per_replica") or 1)
-    blocked = group_blocked(backend.name, per, replica_processes(per, backend.indexed_devices))
-    if blocked:
-        raise ConfigurationError(f"intelrt serve --replicas: not yet — {blocked}")
+    refuse_blocked(group_blocked(backend.name, per, replica_processes(per, backend.indexed_devices)))
     replication = Replication(int(args.get("replicas", 1)), args.get("min_replicas"), args.get("max_replicas"),
                               drain_timeout=float(args.get("drain_timeout", Replication.drain_timeout)))
     plan_options = {**dict(args.get("plan_options") or {}), "backend": backend.name}
@@ -113,8 +111,7 @@ def serve_replicas(model: str, replication: Replication, *, host: str = "127.0.0
     replication.check()
     plan_options = dict(plan_options or {})
     layout = plan_replicas(model, replication.most, devices_per_replica, **plan_options)
-    if layout.blocked:
-        raise ConfigurationError(f"intelrt serve --replicas: not yet — {layout.blocked}")
+    refuse_blocked(layout.blocked)
     started_ray = not ray.is_initialized() and address is None and "RAY_ADDRESS" not in os.environ
     if not ray.is_initialized():
         # "local": a Ray of its own; ray.init() alone would join any Ray already running on this machine
@@ -208,7 +205,7 @@ def _require_resources(layout: ReplicaLayout, replication: Replication) -> None:
     import ray
 
     need_each = layout.replicas[0].actor_options
-    wanted = {"CPU": need_each.get("num_cpus", 0), "GPU": need_each.get("num_gpus", 0), **need_each.get("resources", {})}
+    wanted = ray_resources(need_each)
     first = replication.min_replicas if replication.min_replicas is not None else replication.replicas
     have = ray.cluster_resources()
     for resource, each in wanted.items():

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigurationError, PlanError
 from ...hooks.options import DeviceId, normalize_devices
 from ...hooks.types import EnvVar
+from ..limits import DRAIN_TIMEOUT_S
 
 if TYPE_CHECKING:
     from ...hooks.plan import Plan
@@ -42,7 +43,7 @@ class Replication:
     """With ``max_replicas``: Ray Serve autoscales between the two (``replicas`` to start with)."""
     max_replicas: int | None = None
     target_ongoing_requests: int = TARGET_ONGOING
-    drain_timeout: float = 30.0
+    drain_timeout: float = DRAIN_TIMEOUT_S
     """Ray's ``graceful_shutdown_timeout_s``: a stopping replica's requests get this long to finish."""
     router_options: dict[str, Any] = field(default_factory=dict)
     """``PrefixCacheAffinityRouter.initialize_state``'s options."""
@@ -135,7 +136,7 @@ class ReplicaLayout:
             out.append("  plan: " + (", ".join(f"{k}={v}" for k, v in differ.items()) + " (differs from replica 0)"
                                      if differ else "as replica 0's" if slot.index else "shown above"))
         if self.blocked:
-            out.append(f"intelrt serve --replicas: not yet — {self.blocked}")
+            out.append(not_yet(self.blocked))
         return out
 
 
@@ -143,9 +144,13 @@ def _ids(ids: Sequence[DeviceId]) -> str:
     return ",".join(str(i) for i in ids)
 
 
+def ray_resources(options: dict[str, Any]) -> dict[str, float]:
+    """Ray's resource name → amount of a replica's ``ray_actor_options``."""
+    return {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **options.get("resources", {})}
+
+
 def _resources_text(options: dict[str, Any]) -> str:
-    parts = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **options.get("resources", {})}
-    return ", ".join(f"{k} {v:g}" for k, v in parts.items() if v)
+    return ", ".join(f"{k} {v:g}" for k, v in ray_resources(options).items() if v)
 
 
 def _decisions(plan: Plan) -> dict[str, str]:
@@ -167,6 +172,17 @@ def replica_processes(devices: int, indexed_devices: bool) -> int:
     """Processes a replica of ``devices`` devices runs: one per device where a process drives one
     device (``Backend.indexed_devices`` False: Gaudi, H6), else one."""
     return devices if devices > 1 and not indexed_devices else 1
+
+
+def not_yet(blocked: str) -> str:
+    """What ``intelrt serve --replicas`` says of a layout it cannot run yet."""
+    return f"intelrt serve --replicas: not yet — {blocked}"
+
+
+def refuse_blocked(blocked: str | None) -> None:
+    """A ``ConfigurationError`` (:func:`not_yet`) when a layout cannot be served yet."""
+    if blocked:
+        raise ConfigurationError(not_yet(blocked))
 
 
 def group_blocked(backend: str, devices: int, processes: int) -> str | None:

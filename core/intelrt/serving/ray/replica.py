@@ -13,6 +13,7 @@ the other replicas serving and retries it (the deployment's status message carri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -63,17 +64,13 @@ class ReplicaServer:
     makes it a Ray Serve deployment with the layout's resources)."""
 
     async def __init__(self, spec: ReplicaSpec) -> None:  # type: ignore[misc]  # Ray Serve awaits it
-        import uvicorn
-        from uvicorn.lifespan.on import LifespanOn
-
         self.where = where_am_i()
+        self.lifespan = contextlib.AsyncExitStack()
         try:
             self.app = await asyncio.to_thread(_build, spec)
-            # the app's lifespan (its decode thread) as Ray Serve runs an ingress app's: uvicorn's LifespanOn
-            self.lifespan = LifespanOn(uvicorn.Config(self.app, lifespan="on", log_config=None, access_log=False))
-            await self.lifespan.startup()
-            if self.lifespan.should_exit:
-                raise RuntimeError("the app's start-up failed (the replica's log has the traceback)")
+            # the app's lifespan (its decode thread) entered directly, not through uvicorn's LifespanOn as
+            # Ray Serve's ingress wrapper does: that one logs a start-up error and leaves only "failed"
+            await self.lifespan.enter_async_context(self.app.router.lifespan_context(self.app))
             decode_thread = self.app.state.intelrt.decode_thread
             if decode_thread is not None:
                 await asyncio.to_thread(decode_thread.ready.wait)
@@ -97,7 +94,7 @@ class ReplicaServer:
     async def __del__(self) -> None:
         lifespan = getattr(self, "lifespan", None)
         if lifespan is not None:
-            await lifespan.shutdown()
+            await lifespan.aclose()
 
 
 def _build(spec: ReplicaSpec) -> FastAPI:
