@@ -89,6 +89,15 @@ def weights_bytes(model: Any) -> int:
     return total
 
 
+def step_bytes(model: Any) -> int:
+    """The stored bytes one batch-1 decode step reads: every weight once, except an untied input
+    embedding (one row of it)."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    untied = head is None or head.weight is not embedding
+    return weights_bytes(model) - (_stored_bytes(embedding) if untied else 0)
+
+
 def layers_bytes(model: Any) -> int:
     """The bytes of the decoder layers alone (the projections; no embedding, LM head or final norm)."""
     layers = getattr(getattr(model, "model", None), "layers", None)
@@ -118,15 +127,12 @@ def build(name: str, tiny: bool, directory: Path, device: str, layers: int | Non
 
 def plan(method: str, directory: Path, device: str) -> Any:
     """The plan's quantization of ``method`` on ``device`` (a ``PlanError`` when it does not run)."""
+    from intelrt.cli.bench import bench_backend
     from intelrt.quantization import Target, decide, read_checkpoint_quantization
     from intelrt.quantization.methods import projection_inputs
 
     config = json.loads((directory / "config.json").read_text())
-    target = Target(device)
-    if device == "cuda":
-        import torch
-
-        target = Target("cuda", capability=tuple(torch.cuda.get_device_capability()))  # type: ignore[arg-type]
+    target = Target.from_backend(bench_backend(device))  # the backend's columns, capability and torch
     return decide(REQUEST[method], read_checkpoint_quantization(config, directory), target,
                   in_features=projection_inputs(config))
 
@@ -264,7 +270,7 @@ def run_method(run: Run, method: str, directory: Path, device: str, rows_list: l
         load_s = time.perf_counter() - start
         model = loaded.model
         base = {"method": method, "plan": decided.reason, "weights_bytes": weights_bytes(model),
-                "layers_bytes": layers_bytes(model), "load_s": load_s,
+                "layers_bytes": layers_bytes(model), "step_bytes": step_bytes(model), "load_s": load_s,
                 "decode": loaded.plan.decisions["decode"].reason}
         print(f"{method} ({warmup}): {decided.reason}; decode: {base['decode']}", flush=True)
         if warmup != "compiled":  # transformers and fidelity once per method, on this load
@@ -290,6 +296,20 @@ def run_method(run: Run, method: str, directory: Path, device: str, rows_list: l
             import torch
 
             torch.accelerator.empty_cache()
+
+
+def roofline(run: Run, methods: list[str], bandwidth_tb_s: float) -> list[str]:
+    """Each method's 1-row tok/s through intelrt as a share of what the bandwidth allows: a decode
+    step reads its weights (``step_bytes``) once per token."""
+    lines = []
+    for method in methods:
+        row = run.row(method, "intelrt", 1)
+        if row and row.get("step_bytes"):
+            limit = bandwidth_tb_s * 1e12 / row["step_bytes"]
+            lines.append(f"{method} at 1 row: {row['tok_s']:,.0f} tok/s = {row['tok_s'] / limit:.0%} of the "
+                         f"bandwidth roofline ({limit:,.0f} tok/s: {row['step_bytes'] / 2**30:.2f} GiB a step at "
+                         f"{bandwidth_tb_s:g} TB/s)")
+    return lines
 
 
 def verdicts(run: Run, shape: str, device: str, methods: list[str]) -> list[str]:
@@ -339,6 +359,8 @@ def verdicts(run: Run, shape: str, device: str, methods: list[str]) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from intelrt.cli.bench_shapes import H200_BANDWIDTH_TB_S
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory for the JSON results")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="8b", help="8b: Llama-3.1-8B, 2b: Llama-3.2-1B")
@@ -355,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fidelity-rows", type=int, default=4, help="prompts of 64 tokens for the fidelity")
     parser.add_argument("--layers", type=int, default=None, help="fewer layers (said in the JSON)")
     parser.add_argument("--budget-s", type=float, default=420.0, help="start no row after this many seconds")
+    parser.add_argument("--bandwidth", type=float, default=H200_BANDWIDTH_TB_S, metavar="TB_S",
+                        help="peak memory bandwidth for the roofline share, TB/s (default: an H200's)")
     args = parser.parse_args(argv)
     import torch
 
@@ -389,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                 run_method(run, method, directory, device, rows_list, compile_rows, new, vocab,
                            reference if warmup != "compiled" else None, fidelity_ids,
                            (warmup,) if device != "cpu" else warmups, plain_rows)
+    run.result["roofline"] = roofline(run, methods, args.bandwidth)
     run.result["verdicts"] = verdicts(run, args.shape, device, methods)
-    for line in run.result["verdicts"]:
+    for line in [*run.result["roofline"], *run.result["verdicts"]]:
         print(line, flush=True)
     path.write_text(json.dumps(run.result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")

@@ -15,7 +15,12 @@ import pytest
 
 from intelrt.errors import PlanError
 from intelrt.quantization import REQUESTS, Target, decide, read_checkpoint_quantization
-from intelrt.quantization.methods import CPU_QUANTIZATION, CUDA_QUANTIZATION, TABLE
+from intelrt.quantization.methods import (
+    CPU_QUANTIZATION,
+    CUDA_QUANTIZATION,
+    TABLE,
+    checkpoint_method,
+)
 from intelrt_hpu.quantization import HPU_QUANTIZATION
 from intelrt_xpu.quantization import XPU_QUANTIZATION
 
@@ -186,7 +191,7 @@ def test_X9_aqlm_and_gguf_are_planned_on_intel_gpus_as_the_overview_marks_them()
 
     saved = json.loads(AqlmConfig().to_json_string())  # what save_pretrained writes into config.json
     aqlm = read_checkpoint_quantization({"model_type": "llama", "quantization_config": saved})
-    assert aqlm is not None and (aqlm.family, aqlm.bits, aqlm.scheme) == ("aqlm", 2, "1x16")  # 16-bit codes per 8
+    assert aqlm is not None and (checkpoint_method(aqlm).family, aqlm.bits, aqlm.scheme) == ("aqlm", 2, "1x16")  # 16-bit codes per 8
     installed = {**EVERYTHING, "aqlm": "1.1.7"}
     for variant in ("arc", "max"):
         plan = decide(None, aqlm, target("xpu", variant, packages=installed))
@@ -197,7 +202,7 @@ def test_X9_aqlm_and_gguf_are_planned_on_intel_gpus_as_the_overview_marks_them()
     with pytest.raises(PlanError, match=r"AQLM \(additive quantization\) does not run on Gaudi 2"):
         decide(None, aqlm, target("hpu", "gaudi2", packages=installed))
     gguf = read_checkpoint_quantization({"model_type": "llama"}, gguf_file="qwen3-0.6b-q4_k_m.gguf")
-    assert gguf is not None and gguf.family == "gguf"
+    assert gguf is not None and checkpoint_method(gguf).family == "gguf"
     packed = decide(None, gguf, TARGETS["arc"])
     assert packed.choice and packed.choice.method == "gguf" and not packed.choice.dequantized
     unpacked = decide(None, gguf, target("xpu", "max", packages={**EVERYTHING, "kernels": None}))

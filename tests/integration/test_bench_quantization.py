@@ -52,3 +52,7 @@ def test_the_tiny_run_measures_every_method_through_intelrt_and_transformers(
     assert "int4 at 1 row vs intelrt bf16" in out and "int8 fidelity: top-1" in out
     assert "(no target at this shape/device)" in out  # the targets are the H200's
     assert result["verdicts"] and all(line.startswith("(no target") for line in result["verdicts"])
+    # each method's 1-row speed against the bandwidth roofline, over the bytes its step reads
+    assert row("int4", "intelrt", 1)["step_bytes"] < row("bf16", "intelrt", 1)["step_bytes"]
+    assert [line.split(" ", 1)[0] for line in result["roofline"]] == ["bf16", "int4", "int8"]
+    assert "of the bandwidth roofline" in out

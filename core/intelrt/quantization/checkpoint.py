@@ -22,15 +22,6 @@ from ..errors import ModelSourceError
 SEPARATE_FILES = ("quantization_config.json", "quantize_config.json")
 """AutoRound (``auto_round/export``) and AutoGPTQ / GPTQModel write these beside the weights."""
 
-FAMILIES = {
-    "bitsandbytes_4bit": "bitsandbytes", "bitsandbytes_8bit": "bitsandbytes", "gptq": "gptq", "awq": "awq",
-    "auto-round": "auto-round", "compressed-tensors": "compressed-tensors", "torchao": "torchao",
-    "fbgemm_fp8": "fbgemm_fp8", "fp8": "fp8", "mxfp8": "fp8", "mxfp4": "mxfp4", "hqq": "hqq", "quanto": "quanto",
-    "aqlm": "aqlm", "gguf": "gguf",
-}
-"""transformers' ``AUTO_QUANTIZER_MAPPING`` keys intelrt plans → the method family of the plan
-(``mxfp8`` reuses the fine-grained FP8 quantizer, ``quantizers/auto.py``)."""
-
 TORCHAO_BITS = {"Int4WeightOnlyConfig": 4, "Int8WeightOnlyConfig": 8, "Int8DynamicActivationInt8WeightConfig": 8,
                 "Float8WeightOnlyConfig": 8, "Float8DynamicActivationFloat8WeightConfig": 8,
                 "Float8DynamicActivationInt4WeightConfig": 4, "Int8DynamicActivationIntxWeightConfig": None,
@@ -56,11 +47,6 @@ class CheckpointQuantization:
     ``packing_format``, compressed-tensors' ``format``, torchao's int4 packing format."""
     seen_by_transformers: bool = True
     config: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def family(self) -> str | None:
-        """The plan's method family, or ``None`` for a method intelrt does not plan."""
-        return FAMILIES.get(self.method)
 
     def describe(self) -> str:
         parts = [self.method]

@@ -193,7 +193,7 @@ INC_FP8 = Method(
     lora=False, lora_reason="LoRA on INC's FP8 PatchedLinear is for QLoRA-style training through PEFT's IncLoraLinear "
                             "(peft/tuners/lora/inc.py), which intelrt does not plan yet",
     cells={"cpu": _INC_CPU,
-           "cuda": _no("neural_compressor.torch.algorithms.fp8_quant runs on Gaudi", "on CUDA, fp8 is torchao float8")})
+           "cuda": _no("neural_compressor.torch.algorithms.fp8_quant runs on Gaudi (and on the CPU in QDQ mode)", "on CUDA, fp8 is torchao float8")})
 
 _GPTQ_REQ = (("optimum", "1.24.0"),)
 _K_GPTQMODEL = ("gptqmodel's QuantLinear of the backend gptqmodel picks for the device (its torch kernels on the CPU; "
@@ -340,8 +340,7 @@ class Target:
     """The facts of the backend a plan quantizes for.
 
     ``variant``: which device of its kind (``Backend.variant``); ``columns``: the backend's columns
-    of the table (``Backend.quantization_columns``; the CPU's or CUDA's when left ``None`` for
-    those kinds). ``packages``: distribution → version (``None``: not installed); left ``None``,
+    of the table (``Backend.quantization_columns``; ``None``: no method is known to run there). ``packages``: distribution → version (``None``: not installed); left ``None``,
     installed versions are read (``importlib.metadata``, which the simulator fakes)."""
 
     kind: str
@@ -355,10 +354,9 @@ class Target:
 
     @property
     def table(self) -> QuantizationColumns | None:
-        """The columns this target is planned on."""
-        if self.columns is not None:
-            return self.columns
-        return {CPU.kind: CPU_QUANTIZATION, CUDA.kind: CUDA_QUANTIZATION}.get(self.kind)
+        """The columns this target is planned on: its backend's, never guessed from its device type
+        (a third-party backend whose torch reports ``cuda`` is not NVIDIA's column)."""
+        return self.columns
 
     def column(self) -> Column | None:
         table = self.table

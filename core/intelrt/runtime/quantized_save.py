@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, PlanError
 from ..hooks.model import ModelInfo
+from ..training.output_dir import model_dirs
 from ..training.saving import OWN_PREFIX, write_atomically
 
 
@@ -34,15 +35,11 @@ def refuse_content(target: Path, overwrite: bool) -> None:
 def refuse_the_source(target: Path, model: ModelInfo) -> None:
     """The directory the model was read from (or a base it stands on) is its only copy on disk: the
     quantized checkpoint saved there would replace the float weights — ``overwrite=True`` included."""
-    real = os.path.realpath(target)
-    info: ModelInfo | None = model
-    while info is not None:
-        if info.local_dir and os.path.realpath(info.local_dir) == real:
-            raise ConfigurationError(
-                f"output={os.fspath(target)!r} is the directory {model.source} was loaded from: the quantized "
-                "checkpoint would replace its weights there, the only copy. Pass a new directory (e.g. "
-                f"{os.fspath(target).rstrip('/')}-quantized); overwrite=True does not change this")
-        info = info.base
+    if os.path.realpath(target) in {found for found, _ in model_dirs(model)}:
+        raise ConfigurationError(
+            f"output={os.fspath(target)!r} is the directory {model.source} was loaded from: the quantized "
+            "checkpoint would replace its weights there, the only copy. Pass a new directory (e.g. "
+            f"{os.fspath(target).rstrip('/')}-quantized); overwrite=True does not change this")
 
 
 def save_quantized_model(loaded: Any, directory: str | os.PathLike[str], *, overwrite: bool = False) -> Path:

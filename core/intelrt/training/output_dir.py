@@ -70,7 +70,7 @@ def contents(directory: str) -> Contents:
                     tuple(n for n in kept if n not in MARKERS and n not in found))
 
 
-def _model_dirs(model: ModelInfo) -> list[tuple[str, ModelInfo]]:
+def model_dirs(model: ModelInfo) -> list[tuple[str, ModelInfo]]:
     """(real directory, model) of the model being trained and of every base it stands on."""
     found = []
     info: ModelInfo | None = model
@@ -85,7 +85,7 @@ def refuse_the_models_own_directory(directory: str, model: ModelInfo, *, adapter
     """The directory the trained model was loaded from (or a base it stands on) is its only copy on
     disk: an adapter saved there would replace its ``config.json`` and name itself as its base."""
     real = os.path.realpath(directory)
-    for found, info in _model_dirs(model):
+    for found, info in model_dirs(model):
         if found != real:
             continue
         if info is not model or (adapter and model.base is None):

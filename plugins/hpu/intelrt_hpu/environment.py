@@ -159,7 +159,7 @@ def group_problem(devices: Sequence[DeviceId]) -> str | None:
     supported module set; the message says which sets are."""
     ids = tuple(int(d) for d in devices)
     message = _partial_server_message(ids, "the group")
-    return None if message is None else f"{message} (or the whole server); {PARTIAL_SERVER_FIX}"
+    return None if message is None else f"{message}; {PARTIAL_SERVER_FIX}"
 
 
 def _this_process_module(ids: tuple[int, ...], request: Request, env: Mapping[str, str]) -> list[EnvVar | Finding]:

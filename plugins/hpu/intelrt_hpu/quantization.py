@@ -35,8 +35,8 @@ BNB = Cell("yes", BNB_SOURCE, package="bitsandbytes", floor=core_cell("bitsandby
                 "kernels")
 _AR_SOURCE = (f"{Q}quantizer_auto_round.py (pre-quantized only; auto_round.inference.convert_model); "
               "auto-round 0.16 inference/backend.py BackendInfos")
-AUTOROUND = Cell("yes", _AR_SOURCE + ' ("hpu": 4-bit, bfloat16)', package="auto-round", floor="0.5.0",
-                 dtype="bfloat16", compute_dtypes=("bfloat16",),
+AUTOROUND = Cell("yes", _AR_SOURCE + ' ("hpu": 4-bit, bfloat16)', package="auto-round",
+                 floor=core_cell("autoround", "cuda").floor, dtype="bfloat16", compute_dtypes=("bfloat16",),
                  kernel="auto-round's hpu QuantLinear (4-bit weights, bfloat16 matmuls)",
                  note="auto-round's Gaudi kernels take 4-bit weights and compute in bfloat16 (auto-round-hpu builds "
                       "them for Gaudi)")
@@ -72,11 +72,11 @@ CELLS: dict[str, dict[str, Cell]] = {
     "autoround": _later(AUTOROUND),
     "inc-fp8": _later(INC),
     "gptq": _later(Cell("yes", f"{_VIA_AUTOROUND}; auto-round inference/backend.py BackendInfos['hpu'] (4-bit)",
-                        package="auto-round", floor="0.5.0", dtype="bfloat16", details={"loader": "auto-round"},
+                        package="auto-round", floor=AUTOROUND.floor, dtype="bfloat16", details={"loader": "auto-round"},
                         kernel=AUTOROUND.kernel, note="gptqmodel has no Gaudi kernels: auto-round's Gaudi backend "
                                                       "loads the GPTQ weights (4-bit, symmetric v1 format)")),
     "awq": _later(Cell("yes", f"{_VIA_AUTOROUND}; auto-round inference/backend.py BackendInfos['hpu_zp']",
-                       package="auto-round", floor="0.5.0", dtype="bfloat16", details={"loader": "auto-round"},
+                       package="auto-round", floor=AUTOROUND.floor, dtype="bfloat16", details={"loader": "auto-round"},
                        kernel=AUTOROUND.kernel,
                        note="gptqmodel has no Gaudi kernels: auto-round's Gaudi backend loads the AWQ (gemm) weights")),
     "compressed-tensors": _later(Cell("no", "no compressed-tensors path on Gaudi is documented by transformers or "

@@ -45,8 +45,9 @@ CELLS: dict[str, Cell] = {
         "auto-round's QuantLinear of the backend auto-round picks by priority among those installed (inference/"
         "backend.py get_layer_backend): auto_round:torch anywhere, ark (auto_round_kernel_xpu, priority 6: Intel's XPU "
         "kernels) where auto-round-lib is installed; each layer runs its own kernel in the compact step")),
-    "inc-fp8": Cell("no", "neural_compressor.torch.algorithms.fp8_quant runs on Gaudi",
-                    note="INC's FP8 flow runs on Gaudi only"),
+    "inc-fp8": Cell("no", "neural_compressor.torch.algorithms.fp8_quant runs on Gaudi (and on the CPU in QDQ mode)",
+                    note="INC's FP8 flow runs on Gaudi, and on the CPU as quantize-dequantize; on an Intel GPU "
+                         "load an FP8 checkpoint"),
     "gptq": core_cell("gptq", "cuda"),
     "awq": core_cell("awq", "cuda"),
     "compressed-tensors": replace(_CT, source=_CT.source + "; the FP8 kernel path names XPU (validate_environment)",
