@@ -38,6 +38,17 @@ def layout(rows: int, chunks: int, chunk: int, context: int, block: int, seed: i
     return requests, blocks + 1
 
 
+def limit_ms(requests: list[Any], q_heads: int, kv_heads: int, dim: int, itemsize: int, bandwidth_tb_s: float,
+             peak_tflops: float) -> float:
+    """The step's attention at the device's limit: its key/value reads (each request's context once
+    per key/value head) and query/output bytes at the memory bandwidth, or its two matrix products
+    (scores and weighted values, causal within a chunk counted whole) at the matrix peak."""
+    read = sum(length for _, length in requests) * kv_heads * dim * 2 * itemsize
+    queries = sum(count for count, _ in requests) * q_heads * dim * 2 * itemsize  # in and out
+    flops = sum(count * length for count, length in requests) * q_heads * dim * 4
+    return max((read + queries) / (bandwidth_tb_s * 1e12), flops / (peak_tflops * 1e12)) * 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -47,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--context", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--bandwidth", type=float, default=4.3, metavar="TB_S", help="memory bandwidth (an H200's)")
+    parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 matrix peak (an H200's)")
     args = parser.parse_args(argv)
     if args.tiny:
         os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported
@@ -125,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         return sorted(times)[len(times) // 2] * 1000
 
     results["kernel_ms"] = timed(kernel)
+    results["limit_ms"] = limit_ms(requests, q_heads, kv_heads, dim, q.element_size(), args.bandwidth,
+                                   args.peak_tflops)
+    results["share_of_limit"] = results["limit_ms"] / results["kernel_ms"]
     results["one_launch_ms"] = timed(one_launch)
     results["one_launch_max_abs_error"] = float((one_launch().reshape(tokens, -1).float() - expected).abs().max())
     if not args.tiny:
@@ -133,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "step_attention.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    print(f"unified attention: {results['kernel_ms']:.3f} ms, {results['share_of_limit']:.0%} of the device's limit "
+          f"({results['limit_ms']:.3f} ms at {args.bandwidth:g} TB/s and {args.peak_tflops:g} TFLOP/s)")
     print(f"{'PASS' if results['ok'] else 'MISS'} unified attention within {'1e-4' if args.tiny else '3e-2'} of the "
           f"float32 reference (max abs error {error:.2e})")
     return 0 if results["ok"] else 1

@@ -110,10 +110,12 @@ def test_leaving_a_stream_early_ends_its_generation_and_the_next_call_is_generat
         loaded: intelrt.Loaded, settings: dict[str, Any], path: str) -> None:
     import threading
 
+    before = loaded.last_generation
     stream = loaded.stream(PROMPT, max_new_tokens=450, eos_token_id=None, **settings)
     first = [next(stream), next(stream)]
     stream.close()  # as a `for` loop that breaks does
     assert len(first) == 2 and not [t for t in threading.enumerate() if t.name == "intelrt-stream" and t.is_alive()]
+    assert loaded.last_generation is before, "the left stream's generation ran to its end (a report was recorded)"
     expected = plain(loaded, PROMPT, max_new_tokens=16, eos_token_id=None, do_sample=False, **settings)[0]
     assert ours(loaded, PROMPT, max_new_tokens=16, eos_token_id=None, **settings) == expected
     assert loaded.last_generation is not None and loaded.last_generation.path == path

@@ -39,12 +39,12 @@ CPU_FLEX_OVER_4BIT = ("bitsandbytes 4-bit weights with attention='flex_attention
                       "its kernel with inductor's C++ backend, which fails to build over the 4-bit layers, so "
                       "transformers' generate runs them (or choose attention='sdpa' for the fast loop)")
 TRITON_INTERPRET = "TRITON_INTERPRET"
+"""``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
 
 def bitsandbytes_4bit(choice: QuantizationChoice | None) -> bool:
     """Weights in bitsandbytes' 4-bit layers (quantized while loading, or a 4-bit checkpoint)."""
     return choice is not None and choice.method == "bitsandbytes" and choice.bits == 4
-"""``1``: Triton runs its kernels in its interpreter, on the CPU."""
 
 
 class CpuBackend(Backend):

@@ -194,13 +194,13 @@ def run(args: argparse.Namespace) -> Results:
         _load_pairs(args, workdir, backend, plain_load, plain_times, ours_times)
     results.add(Row("load", "from_pretrained + tokenizer", None, statistics.median(plain_times)))
     results.add(Row("load", "intelrt.load", None, statistics.median(ours_times)))
-    results.checks = check_targets(results, len(prompts), new) if _judged(args, backend) else [
+    results.checks = check_targets(results, len(prompts), new) if targets_judged(args, backend) else [
         f"(targets not judged: issue 6 set them for the Qwen3-0.6B shape on {TARGET_DEVICE}; this run is "
         f"{'--tiny ' if args.tiny else ''}on {device})"]
     return results
 
 
-def _judged(args: argparse.Namespace, backend: Backend) -> bool:
+def targets_judged(args: argparse.Namespace, backend: Backend) -> bool:
     return backend.name == TARGET_DEVICE and not args.tiny
 
 

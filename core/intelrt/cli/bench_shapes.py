@@ -35,7 +35,15 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..hooks.backend import Backend
 from .arguments import count, positive_number
-from .bench import DEFAULT_REPEATS, bench_backend, compare, timed, timed_median
+from .bench import (
+    DEFAULT_REPEATS,
+    TARGET_DEVICE,
+    bench_backend,
+    compare,
+    targets_judged,
+    timed,
+    timed_median,
+)
 from .output import emit, say
 from .shapes import SHAPES, save_shape, shape, tiny_config
 
@@ -571,8 +579,9 @@ def main(args: argparse.Namespace) -> int:
               f"prompt, {args.new_tokens} new tokens, median of {args.repeats}; roofline: "
               f"{args.bandwidth:g} TB/s over the weights a step reads; prefill GiB: the timed calls' peak above "
               "what was allocated before them")
-    judged = backend.name == "cuda" and not args.tiny
-    checks = check_targets(rows) if judged else ["(--tiny / CPU: no GPU target is judged)"]
+    judged = targets_judged(args, backend)
+    checks = check_targets(rows) if judged else [
+        f"(targets not judged: set for {TARGET_DEVICE}; this run is {'--tiny ' if args.tiny else ''}on {backend.name})"]
     data = {"device": gpu, "rows": [asdict(r) for r in rows], "checks": checks if judged else []}
     emit(args, data, "\n".join([format_rows(rows, header), *checks]))
     if args.output:

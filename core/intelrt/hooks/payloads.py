@@ -22,11 +22,11 @@ P = TypeVar("P", bound="Payload")
 DECODE_METHODS = ("fast", "generate")
 """``fast``: intelrt's decode loop; ``generate``: transformers' ``model.generate``."""
 DECODE_STEPS = ("compact", "model")
+"""``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
 STEP_ATTENTIONS = ("triton", "torch")
 """How an engine step's flat queries (decoding rows and prompt chunks) attend the paged cache:
 intelrt's one Triton kernel per layer (``decoding/unified_attention.py``), or torch operations
 (SDPA per prompt chunk, one batched attention for the decoding rows)."""
-"""``compact``: intelrt's compact step for Llama-family layers; ``model``: the model's own forward."""
 FORCEABLE_WARMUPS = ("eager", "static", "compiled")
 """How the fast loop's step is prepared: ``eager`` (as it is), ``static`` (captured in a device graph,
 not compiled), ``compiled`` (compiled, and captured where the plan names graphs)."""
