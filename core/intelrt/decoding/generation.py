@@ -18,7 +18,7 @@ from .engine import FastDecoder
 from .keywords import DecodeOptions, resolve
 from .prefilled import PrefilledPrompt
 from .report import GenerationReport
-from .routing import GenerationPlan, Route, choose_route
+from .routing import GenerationPlan, Route, route_prompts
 from .tuning import DecodeTuning
 
 __all__ = ["GenerationReport", "Generator", "left_pad", "until_eos"]
@@ -89,13 +89,12 @@ class Generator:
 
     def route(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
               ) -> tuple[Route, DecodeOptions | None]:
-        """The path for this call and, where the fast loop or continuous batching can honour its
-        settings, the options they run with (``None``: ``generate`` runs it)."""
+        """The path for this call (``routing.route_prompts``) and, where the fast loop or continuous
+        batching runs it, the options they run with (``None``: ``generate`` runs it)."""
         options, unsupported = resolve(getattr(self.model, "generation_config", None), kwargs)
-        if options is not None and unsupported is None:
-            unsupported = self._beyond_the_loop(prompts, options)
-            options = None if unsupported else options
-        return choose_route(self.plan, len(prompts), as_list, unsupported), options
+        route = route_prompts(self.plan, prompts, as_list, options, unsupported,
+                              lambda: model_positions(self.model.config))
+        return route, options if route.path != "generate" else None
 
     def run(self, prompts: Sequence[Sequence[int]], as_list: bool, kwargs: Mapping[str, Any]
             ) -> tuple[list[list[int]], GenerationReport]:
@@ -119,17 +118,6 @@ class Generator:
         if report.notes:
             log.warning("intelrt generate: %s", "; ".join(report.notes))
         return outputs, report
-
-    def _beyond_the_loop(self, prompts: Sequence[Sequence[int]], options: DecodeOptions) -> str | None:
-        """Why this call, although its settings are the loop's, goes to transformers' generate."""
-        if options.streamer is not None and len(prompts) > 1:
-            return "a streamer takes one prompt; transformers' generate runs this call (and refuses a batch)"
-        found = model_positions(self.model.config)
-        longest = max(len(p) for p in prompts) + options.max_new_tokens
-        if found is not None and found[1] < longest:
-            return (f"prompt and new tokens reach position {longest}, past the model's {found[0]}={found[1]}; "
-                    "transformers' generate runs this call as it would")
-        return None
 
     def fast_or_failure(self, prompts: Sequence[Sequence[int]], route: Route, options: DecodeOptions,
                         report: GenerationReport, prefilled: Sequence[PrefilledPrompt] | None = None

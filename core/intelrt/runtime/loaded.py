@@ -1,11 +1,15 @@
-"""A loaded model with its tokenizer, processors and plan: what ``intelrt.load`` returns."""
+"""A loaded model with its tokenizer, processors and plan: what ``intelrt.load`` returns.
+
+Which path a ``generate`` call takes, and why, is ``decoding/routing.py``'s one rule: ``Loaded``
+gathers the call's facts (its inputs tokenized or processed, its settings) and runs the path named.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +35,7 @@ from .processors import Processors, explain_missing, pipeline_components, requir
 if TYPE_CHECKING:
     from ..decoding.engine import FastDecoder
     from ..decoding.generation import GenerationReport, Generator
+    from ..decoding.routing import CallFacts, CallRoute
     from ..training.fine_tuning import TrainResult
 
 log = logging.getLogger(__name__)
@@ -139,12 +144,15 @@ class Loaded:
     def _generate(self, prompt: Any = None, *, images: Any = None, audio: Any = None, sampling_rate: int | None = None,
                   videos: Any = None, **generation_kwargs: Any) -> Any:
         """See :meth:`generate`."""
+        from ..decoding.routing import route_call
+
         settings = self._settings(generation_kwargs)
         tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
         mask = tensors.pop("attention_mask", None)  # a mask alone is not an input of another kind
-        media = images is not None or audio is not None or videos is not None or bool(tensors)
-        if self.task == "text-generation" and not self._encoder_decoder and not media \
-                and not _has_media(prompt) and not self._wants_output(settings):
+        route = route_call(self._call_facts(
+            settings, media=images is not None or audio is not None or videos is not None or bool(tensors),
+            no_prompt=prompt is None, chat_media=lambda: _has_media(prompt)))
+        if route.path == "language-model":
             if mask is not None:
                 settings["attention_mask"] = mask
             tokenizer = self._require_tokenizer("generate()")
@@ -154,7 +162,7 @@ class Loaded:
             settings.setdefault("pad_token_id", tokenizer.pad_token_id)
             if settings.get("stop_strings") is not None:
                 settings.setdefault("tokenizer", tokenizer)  # transformers' generate matches them in text
-            rows = self._generate_ids(prompts, not single, settings)
+            rows = self._generate_ids(route, prompts, not single, settings)
             if isinstance(rows, _RawOutput):
                 return rows.output
             texts = list(tokenizer.batch_decode(rows, skip_special_tokens=True))
@@ -165,7 +173,7 @@ class Loaded:
         processor = self.processor
         prepared = plain_generate.prepare(self.model, processor, self.tokenizer, prompt, images=images, audio=audio,
                                           sampling_rate=sampling_rate, videos=videos, tensors=tensors)
-        output, rows = self._prepared(prepared, settings, media or prompt is None or _has_media(prompt))
+        output, rows = self._prepared(prepared, settings, route)
         if rows is None:
             return output
         decoder = processor if hasattr(processor, "batch_decode") else self._require_tokenizer("generate()")
@@ -180,6 +188,8 @@ class Loaded:
             return self._generate_ids_of(prompts, **generation_kwargs)
 
     def _generate_ids_of(self, prompts: Any, **generation_kwargs: Any) -> Any:
+        from ..decoding.routing import route_call
+
         if hasattr(prompts, "tolist") and not isinstance(prompts, list):
             prompts = prompts.tolist()
         settings = self._settings(generation_kwargs)
@@ -191,8 +201,10 @@ class Loaded:
         else:
             raise ConfigurationError("generate_ids() takes a non-empty list of token ids, or a non-empty list of "
                                      "such lists")
-        if self.task == "text-generation" and not self._encoder_decoder:
-            rows = self._generate_ids(ids, as_list, settings)
+        facts = self._call_facts(settings, token_ids=True)
+        route = route_call(facts)
+        if route.path == "language-model":
+            rows = self._generate_ids(route, ids, as_list, settings)
             return rows.output if isinstance(rows, _RawOutput) else _per_prompt(rows, len(ids), single)
         self._require_generative()
         tensors = {name: settings.pop(name) for name in plain_generate.model_input_names(settings)}
@@ -210,12 +222,26 @@ class Loaded:
                                  for p in ids])
         prepared = plain_generate.prepare(self.model, None, None, None, tensors={
             "input_ids": input_ids, "attention_mask": torch.as_tensor(mask), **tensors})
-        output, rows = self._prepared(prepared, settings, bool(tensors))
+        # the model's inputs given as tensors, known now, name the reason (the path is the same)
+        output, rows = self._prepared(prepared, settings, route_call(replace(facts, media=bool(tensors))))
         return output if rows is None else _per_prompt(rows, len(ids), single)
 
     @property
     def _encoder_decoder(self) -> bool:
         return bool(getattr(self.model.config, "is_encoder_decoder", False))
+
+    def _call_facts(self, settings: dict[str, Any], *, token_ids: bool = False, media: bool = False,
+                    no_prompt: bool = False, chat_media: Callable[[], bool] | None = None) -> CallFacts:
+        """What of this model, its plan and the call decides the call's path (``decoding/routing.py``)."""
+        from ..decoding.routing import CallFacts
+
+        decode = self.plan.decisions.get("decode")
+        architecture = self.plan.model.architecture
+        return CallFacts(self.task, self.plan.task, self._encoder_decoder,
+                         architecture is not None and architecture.language_model is not None,
+                         self.plan.decided.decode, decode.reason if decode is not None else None,
+                         self._wants_output(settings), token_ids=token_ids, media=media, no_prompt=no_prompt,
+                         chat_media=chat_media)
 
     def _wants_output(self, settings: dict[str, Any]) -> bool:
         """The call asks for transformers' output structure (``return_dict_in_generate``)."""
@@ -267,23 +293,17 @@ class Loaded:
                 "(task='text-generation', 'text2text-generation', 'image-text-to-text', "
                 "'automatic-speech-recognition')")
 
-    def _prepared(self, prepared: plain_generate.Prepared, settings: dict[str, Any], media: bool
+    def _prepared(self, prepared: plain_generate.Prepared, settings: dict[str, Any], route: CallRoute
                   ) -> tuple[Any, list[list[int]] | None]:
-        """A call of a model that is not a plain language model, on its prepared inputs: a
-        vision-language model's through the fast loop where the plan decodes it there and the
-        call's settings allow, else transformers' ``generate``; (output, new ids per row) as
-        :meth:`_plain` returns them."""
-        if self._vision_language_fast and not self._wants_output(settings):
+        """A call of a model that is not a plain language model, on its prepared inputs, on ``route``'s
+        path: a vision-language model's through the fast loop where the call's settings allow, else
+        transformers' ``generate``; (output, new ids per row) as :meth:`_plain` returns them."""
+        if route.path == "vision-language":
             rows, reason = self._vision_language(prepared, settings)
             if rows is not None:
                 return None, rows
             return self._plain(prepared, settings, reason)
-        return self._plain(prepared, settings, self._plain_reason(media, settings))
-
-    @property
-    def _vision_language_fast(self) -> bool:
-        decode = self.plan.decided.decode
-        return self.task == "image-text-to-text" and decode is not None and decode.fast
+        return self._plain(prepared, settings, route.reason)
 
     def _vision_language(self, prepared: plain_generate.Prepared, settings: dict[str, Any]
                          ) -> tuple[list[list[int]] | None, str]:
@@ -292,10 +312,11 @@ class Loaded:
         this call runs on ``generate`` instead."""
         from ..decoding import vision_language
         from ..decoding.generation import GenerationReport
+        from ..decoding.routing import route_vision_language
 
         ids = prepared.inputs.get("input_ids")
         if ids is None:
-            return None, "the call gives no input_ids (the fast loop continues a prompt of token ids)"
+            return None, route_vision_language(None).reason
         mask = prepared.inputs.get("attention_mask")
         prompts = [row.tolist() for row in ids] if mask is None else \
             [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
@@ -303,39 +324,20 @@ class Loaded:
         settings.setdefault("pad_token_id", self._pad_id(settings))
         check_length(self.model, prepared.prompt_width, settings)
         generator = self._current_generator()
-        route, options = generator.route(prompts, not prepared.single, settings)
+        loop, options = generator.route(prompts, not prepared.single, settings)
+        route = route_vision_language(loop)
         if route.path != "fast" or options is None:
             return None, route.reason
         try:
             prefilled = vision_language.prefill(self.model, prepared.inputs, int(settings["pad_token_id"]))
         except vision_language.PrefillMisfit as why:
             return None, f"{why}; transformers' generate runs this call"
-        report = GenerationReport("fast", f"{route.reason}; the image prefill by transformers' generate, then the "
-                                  "language model's steps", len(prompts))
+        report = GenerationReport("fast", route.reason, len(prompts))
         ran = generator.fast_or_failure(prompts, route, options, report, prefilled)
         if isinstance(ran, str):
             return None, ran
         outputs, self.last_generation = ran
         return outputs, report.reason
-
-    def _plain_reason(self, media: bool, settings: dict[str, Any]) -> str:
-        """Why this call runs on transformers' ``generate`` (``last_generation.reason``)."""
-        if self._wants_output(settings):
-            return plain_generate.REASONS["output"]
-        if self._encoder_decoder:
-            return plain_generate.REASONS["encoder-decoder"]
-        decode = self.plan.decisions.get("decode")
-        if self.task == "image-text-to-text" and decode is not None:
-            return decode.reason
-        if media:
-            arch = self.plan.model.architecture
-            if arch is not None and arch.language_model is not None:
-                return (f"the call carries images, and the model is loaded for {self.task!r}: transformers' generate "
-                        "runs it (intelrt.load(..., task='image-text-to-text') decodes images on the fast loop where "
-                        "its language model allows)")
-            return plain_generate.REASONS["multimodal"]
-        return (f"the model is loaded for {self.plan.task!r}: intelrt's fast decode loop runs text-generation "
-                "models, so transformers' generate runs this call")
 
     def _plain(self, prepared: plain_generate.Prepared, settings: dict[str, Any], reason: str
                ) -> tuple[Any, list[list[int]] | None]:
@@ -366,33 +368,35 @@ class Loaded:
         eos = plain_generate.eos_ids(self.model, settings)
         return eos[0] if eos else 0
 
-    def _generate_ids(self, ids: list[list[int]], as_list: bool, generation_kwargs: dict[str, Any]
-                      ) -> Any:
+    def _generate_ids(self, route: CallRoute, ids: list[list[int]], as_list: bool,
+                      generation_kwargs: dict[str, Any]) -> Any:
         """New ids per prompt of a decoder-only language model (or transformers' own output, wrapped
         in :class:`_RawOutput`, when the call asks for it or masks more than left padding)."""
+        from ..decoding.routing import route_token_ids
+
         if any(not p for p in ids):
             raise ConfigurationError("the prompt is empty after tokenization; pass some text")
         kwargs = dict(generation_kwargs)
         mask = kwargs.pop("attention_mask", None)
-        if mask is not None:
-            stripped = _strip_left_padding(ids, mask)
-            if stripped is None:
-                return self._masked(ids, mask, kwargs)
-            ids = stripped
+        stripped = ids if mask is None else _strip_left_padding(ids, mask)
+        route = route_token_ids(route, masked=stripped is None)
+        if stripped is None:
+            return self._masked(ids, mask, kwargs, route.reason)
+        ids = stripped
         check_prompts(self.model, ids)
         check_length(self.model, max(len(p) for p in ids), kwargs)
-        if self._wants_output(kwargs):
+        if route.path == "generate":
             from ..decoding.generation import left_pad
 
             input_ids, padded = left_pad(ids, self._pad_id(kwargs), self.model.device)
             prepared = plain_generate.Prepared({"input_ids": input_ids, "attention_mask": padded}, len(ids),
                                                not as_list, int(input_ids.shape[1]))
-            output, _ = self._plain(prepared, kwargs, plain_generate.REASONS["output"])
+            output, _ = self._plain(prepared, kwargs, route.reason)
             return _RawOutput(output)
         outputs, self.last_generation = self._current_generator().run(ids, as_list, kwargs)
         return outputs
 
-    def _masked(self, ids: list[list[int]], mask: Any, settings: dict[str, Any]) -> Any:
+    def _masked(self, ids: list[list[int]], mask: Any, settings: dict[str, Any], reason: str) -> Any:
         """A mask that hides more than left padding: ``generate`` on the ids and mask as given."""
         import torch
 
@@ -405,7 +409,7 @@ class Loaded:
         prepared = plain_generate.Prepared(
             plain_generate.on_device({"input_ids": torch.tensor(ids), "attention_mask": torch.as_tensor(mask)},
                                      self.model), len(ids), len(ids) == 1, widths.pop())
-        output, rows = self._plain(prepared, settings, plain_generate.REASONS["attention_mask"])
+        output, rows = self._plain(prepared, settings, reason)
         return _RawOutput(output) if rows is None else rows
 
     def fast_decoder(self) -> FastDecoder | None:
@@ -425,7 +429,7 @@ class Loaded:
 
     def _new_generator(self) -> Generator:
         from ..decoding.generation import Generator
-        from ..decoding.routing import GenerationPlan
+        from ..decoding.routing import GenerationPlan, vision_language_decodes
 
         decode = self.plan.decisions.get("decode")
         batching = self.plan.decisions.get("batching")
@@ -439,7 +443,7 @@ class Loaded:
             trains_sharded=isinstance(parallelism, ParallelismChoice) and parallelism.training == "fsdp"
             and parallelism.sharded_load)
         model = self.model
-        if self._vision_language_fast:
+        if vision_language_decodes(self.task, self.plan.decided.decode):
             from ..decoding.vision_language import language_model
 
             model = language_model(self.model)  # the engine steps the language model after the image prefill

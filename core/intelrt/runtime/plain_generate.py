@@ -27,19 +27,6 @@ from typing import Any
 from ..errors import ConfigurationError
 from .inputs import audio_inputs, image_inputs, video_inputs
 
-REASONS = {
-    "encoder-decoder": ("an encoder-decoder model: transformers' generate runs its encoder once and its decoder "
-                        "loop over the encoder's cached output (intelrt's fast loop decodes decoder-only models)"),
-    "multimodal": ("the prompt carries images, audio or other model inputs the processor made, which the model "
-                   "merges at the prefill: transformers' generate runs this call (the fast loop decodes after such a "
-                   "prefill only for vision-language models loaded for image-text-to-text)"),
-    "output": ("return_dict_in_generate=True asks for transformers' own output structure (sequences, scores, "
-               "logits …): transformers' generate runs this call and its output is returned as it is"),
-    "attention_mask": ("the attention_mask given masks tokens that are not left padding: transformers' generate "
-                       "runs this call on the ids and mask as given"),
-}
-"""Why a call ran on transformers' ``generate`` (``Loaded.last_generation.reason``)."""
-
 
 def is_chat(prompt: object) -> bool:
     """One conversation: a list of ``{"role": …, "content": …}`` messages."""
