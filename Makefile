@@ -50,9 +50,14 @@ check: $(STAMP)
 	@echo "== check: the contract tests (tests/contract)"
 	HF_HUB_OFFLINE=1 $(PY) -m pytest tests/contract $(PYTEST_ARGS)
 
+# Two pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures
+# and its order stay in one process): the integration tier runs its tiny models on one torch thread,
+# so one worker per core of the 2-core CI machine. PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= 2
+
 unit: $(STAMP)
-	@echo "== test: both tiers (tests/contract, tests/integration)"
-	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	@echo "== test: both tiers (tests/contract, tests/integration), $(PYTEST_WORKERS) workers"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The docs site, warnings as errors (broken links, pages missing from the nav), into a temp dir.
 docs: $(STAMP)

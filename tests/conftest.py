@@ -142,26 +142,68 @@ def disk_limit() -> Iterator[Any]:
         signal.signal(signal.SIGXFSZ, handler)
 
 
+#: What the catalogue cases and the zoos found, gathered from the test reports (``user_properties``),
+#: so that the summary is the same whether the tests ran in this process or in pytest-xdist workers:
+#: fault case id → (area, outcome, risk); zoo kind → outcome → model types.
+_FAULTS_SEEN: dict[str, tuple[str, str, str]] = {}
+_ZOO_SEEN: dict[str, dict[str, list[str]]] = {}
+_SENT: set[tuple[str, ...]] = set()
+"""What this process has put on a report already (the modules' records only grow)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Put on the test's report the catalogue cases (tests/faults.py ``CHECKED``) and zoo outcomes
+    (the zoo modules' ``SUMMARY``) recorded since the last report, as plain values a worker can send."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call":
+        return
+    modules = __import__("sys").modules
+    found: list[tuple[str, ...]] = [("fault", case.id, case.area, case.outcome, case.risk)
+                                    for case, _ in getattr(modules.get("faults"), "CHECKED", None) or ()]
+    for name in ("test_model_zoo", "test_task_zoo"):
+        for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items():
+            found += [("zoo", kind, result, model) for result, models in outcomes.items() for model in models]
+    for entry in found:
+        if entry not in _SENT:
+            _SENT.add(entry)
+            report.user_properties.append(("intelrt_summary", list(entry)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Gather what :func:`pytest_runtest_makereport` put on the reports (in the controller, under xdist)."""
+    for name, value in report.user_properties:
+        if name != "intelrt_summary":
+            continue
+        if value[0] == "fault":
+            _FAULTS_SEEN[value[1]] = (value[2], value[3], value[4])
+        else:
+            models = _ZOO_SEEN.setdefault(value[1], {}).setdefault(value[2], [])
+            if value[3] not in models:
+                models.append(value[3])
+
+
 def _fault_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fault catalogue's counts (tests/faults.py), when catalogue cases ran: per outcome, area and risk,
     and what the output scan found (every checked case passed it: tracebacks without -v, 0)."""
-    faults = __import__("sys").modules.get("faults")
-    checked = getattr(faults, "CHECKED", None)
-    if not checked:
+    if not _FAULTS_SEEN:
         return
     from collections import Counter
 
-    cases = {case.id: case for case, _ in checked}
+    import faults
+
+    cases = list(_FAULTS_SEEN.values())
     terminalreporter.section("fault catalogue (docs/reliability.md)")
-    outcomes = Counter(c.outcome for c in cases.values())
+    outcomes = Counter(outcome for _, outcome, _ in cases)
     terminalreporter.write_line(f"{len(cases)} cases passed: " + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items()))
                                 + "; tracebacks without -v 0")
-    areas = Counter((c.area, c.outcome) for c in cases.values())
+    areas = Counter((area, outcome) for area, outcome, _ in cases)
     for area in faults.AREAS:
         if any(a == area for a, _ in areas):
             terminalreporter.write_line(f"  {area:<9} " + ", ".join(f"{o} {areas[(area, o)]}" for o in faults.OUTCOMES
                                                                   if areas[(area, o)]))
-    risks = Counter(c.risk for c in cases.values())
+    risks = Counter(risk for _, _, risk in cases)
     terminalreporter.write_line("guarding against: " + ", ".join(f"{r} {risks[r]}" for r in faults.RISKS if risks[r])
                                 + " (each 0 left: every case passed)")
 
@@ -170,13 +212,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The model zoos' counts (tests/integration/test_model_zoo.py, tests/integration/test_task_zoo.py), when they
     ran; the fault catalogue's."""
     _fault_summary(terminalreporter)
-    modules = __import__("sys").modules
-    summary = {kind: outcomes for name in ("test_model_zoo", "test_task_zoo")
-               for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items()}
-    if not summary:
+    if not _ZOO_SEEN:
         return
     terminalreporter.section("model zoo: intelrt against plain transformers")
-    for kind, outcomes in summary.items():
+    for kind, outcomes in _ZOO_SEEN.items():
         counts = ", ".join(f"{outcome} {len(names)}" for outcome, names in sorted(outcomes.items()))
         terminalreporter.write_line(f"{kind}: {counts}")
         for outcome in ("differs", "fails"):
