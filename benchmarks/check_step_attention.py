@@ -18,6 +18,7 @@ pack of chunks, one batched decode attention). Prints the largest error and each
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -49,6 +50,62 @@ def limit_ms(requests: list[Any], q_heads: int, kv_heads: int, dim: int, itemsiz
     return max((read + queries) / (bandwidth_tb_s * 1e12), flops / (peak_tflops * 1e12)) * 1e3
 
 
+SWEEP = {"single": [(rows, tile, warps, stages, early) for rows in (16,) for tile in (16, 32, 64)
+                     for warps in (2, 4) for stages in (1, 3) for early in (False, True)],
+         "several": [(rows, tile, warps, stages, early) for rows in (64, 128) for tile in (32, 64)
+                      for warps in (4, 8) for stages in (1, 3) for early in (False, True)]}
+"""Kernel configurations a ``--sweep`` times per kind of request: (rows per program, cache positions
+per tile, warps, pipeline stages, values loaded beside the keys)."""
+
+
+def sweep(args: Any, requests: list[Any], q: Any, k_pool: Any, v_pool: Any, cu_q: Any, lengths: Any, table: Any,
+          tokens: int, scaling: float, expected: Any, timed: Any, out: Path) -> list[dict[str, Any]]:
+    """Each kind of request alone (``SINGLE``: decoding rows, ``SEVERAL``: prompt chunks) under each
+    configuration of :data:`SWEEP`, launched directly (no autotuning), with its error against the
+    float32 reference on its own tokens and its share of its own limit; rows written as they come."""
+    import torch
+    import triton
+
+    from intelrt.decoding import unified_attention as ua
+
+    q_heads, kv_heads, dim = q.shape[1], k_pool.shape[2], q.shape[2]
+    group = q_heads // kv_heads
+    found: list[dict[str, Any]] = []
+    for name, kind in (("single", ua.SINGLE), ("several", ua.SEVERAL)):
+        mine = [r for r in requests if (r[0] == 1) == (kind == ua.SINGLE)]
+        own_limit = limit_ms(mine, q_heads, kv_heads, dim, q.element_size(), args.bandwidth, args.peak_tflops)
+        first = [0]
+        for count, _ in requests:
+            first.append(first[-1] + count)
+        mine_tokens = torch.tensor([t for i, (count, _) in enumerate(requests) if (count == 1) == (kind == ua.SINGLE)
+                                    for t in range(first[i], first[i] + count)], device=q.device)
+        for rows, tile, warps, stages, early in SWEEP[name][:2] if args.tiny else SWEEP[name]:
+            per_block = max(1, rows // group)
+            owners = ua.query_blocks(cu_q, tokens, per_block)
+            result = torch.zeros_like(q)
+
+            launch = functools.partial(
+                ua._unified_attention.fn[(owners.shape[0], kv_heads)], result, q, k_pool, v_pool, cu_q, lengths,
+                table, owners, q, scaling, 0.0, 0, q.stride(0), q.stride(1), result.stride(0), result.stride(1),
+                k_pool.stride(1), table.stride(0), table.shape[1] * k_pool.shape[1], G=group, BLOCK_Q=per_block,
+                ROWS=max(16, triton.next_power_of_2(per_block * group)), D=dim, BS=k_pool.shape[1], SOFTCAP=False,
+                SINKS=False, STOP_AT_CONTEXT=not args.tiny,  # the interpreter loops over the whole table
+                SLOTS=table.shape[1] * k_pool.shape[1] if args.tiny else 0, PRECISION="ieee" if args.tiny else "tf32",
+                ONLY=kind, EARLY_V=early, TILE=tile, num_warps=warps, num_stages=stages)
+            row: dict[str, Any] = {"kind": name, "rows": rows, "tile": tile, "warps": warps, "stages": stages,
+                                   "early_values": early}
+            try:
+                ms = timed(launch)
+                error = float((result.reshape(tokens, -1).float()[mine_tokens] - expected[mine_tokens]).abs().max())
+                row.update(ms=ms, limit_ms=own_limit, share_of_limit=own_limit / ms, max_abs_error=error)
+            except Exception as exc:  # noqa: BLE001 - a configuration the device cannot run (shared memory)
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            found.append(row)
+            print(json.dumps(row), flush=True)
+            (out / "step_attention_sweep.json").write_text(json.dumps(found, indent=1))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -60,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--bandwidth", type=float, default=4.3, metavar="TB_S", help="memory bandwidth (an H200's)")
     parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 matrix peak (an H200's)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time each kind of request (decoding rows, prompt chunks) alone under every "
+                             "kernel configuration of SWEEP, each against its own limit")
     args = parser.parse_args(argv)
     if args.tiny:
         os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported
@@ -143,10 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     results["share_of_limit"] = results["limit_ms"] / results["kernel_ms"]
     results["one_launch_ms"] = timed(one_launch)
     results["one_launch_max_abs_error"] = float((one_launch().reshape(tokens, -1).float() - expected).abs().max())
-    if not args.tiny:
-        results["torch_packed_ms"] = timed(lambda: torch_way(True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "step_attention.json").write_text(json.dumps(results, indent=2))
+    if args.sweep:
+        results["sweep"] = sweep(args, requests, q, k_pool, v_pool, cu_q, lengths, table, tokens, scaling, expected,
+                                 timed, out)
+    if not args.tiny:
+        results["torch_packed_ms"] = timed(lambda: torch_way(True))
     (out / "step_attention.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     print(f"unified attention: {results['kernel_ms']:.3f} ms, {results['share_of_limit']:.0%} of the device's limit "

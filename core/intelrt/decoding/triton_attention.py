@@ -85,10 +85,17 @@ def _softmax_update(scores, best, total, acc, value_ptrs, inside, PRECISION: tl.
     """One tile of the online softmax: the running maximum ``best``, denominator ``total`` and weighted
     values ``acc`` of each row updated with ``scores`` (``-inf`` where masked) and the tile's values
     read at ``value_ptrs`` (rows ``inside``); returns the three."""
+    return _softmax_values_update(scores, best, total, acc, tl.load(value_ptrs, mask=inside[:, None], other=0.0),
+                                  PRECISION)
+
+
+@triton.jit
+def _softmax_values_update(scores, best, total, acc, values, PRECISION: tl.constexpr):  # type: ignore[no-untyped-def]
+    """:func:`_softmax_update` with the tile's values already loaded (a kernel that loads them beside
+    the keys, so that both loads are in flight together)."""
     new_best = tl.maximum(best, tl.max(scores, axis=1))
     alpha = tl.exp(best - new_best)
     weights = tl.exp(scores - new_best[:, None])
-    values = tl.load(value_ptrs, mask=inside[:, None], other=0.0)
     total = total * alpha + tl.sum(weights, axis=1)
     acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
     return new_best, total, acc

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from intelrt.decoding.triton_attention import _soft_capped, _softmax_update
+from intelrt.decoding.triton_attention import _soft_capped, _softmax_values_update
 
 MIN_DOT_ROWS = 16
 """A program's rows (tokens x grouped heads) are at least this many: tensor-core dots need 16."""
@@ -71,20 +71,26 @@ def query_blocks(cu_q: torch.Tensor, tokens: int, per_block: int) -> torch.Tenso
 @triton.jit
 def _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr, v_cache_ptr, table,  # type: ignore[no-untyped-def]
                  kv_head, stride_slot, max_context, scaling, softcap, window, d, D: tl.constexpr,
-                 TILE: tl.constexpr, BS: tl.constexpr, SOFTCAP: tl.constexpr, PRECISION: tl.constexpr):
+                 TILE: tl.constexpr, BS: tl.constexpr, SOFTCAP: tl.constexpr, PRECISION: tl.constexpr,
+                 EARLY_V: tl.constexpr):
     """Online-softmax update of the program's rows with cache positions ``start .. start + TILE``
     (those in ``oldest .. newest`` and each row's own causal and window limits), each position's key
-    and value read from the slot its block table gives."""
+    and value read from the slot its block table gives (``EARLY_V``: the values loaded beside the
+    keys, before the scores)."""
     j = start + tl.arange(0, TILE)
     inside = (j < newest) & (j >= oldest) & (j < max_context)
     slot = (tl.load(table + j // BS, mask=inside, other=0) * BS + j % BS).to(tl.int64)
     offsets = slot[:, None] * stride_slot + kv_head * D + d[None, :]
     keys = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+    if EARLY_V:
+        values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
     scores = _soft_capped(tl.dot(q, tl.trans(keys), input_precision=PRECISION) * scaling, softcap, SOFTCAP)
     seen = inside[None, :] & (j[None, :] <= position[:, None])
     seen = seen & ((window <= 0) | (j[None, :] > position[:, None] - window))
     scores = tl.where(seen, scores, float("-inf"))
-    return _softmax_update(scores, best, total, acc, v_cache_ptr + offsets, inside, PRECISION)
+    if not EARLY_V:
+        values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+    return _softmax_values_update(scores, best, total, acc, values, PRECISION)
 
 
 CONFIGS = [triton.Config({"TILE": tile}, num_warps=warps, num_stages=stages)
@@ -101,7 +107,7 @@ def _unified_attention(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, lengt
                        G: tl.constexpr, BLOCK_Q: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr,
                        TILE: tl.constexpr, BS: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
                        STOP_AT_CONTEXT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
-                       ONLY: tl.constexpr):
+                       ONLY: tl.constexpr, EARLY_V: tl.constexpr = False):
     """Query block ``program_id(0)`` (of request ``owner[block]``) x key/value head ``program_id(1)``;
     ``ONLY``: ``SINGLE`` or ``SEVERAL`` leaves the other kind of request to another launch."""
     block = tl.program_id(0)
@@ -136,12 +142,12 @@ def _unified_attention(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, lengt
         for start in range((oldest // TILE) * TILE, newest, TILE):
             best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
                                             v_cache_ptr, table, kv_head, stride_slot, max_context, scaling, softcap,
-                                            window, d, D, TILE, BS, SOFTCAP, PRECISION)
+                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V)
     else:  # Triton's interpreter cannot loop to a bound read from memory: the whole table, masked
         for start in tl.static_range(0, SLOTS, TILE):
             best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
                                             v_cache_ptr, table, kv_head, stride_slot, max_context, scaling, softcap,
-                                            window, d, D, TILE, BS, SOFTCAP, PRECISION)
+                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V)
     if SINKS:  # GPT-OSS: one logit per query head joins the softmax, and no value with it
         sink = tl.load(sinks_ptr + head, mask=live, other=0.0).to(tl.float32)
         new_best = tl.maximum(best, sink)
