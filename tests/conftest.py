@@ -147,8 +147,24 @@ def disk_limit() -> Iterator[Any]:
 #: fault case id → (area, outcome, risk); zoo kind → outcome → model types.
 _FAULTS_SEEN: dict[str, tuple[str, str, str]] = {}
 _ZOO_SEEN: dict[str, dict[str, list[str]]] = {}
-_SENT: set[tuple[str, ...]] = set()
-"""What this process has put on a report already (the modules' records only grow)."""
+_SENT: dict[tuple[str, ...], int] = {}
+"""How much of each record (the catalogue's list, each zoo outcome's list) this process has put on a
+report already: the records only grow, so each report carries what was appended since."""
+
+
+def _new_records() -> list[list[str]]:
+    modules = __import__("sys").modules
+    found: list[list[str]] = []
+    checked = getattr(modules.get("faults"), "CHECKED", None) or []
+    found += [["fault", case.id, case.area, case.outcome, case.risk] for case, _ in checked[_SENT.get(("fault",), 0):]]
+    _SENT[("fault",)] = len(checked)
+    for name in ("test_model_zoo", "test_task_zoo"):
+        for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items():
+            for result, models in outcomes.items():
+                key = ("zoo", name, kind, result)
+                found += [["zoo", kind, result, model] for model in models[_SENT.get(key, 0):]]
+                _SENT[key] = len(models)
+    return found
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -157,18 +173,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     (the zoo modules' ``SUMMARY``) recorded since the last report, as plain values a worker can send."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    if report.when != "call":
-        return
-    modules = __import__("sys").modules
-    found: list[tuple[str, ...]] = [("fault", case.id, case.area, case.outcome, case.risk)
-                                    for case, _ in getattr(modules.get("faults"), "CHECKED", None) or ()]
-    for name in ("test_model_zoo", "test_task_zoo"):
-        for kind, outcomes in (getattr(modules.get(name), "SUMMARY", None) or {}).items():
-            found += [("zoo", kind, result, model) for result, models in outcomes.items() for model in models]
-    for entry in found:
-        if entry not in _SENT:
-            _SENT.add(entry)
-            report.user_properties.append(("intelrt_summary", list(entry)))
+    if report.when == "call":
+        report.user_properties += [("intelrt_summary", record) for record in _new_records()]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -179,9 +185,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         if value[0] == "fault":
             _FAULTS_SEEN[value[1]] = (value[2], value[3], value[4])
         else:
-            models = _ZOO_SEEN.setdefault(value[1], {}).setdefault(value[2], [])
-            if value[3] not in models:
-                models.append(value[3])
+            _ZOO_SEEN.setdefault(value[1], {}).setdefault(value[2], []).append(value[3])
 
 
 def _fault_summary(terminalreporter: pytest.TerminalReporter) -> None:
