@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from .concerns import Decided
 from .model import ModelInfo
@@ -29,8 +29,11 @@ from .quantization import QuantizationColumns
 from .request import Request
 from .types import BackendStatus, Decision, DeviceInfo, EnvVar, Finding, Setting
 
-if TYPE_CHECKING:
-    from .plan import Plan
+PlanArgument = Any
+"""The :class:`~intelrt.hooks.plan.Plan` a few methods take. The plan holds its backend, so naming
+the class here would make the two modules import each other; the base methods never read it, and
+an override annotates ``plan: Plan`` (a narrower parameter than ``Any`` passes mypy's override
+check, where a Protocol here would fail it)."""
 
 log = logging.getLogger(__name__)
 FSDP_WAYS = ("accelerate", "transformers")
@@ -294,7 +297,7 @@ class Backend:
         ``s.env``. The host keeps every value the user set (SPEC C2) unless ``EnvVar.overwrite_user``."""
         return None
 
-    def launch_environment(self, plan: Plan, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding] | None:
+    def launch_environment(self, plan: PlanArgument, nproc: int, env: Mapping[str, str]) -> Sequence[EnvVar | Finding] | None:
         """Extra variables and findings for the ``nproc`` processes ``intelrt launch`` starts."""
         return None
 
@@ -310,7 +313,7 @@ class Backend:
         nor passes them to the ranks (SPEC C2). Default: none."""
         return ()
 
-    def training_arguments(self, plan: Plan, overrides: Mapping[str, Any]) -> Sequence[Setting] | None:
+    def training_arguments(self, plan: PlanArgument, overrides: Mapping[str, Any]) -> Sequence[Setting] | None:
         """``TrainingArguments`` keywords this device needs, on top of the generic ones; ``overrides``
         are the user's own keywords: they win; raise ``PlanError`` for one that cannot work here."""
         return None
@@ -320,7 +323,7 @@ class Backend:
         tools (``hl-smi`` …) may run; detection and planning never run them."""
         return None
 
-    def acquire_device(self, plan: Plan) -> None:
+    def acquire_device(self, plan: PlanArgument) -> None:
         """Take this process's device for ``plan`` before the model is built (``load()`` calls it once
         the plan's variables are in this process), raising an ``IntelrtError`` that says what holds
         it and how to get another when the device cannot be had. Default: nothing (the first tensor
