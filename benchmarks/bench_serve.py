@@ -230,6 +230,15 @@ def workload(name: str, count: int, vocab: int, seed: int, scale: float = 1.0) -
     return requests
 
 
+def server_context(model_dir: Path, scale: float) -> int:
+    """The context every server is started with: the longest request of any workload, within the model's."""
+    from transformers import AutoConfig
+
+    longest = max(int(LONG_PROMPT * scale) + 384, int((PREFIX_TOKENS + 128) * scale) + 384, 1536 + 384,
+                  int(CHAT_LONG_PROMPT * scale) + 1024)
+    return min(int(AutoConfig.from_pretrained(model_dir).max_position_embeddings), longest)
+
+
 # -- the servers -------------------------------------------------------------------------------
 
 def free_port() -> int:
@@ -715,10 +724,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
-    longest = max(int(LONG_PROMPT * scale) + 384, int((PREFIX_TOKENS + 128) * scale) + 384, 1536 + 384,
-                  int(CHAT_LONG_PROMPT * scale) + 1024)
     hardware = Hardware.of(model_dir, args.peak_tflops, args.bandwidth)
-    context = min(int(AutoConfig.from_pretrained(model_dir).max_position_embeddings), longest)
+    context = server_context(model_dir, scale)
     extra = ["--no-prefix-caching"] if args.no_prefix_caching else []
     if args.gpu_memory_utilization is not None:
         extra += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
