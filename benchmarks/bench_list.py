@@ -39,10 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-H200_PEAK_TFLOPS = 790.0
-"""An H200's bf16 matrix throughput as measured on one (the device README's KINDS.md)."""
-H200_BANDWIDTH = 4.3e12
-"""An H200's device-to-device copy rate as measured on one (bytes per second)."""
+from bench_serve import H200_BANDWIDTH_TB_S, H200_PEAK_TFLOPS, terabytes_per_second
+
 TARGET_SHARE, TARGET_PLAIN_RATIO, TARGET_DECODE_TOK_S, TARGET_FIRST_CALL_S = 0.60, 3.0, 16000.0, 2.0
 
 
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile", default="auto", help="intelrt's compile= (auto: the plan's; none: captured "
                         "steps of the uncompiled step, no compile time)")
     parser.add_argument("--peak-tflops", type=float, default=H200_PEAK_TFLOPS)
-    parser.add_argument("--bandwidth", type=float, default=H200_BANDWIDTH)
+    parser.add_argument("--bandwidth", type=terabytes_per_second, default=H200_BANDWIDTH_TB_S, metavar="TB_S")
     args = parser.parse_args(argv)
     if args.tiny:
         args.rows, args.prompts, args.new_tokens, args.plain_rows = "1,4,8", "8,24", 8, "4"
@@ -150,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     heads = text.num_attention_heads
     kv_bytes = (2 * text.num_hidden_layers * (getattr(text, "num_key_value_heads", None) or heads)
                 * (getattr(text, "head_dim", None) or text.hidden_size // heads) * dtype.itemsize)
-    flops, bandwidth = args.peak_tflops * 1e12, args.bandwidth
+    flops, bandwidth = args.peak_tflops * 1e12, args.bandwidth * 1e12
     generator = torch.Generator().manual_seed(0)
 
     def prompts(rows: int, length: int) -> list[list[int]]:

@@ -102,8 +102,21 @@ TARGET_CHAT_TTFT_P50_S, TARGET_CHAT_TTFT_P99_S, TARGET_CHAT_ITL_P99_S = 1.5, 6.0
 TARGET_CHAT_PEER_RATIO = 10.0
 H200_PEAK_TFLOPS = 790.0
 """An H200's bf16 matrix throughput as measured on one (the device README's KINDS.md)."""
-H200_BANDWIDTH = 4.3e12
-"""An H200's device-to-device copy rate as measured on one (bytes read and written per second)."""
+H200_BANDWIDTH_TB_S = 4.3
+"""An H200's device-to-device copy rate as measured on one (TB read and written per second)."""
+
+
+def terabytes_per_second(text: str) -> float:
+    """``--bandwidth`` (argparse type): TB/s, as every benchmark here and ``intelrt bench`` take it; a
+    value in bytes/s (``4.3e12``) would make every limit a millionth of itself, so it is refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1000:  # nan fails too
+        raise argparse.ArgumentTypeError(f"must be the memory bandwidth in TB/s (an H200: {H200_BANDWIDTH_TB_S}), "
+                                         f"got {text!r}")
+    return value
 
 
 @dataclass
@@ -452,7 +465,7 @@ class Hardware:
     bandwidth: float
 
     @classmethod
-    def of(cls, model_dir: Path, peak_tflops: float, bandwidth: float) -> Hardware:
+    def of(cls, model_dir: Path, peak_tflops: float, bandwidth_tb_s: float) -> Hardware:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -468,7 +481,7 @@ class Hardware:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         dtype_bytes = 2 if str(getattr(config, "dtype", None) or config.torch_dtype) != "torch.float32" else 4
         return cls(read, read * dtype_bytes, 2 * config.num_hidden_layers * kv_heads * head_dim * dtype_bytes,
-                   peak_tflops * 1e12, bandwidth)
+                   peak_tflops * 1e12, bandwidth_tb_s * 1e12)
 
     def limit(self, requests: list[Request], concurrency: int) -> float | None:
         """tok/s of ``requests`` (finished ones) at this hardware's limit (the module's docstring)."""
@@ -695,8 +708,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="client counts for the transformers servers (default: as --concurrency)")
     parser.add_argument("--peak-tflops", type=float, default=H200_PEAK_TFLOPS,
                         help="the device's bf16 matrix throughput for the limit (default: an H200's, measured)")
-    parser.add_argument("--bandwidth", type=float, default=H200_BANDWIDTH,
-                        help="the device's memory bandwidth in bytes/s for the limit (default: an H200's, measured)")
+    parser.add_argument("--bandwidth", type=terabytes_per_second, default=H200_BANDWIDTH_TB_S, metavar="TB_S",
+                        help="the device's memory bandwidth in TB/s for the limit (default: an H200's, measured)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.tiny:

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_serve import H200_BANDWIDTH_TB_S, H200_PEAK_TFLOPS, terabytes_per_second
+
 
 def layout(rows: int, chunks: int, chunk: int, context: int, block: int, seed: int) -> tuple[list[Any], int]:
     """(tokens, context after the step) per request and the blocks the cache needs: decoding rows
@@ -115,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--context", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--bandwidth", type=float, default=4.3, metavar="TB_S", help="memory bandwidth (an H200's)")
-    parser.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 matrix peak (an H200's)")
+    parser.add_argument("--bandwidth", type=terabytes_per_second, default=H200_BANDWIDTH_TB_S, metavar="TB_S",
+                        help="memory bandwidth (an H200's)")
+    parser.add_argument("--peak-tflops", type=float, default=H200_PEAK_TFLOPS, help="dense bf16 matrix peak (an H200's)")
     parser.add_argument("--sweep", action="store_true",
                         help="also time each kind of request (decoding rows, prompt chunks) alone under every "
                              "kernel configuration of SWEEP, each against its own limit")

@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--peak-tflops", type=float, default=bench_serve.H200_PEAK_TFLOPS,
                         help="the device's bf16 matrix peak for the limit (default: an H200's, measured)")
-    parser.add_argument("--bandwidth", type=float, default=bench_serve.H200_BANDWIDTH,
-                        help="the device's memory bandwidth in bytes/s for the limit (default: an H200's, measured)")
+    parser.add_argument("--bandwidth", type=bench_serve.terabytes_per_second, default=bench_serve.H200_BANDWIDTH_TB_S,
+                        metavar="TB_S", help="the device's memory bandwidth in TB/s for the limit (default: an H200's, "
+                        "measured)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     import tempfile
