@@ -108,7 +108,7 @@ H200_BANDWIDTH_TB_S = 4.3
 
 def terabytes_per_second(text: str) -> float:
     """``--bandwidth`` (argparse type): TB/s, as every benchmark here and ``intelrt bench`` take it; a
-    value in bytes/s (``4.3e12``) would make every limit a millionth of itself, so it is refused."""
+    value in bytes/s (``4.3e12``) would count every byte read 1e12 times too fast, so it is refused."""
     try:
         value = float(text)
     except ValueError:
