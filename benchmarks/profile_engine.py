@@ -12,7 +12,8 @@ the engine's and how much the layer around it; the engine's own counters split i
 host's time and the wait for the device, and the device time into steps with prompt chunks and
 decode-only steps.
 
-Then a second pass of the same traffic runs ``--profiled-looks`` looks under ``torch.profiler``:
+Then a second pass of traffic shaped the same (other prompts, seeded apart: the same ones again would
+be prefilled from the prefix cache) runs ``--profiled-looks`` looks under ``torch.profiler``:
 the device's kernels grouped (matrix products, attention, copies, the rest) with their time per
 step, and the costliest kernels by name. Everything is written to ``OUT/engine.json`` as it comes.
 """
@@ -148,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
           f"step; load and warm-up {results['load_and_warm_up_s']:.1f} s", flush=True)
 
     vocab = int(loaded.model.config.get_text_config().vocab_size)
-    work = [([int(w[1:]) for w in text.split()], new)
-            for text, new in bench_serve.workload("chat", args.requests, vocab, args.seed, scale)]
+    def chat(seed: int) -> list[tuple[list[int], int]]:
+        return [([int(w[1:]) for w in text.split()], new)
+                for text, new in bench_serve.workload("chat", args.requests, vocab, seed, scale)]
+
+    work = chat(args.seed)
     hardware = bench_serve.Hardware.of(model_dir, args.peak_tflops, args.bandwidth)
     fields = ("steps", "mixed_steps", "prefill_tokens", "looks", "look_seconds", "wait_seconds",
               "mixed_device_seconds", "decode_device_seconds", "compiles_after_warmup")
@@ -187,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({engine['decode_device_seconds'] / max(engine['steps'] - engine['mixed_steps'], 1) * 1e3:.2f} ms each); "
           f"compiles after warm-up {engine['compiles_after_warmup']:.0f}", flush=True)
 
-    # the same traffic again, its first looks profiled
+    # traffic of the same shape with other prompts (the same ones would hit the prefix cache), profiled
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_device else [])
     before = counters()
     with torch.profiler.profile(activities=activities) as profile:
-        drive(batch, work, args.concurrency, looks=args.profiled_looks)
+        drive(batch, chat(args.seed + 1), args.concurrency, looks=args.profiled_looks)
         sync()
     window = {k: v - before[k] for k, v in counters().items()}
     times = kernel_times(profile, on_device)
@@ -201,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         groups[group_of(name)] = groups.get(group_of(name), 0.0) + us
     total = sum(groups.values())
     results["profile"] = {
-        "looks": args.profiled_looks, "window": window, "unit": "device" if on_device else "cpu operators' own time",
+        "looks": window["looks"], "window": window, "unit": "device" if on_device else "cpu operators' own time",
         "ms_per_step": {g: us / steps / 1e3 for g, us in sorted(groups.items(), key=lambda kv: -kv[1])},
         "share": {g: us / total for g, us in groups.items()} if total else {},
         "top": [{"name": name[:160], "ms_per_step": us / steps / 1e3, "group": group_of(name)}
                 for name, us in sorted(times.items(), key=lambda kv: -kv[1])[:args.top]]}
     save()
-    print(f"profile_engine: {args.profiled_looks} looks profiled, {window['steps']:.0f} steps "
+    print(f"profile_engine: {window['looks']:.0f} looks profiled, {window['steps']:.0f} steps "
           f"({window['mixed_steps']:.0f} with chunks); {'device' if on_device else 'CPU'} ms per step by group: "
           + ", ".join(f"{g} {ms:.2f} ({results['profile']['share'][g]:.0%})"
                       for g, ms in results["profile"]["ms_per_step"].items()), flush=True)
