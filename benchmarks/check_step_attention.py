@@ -54,8 +54,8 @@ def limit_ms(requests: list[Any], q_heads: int, kv_heads: int, dim: int, itemsiz
 
 SWEEP = {"single": [(rows, tile, warps, stages, early) for rows in (16,) for tile in (16, 32, 64)
                      for warps in (2, 4) for stages in (1, 3) for early in (False, True)],
-         "several": [(rows, tile, warps, stages, early) for rows in (64, 128) for tile in (32, 64)
-                      for warps in (4, 8) for stages in (1, 3) for early in (False, True)]}
+         "several": [(rows, tile, warps, stages, early) for rows in (64, 128) for tile in (32, 64, 128)
+                      for warps in (4, 8) for stages in (2, 3) for early in (False,)]}
 """Kernel configurations a ``--sweep`` times per kind of request: (rows per program, cache positions
 per tile, warps, pipeline stages, values loaded beside the keys)."""
 
@@ -214,6 +214,17 @@ def main(argv: list[str] | None = None) -> int:
                                  timed, out)
     if not args.tiny:
         results["torch_packed_ms"] = timed(lambda: torch_way(True))
+        if paged.varlen_paged_attention() is not None:  # FlashAttention over the paged cache, where torch has it
+            def varlen_way() -> Any:
+                step = paged.PackedPrefill(segments, positions, block, device, dtype, varlen=True)
+                return step.attend(q.transpose(0, 1)[None], k_pool, v_pool, scaling, None, None)[0]
+
+            varlen_ms = timed(varlen_way)
+            if paged._VARLEN_REFUSED:  # it fell back to gathered blocks: not FlashAttention's time
+                results["flash_varlen_refused"] = paged._VARLEN_REFUSED[0]
+            else:
+                results["flash_varlen_ms"] = varlen_ms
+                results["flash_varlen_max_abs_error"] = float((varlen_way().float() - expected).abs().max())
     (out / "step_attention.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     print(f"unified attention: {results['kernel_ms']:.3f} ms, {results['share_of_limit']:.0%} of the device's limit "

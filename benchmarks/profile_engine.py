@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = chat(args.seed)
     hardware = bench_serve.Hardware.of(model_dir, args.peak_tflops, args.bandwidth)
-    fields = ("steps", "mixed_steps", "prefill_tokens", "looks", "look_seconds", "wait_seconds",
+    fields = ("steps", "mixed_steps", "chunk_steps", "prefill_tokens", "looks", "look_seconds", "wait_seconds",
               "mixed_device_seconds", "decode_device_seconds", "compiles_after_warmup")
 
     def counters() -> dict[str, float]:
@@ -186,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
           + f"; {engine['steps']:.0f} steps ({engine['mixed_steps']:.0f} with prompt chunks) in {looks} looks; "
           f"looks {engine['look_seconds']:.1f} s = host {busy:.1f} s + device wait {engine['wait_seconds']:.1f} s; "
           f"device: steps with chunks {engine['mixed_device_seconds']:.1f} s "
-          f"({engine['mixed_device_seconds'] / max(engine['mixed_steps'], 1) * 1e3:.1f} ms each), decode-only "
+          f"({engine['mixed_device_seconds'] / max(engine['mixed_steps'], 1) * 1e3:.1f} ms each); "
+          f"{engine['chunk_steps']:.0f} steps with chunks (rows or none) of "
+          f"{engine['prefill_tokens'] / max(engine['chunk_steps'], 1):.0f} prompt tokens each (budget "
+          f"{batch.token_budget}); decode-only "
           f"{engine['decode_device_seconds']:.1f} s "
           f"({engine['decode_device_seconds'] / max(engine['steps'] - engine['mixed_steps'], 1) * 1e3:.2f} ms each); "
           f"compiles after warm-up {engine['compiles_after_warmup']:.0f}", flush=True)

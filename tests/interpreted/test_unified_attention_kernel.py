@@ -51,6 +51,7 @@ def reference(q: Any, k_pool: Any, v_pool: Any, requests: list[tuple[int, int, l
     return out
 
 
+@pytest.mark.parametrize("tile", [8, 64], ids=["tiles-before-the-queries-unmasked", "every-tile-masked"])
 @pytest.mark.parametrize(("q_heads", "kv_heads", "window", "softcap", "with_sinks"), [
     (4, 2, 0, 0.0, False),
     (8, 1, 0, 0.0, False),
@@ -58,9 +59,12 @@ def reference(q: Any, k_pool: Any, v_pool: Any, requests: list[tuple[int, int, l
     (4, 2, 0, 30.0, True),
 ], ids=["gqa", "one-kv-head", "sliding-window", "softcap-and-sinks"])
 def test_decoding_rows_and_prompt_chunks_in_one_call(q_heads: int, kv_heads: int, window: int, softcap: float,
-                                                     with_sinks: bool) -> None:
+                                                     with_sinks: bool, tile: int, monkeypatch: Any) -> None:
+    """``tile``: cache positions per iteration; 8 leaves the tiles every query of a block sees (before
+    its first query) to the kernel's unmasked path, 64 (past every context here) masks them all."""
     import torch
 
+    from intelrt.decoding import unified_attention as kernel
     from intelrt.decoding.unified_attention import (
         StepQueries,
         block_q,
@@ -68,6 +72,7 @@ def test_decoding_rows_and_prompt_chunks_in_one_call(q_heads: int, kv_heads: int
         unified_attention,
     )
 
+    monkeypatch.setattr(kernel, "TILE", tile)
     torch.manual_seed(0)
     blocks = 24
     k_pool = torch.randn(blocks, BLOCK, kv_heads, HEAD_DIM)
@@ -185,3 +190,28 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
     assert [got[i] for i in range(len(prompts))] == expected
     if captured:
         assert batch.runner.flat_captured() == batch.runner.flat_buckets, "no step captured after warm-up"
+
+
+def test_the_tuning_step_is_a_busy_servers_step() -> None:
+    """The step an engine's warm-up tunes the kernel on (``tuning_step``): decoding rows at contexts
+    spread up to the engine's, one prompt chunk after the longest, blocks scattered over the real
+    cache and never the null block — and the kernel attends it as it attends any step."""
+    import torch
+
+    from intelrt.decoding.unified_attention import tuning_step
+
+    torch.manual_seed(0)
+    blocks, q_heads, kv_heads = 40, 4, 2
+    k_pool = torch.randn(blocks, BLOCK, kv_heads, HEAD_DIM)
+    v_pool = torch.randn(blocks, BLOCK, kv_heads, HEAD_DIM)
+    q, queries = tuning_step(k_pool, q_heads, tokens=24, rows=6, context=30)
+    counts = (queries.cu_q[1:] - queries.cu_q[:-1]).tolist()
+    lengths = queries.lengths.tolist()
+    assert counts == [1] * 6 + [18] and q.shape == (24, q_heads, HEAD_DIM)
+    assert lengths[:6] == sorted(lengths[:6]) and lengths[5] == 30 and lengths[6] == 30 + 18, lengths
+    assert int(queries.table.min()) >= 1 and int(queries.table.max()) < blocks
+    requests = [(count, length, queries.table[i, :-(-length // BLOCK)].tolist())
+                for i, (count, length) in enumerate(zip(counts, lengths, strict=True))]
+    got = queries.attend(q, k_pool, v_pool, 0.25)
+    expected = reference(q, k_pool, v_pool, requests, 0.25, 0, 0.0, None)
+    assert torch.allclose(got.double(), expected, atol=2e-5, rtol=1e-4), (got.double() - expected).abs().max()

@@ -69,6 +69,12 @@ class CompactForward:
         return self.compact.flat_step(input_ids, positions, write_slots, queries, last, self.cache.keys,
                                       self.cache.values)
 
+    def tune_attention(self, tokens: int, rows: int, context: int) -> None:
+        """Tune the step attention kernel on a busy step's shape (``CompactModel.tune_step_attention``),
+        where steps attend through it."""
+        if self.unified_attention:
+            self.compact.tune_step_attention(self.cache.keys, self.cache.values, tokens, rows, context)
+
     @property
     def flat_fits(self) -> bool:
         """Steps over padded token counts can be captured (``CompactModel.flat_fits``, with the plan's
@@ -204,6 +210,9 @@ class ModelForward:
         if len(self.sliding) > 1:
             return f"the model's layers slide over windows of {', '.join(map(str, self.sliding))}: one window at most"
         return None
+
+    def tune_attention(self, tokens: int, rows: int, context: int) -> None:
+        """Nothing to tune: the model's own attention runs."""
 
     def _mask(self, allowed: Any) -> Any:
         """``allowed`` (rows, T, L) as the attention implementation wants it: bool for SDPA, 0 / the

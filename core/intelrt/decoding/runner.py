@@ -315,6 +315,7 @@ class ModelRunner:
         if self.bucketed:
             self._warm_buckets()
         else:
+            self.forward(1).tune_attention(self.size.max_batch_tokens, self.rows, self.size.context)
             self.dummy_prefill(min(self.size.max_batch_tokens, self.size.context))
         if self.flat_capturable():
             self._warm_flat()
@@ -561,6 +562,7 @@ class ModelRunner:
         else:
             logits = self.forward(1).prefill(ids, where, flat_slots, segments)
         self.stats.prefill_tokens += len(tokens)
+        self.stats.chunk_steps += 1
         return logits
 
     def _padded_prefill(self, request: EngineRequest, count: int) -> Any:
@@ -676,7 +678,8 @@ class ModelRunner:
                                     self.out[:busy], self.index, block, self.width)
         timer.stop()
         self.stats.prefill_tokens += len(tokens) - busy
-        if not busy:
+        self.stats.chunk_steps += 1
+        if not busy:  # not timed: reading the device timer here would wait for the device
             return [], logits
         self.stats.steps += 1
         self.stats.mixed_steps += 1

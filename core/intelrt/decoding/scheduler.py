@@ -119,6 +119,9 @@ class EngineStats:
     looks: int = 0
     mixed_steps: int = 0
     """Steps that carried decoding rows and prompt chunks in one forward."""
+    chunk_steps: int = 0
+    """Steps that carried prompt chunks, with decoding rows or without (``prefill_tokens`` over this is
+    how full they were)."""
     look_seconds: float = 0.0
     """Wall time spent in looks (``InflightBatch.step``)."""
     wait_seconds: float = 0.0

@@ -86,16 +86,22 @@ def _softmax_update(scores, best, total, acc, value_ptrs, inside, PRECISION: tl.
     values ``acc`` of each row updated with ``scores`` (``-inf`` where masked) and the tile's values
     read at ``value_ptrs`` (rows ``inside``); returns the three."""
     return _softmax_values_update(scores, best, total, acc, tl.load(value_ptrs, mask=inside[:, None], other=0.0),
-                                  PRECISION)
+                                  PRECISION, False)
 
 
 @triton.jit
-def _softmax_values_update(scores, best, total, acc, values, PRECISION: tl.constexpr):  # type: ignore[no-untyped-def]
+def _softmax_values_update(scores, best, total, acc, values, PRECISION: tl.constexpr,  # type: ignore[no-untyped-def]
+                           BASE2: tl.constexpr = False):
     """:func:`_softmax_update` with the tile's values already loaded (a kernel that loads them beside
-    the keys, so that both loads are in flight together)."""
+    the keys, so that both loads are in flight together); ``BASE2``: ``scores`` and ``best`` are in
+    base-2 units (scaled by log2(e) beforehand), so each weight is one ``exp2``."""
     new_best = tl.maximum(best, tl.max(scores, axis=1))
-    alpha = tl.exp(best - new_best)
-    weights = tl.exp(scores - new_best[:, None])
+    if BASE2:
+        alpha = tl.exp2(best - new_best)
+        weights = tl.exp2(scores - new_best[:, None])
+    else:
+        alpha = tl.exp(best - new_best)
+        weights = tl.exp(scores - new_best[:, None])
     total = total * alpha + tl.sum(weights, axis=1)
     acc = acc * alpha[:, None] + tl.dot(weights.to(values.dtype), values, input_precision=PRECISION)
     return new_best, total, acc

@@ -68,38 +68,72 @@ def query_blocks(cu_q: torch.Tensor, tokens: int, per_block: int) -> torch.Tenso
     return (torch.searchsorted(starts, blocks, right=True) - 1).to(torch.int32)
 
 
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+"""log2(e): scores are kept in base-2 units, so each softmax weight is one ``exp2``."""
+
+
 @triton.jit
 def _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr, v_cache_ptr, table,  # type: ignore[no-untyped-def]
                  kv_head, stride_slot, max_context, scaling, softcap, window, d, D: tl.constexpr,
                  TILE: tl.constexpr, BS: tl.constexpr, SOFTCAP: tl.constexpr, PRECISION: tl.constexpr,
-                 EARLY_V: tl.constexpr):
-    """Online-softmax update of the program's rows with cache positions ``start .. start + TILE``
-    (those in ``oldest .. newest`` and each row's own causal and window limits), each position's key
-    and value read from the slot its block table gives (``EARLY_V``: the values loaded beside the
-    keys, before the scores)."""
+                 EARLY_V: tl.constexpr, MASKED: tl.constexpr, WINDOW: tl.constexpr):
+    """Online-softmax update of the program's rows with cache positions ``start .. start + TILE``,
+    each position's key and value read from the slot its block table gives (``EARLY_V``: the values
+    loaded beside the keys, before the scores). ``MASKED``: only the positions in ``oldest ..
+    newest`` and each row's causal (and, with ``WINDOW``, window) limits count; without it the
+    caller knows every row sees the whole tile (a tile before the block's first query), and nothing
+    is masked."""
     j = start + tl.arange(0, TILE)
-    inside = (j < newest) & (j >= oldest) & (j < max_context)
-    slot = (tl.load(table + j // BS, mask=inside, other=0) * BS + j % BS).to(tl.int64)
-    offsets = slot[:, None] * stride_slot + kv_head * D + d[None, :]
-    keys = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-    if EARLY_V:
-        values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-    scores = _soft_capped(tl.dot(q, tl.trans(keys), input_precision=PRECISION) * scaling, softcap, SOFTCAP)
-    seen = inside[None, :] & (j[None, :] <= position[:, None])
-    seen = seen & ((window <= 0) | (j[None, :] > position[:, None] - window))
-    scores = tl.where(seen, scores, float("-inf"))
+    if MASKED:
+        inside = (j < newest) & (j >= oldest) & (j < max_context)
+        slot = (tl.load(table + j // BS, mask=inside, other=0) * BS + j % BS).to(tl.int64)
+        offsets = slot[:, None] * stride_slot + kv_head * D + d[None, :]
+        keys = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        if EARLY_V:
+            values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+    else:
+        slot = (tl.load(table + j // BS) * BS + j % BS).to(tl.int64)
+        offsets = slot[:, None] * stride_slot + kv_head * D + d[None, :]
+        keys = tl.load(k_cache_ptr + offsets)
+        if EARLY_V:
+            values = tl.load(v_cache_ptr + offsets)
+    scores = tl.dot(q, tl.trans(keys), input_precision=PRECISION)
+    if SOFTCAP:
+        scores = _soft_capped(scores * scaling, softcap, SOFTCAP) * LOG2E
+    else:
+        scores = scores * (scaling * LOG2E)
+    if MASKED:
+        seen = inside[None, :] & (j[None, :] <= position[:, None])
+        if WINDOW:
+            seen = seen & (j[None, :] > position[:, None] - window)
+        scores = tl.where(seen, scores, float("-inf"))
     if not EARLY_V:
-        values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-    return _softmax_values_update(scores, best, total, acc, values, PRECISION)
+        if MASKED:
+            values = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        else:
+            values = tl.load(v_cache_ptr + offsets)
+    return _softmax_values_update(scores, best, total, acc, values, PRECISION, True)
 
 
 CONFIGS = [triton.Config({"TILE": tile}, num_warps=warps, num_stages=stages)
-           for tile in (32, 64) for warps in (4, 8) for stages in (1, 2)]
+           for tile in (32, 64, 128) for warps in (2, 4, 8) for stages in (1, 2, 3)]
 """Cache positions per loop iteration, warps and pipeline stages, tuned at the first call per shape
-(warm-up: never inside a captured step) and kept in Triton's cache for later processes."""
+(an engine's warm-up tunes them on a step shaped like a busy server's: :func:`tune`) and kept in
+Triton's cache for later processes; :func:`_configs_for_rows` keeps those worth timing."""
 
 
-@triton.autotune(configs=CONFIGS, key=["G", "BLOCK_Q", "ROWS", "D", "BS", "SOFTCAP", "SINKS"], cache_results=True)
+def _configs_for_rows(configs: list[triton.Config], named_args: dict[str, object],
+                      **kwargs: object) -> list[triton.Config]:
+    """The configurations worth timing for a program of ``ROWS`` rows: decoding rows (few rows, the
+    cache read dominates) small tiles and few warps; prompt chunks (``PREFILL_ROWS``, the matrix
+    products dominate) larger tiles, more warps, pipelined loads."""
+    if int(kwargs["ROWS"]) <= 4 * MIN_DOT_ROWS:  # type: ignore[call-overload]
+        return [c for c in configs if c.kwargs["TILE"] <= 64 and c.num_warps <= 4 and c.num_stages != 2]
+    return [c for c in configs if c.num_warps >= 4 and c.num_stages >= 2 and (c.kwargs["TILE"] < 128 or c.num_warps == 8)]
+
+
+@triton.autotune(configs=CONFIGS, key=["G", "BLOCK_Q", "ROWS", "D", "BS", "SOFTCAP", "SINKS", "WINDOW"],
+                 prune_configs_by={"early_config_prune": _configs_for_rows}, cache_results=True)
 @triton.jit
 def _unified_attention(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, lengths_ptr, table_ptr, owner_ptr,  # type: ignore[no-untyped-def]
                        sinks_ptr, scaling, softcap, window, stride_q_token, stride_q_head, stride_out_token,
@@ -107,9 +141,10 @@ def _unified_attention(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, lengt
                        G: tl.constexpr, BLOCK_Q: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr,
                        TILE: tl.constexpr, BS: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
                        STOP_AT_CONTEXT: tl.constexpr, SLOTS: tl.constexpr, PRECISION: tl.constexpr,
-                       ONLY: tl.constexpr, EARLY_V: tl.constexpr = False):
+                       ONLY: tl.constexpr, EARLY_V: tl.constexpr = False, WINDOW: tl.constexpr = False):
     """Query block ``program_id(0)`` (of request ``owner[block]``) x key/value head ``program_id(1)``;
-    ``ONLY``: ``SINGLE`` or ``SEVERAL`` leaves the other kind of request to another launch."""
+    ``ONLY``: ``SINGLE`` or ``SEVERAL`` leaves the other kind of request to another launch;
+    ``WINDOW``: a sliding-window layer (``window`` > 0)."""
     block = tl.program_id(0)
     kv_head = tl.program_id(1)
     seq = tl.load(owner_ptr + block)
@@ -135,24 +170,41 @@ def _unified_attention(out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, cu_q_ptr, lengt
     best = tl.full((ROWS,), -1.0e30, tl.float32)
     total = tl.zeros((ROWS,), tl.float32)
     acc = tl.zeros((ROWS, D), tl.float32)
+    first = before + local * BLOCK_Q  # the block's first query position: every row sees 0 .. first
     newest = before + tl.minimum(local * BLOCK_Q + BLOCK_Q, q_len)  # one past the block's last query position
-    oldest = tl.where(window > 0, tl.maximum(before + local * BLOCK_Q - window + 1, 0), 0)
+    oldest = tl.where(window > 0, tl.maximum(first - window + 1, 0), 0)
+    # Without a window, the tiles wholly at or before `first` are seen by every row: no mask there.
+    if WINDOW:
+        seen_by_all = first * 0
+    else:
+        seen_by_all = ((first + 1) // TILE) * TILE
     table = table_ptr + seq * stride_table
     if STOP_AT_CONTEXT:
-        for start in range((oldest // TILE) * TILE, newest, TILE):
+        for start in range(0, seen_by_all, TILE):
             best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
                                             v_cache_ptr, table, kv_head, stride_slot, max_context, scaling, softcap,
-                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V)
-    else:  # Triton's interpreter cannot loop to a bound read from memory: the whole table, masked
+                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V, False, WINDOW)
+        for start in range(tl.maximum((oldest // TILE) * TILE, seen_by_all), newest, TILE):
+            best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
+                                            v_cache_ptr, table, kv_head, stride_slot, max_context, scaling, softcap,
+                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V, True, WINDOW)
+    else:  # Triton's interpreter cannot loop to a bound read from memory: the whole table, each tile as above
         for start in tl.static_range(0, SLOTS, TILE):
-            best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
-                                            v_cache_ptr, table, kv_head, stride_slot, max_context, scaling, softcap,
-                                            window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V)
+            if start < seen_by_all:
+                best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
+                                                v_cache_ptr, table, kv_head, stride_slot, max_context, scaling,
+                                                softcap, window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V, False,
+                                                WINDOW)
+            else:
+                best, total, acc = _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_ptr,
+                                                v_cache_ptr, table, kv_head, stride_slot, max_context, scaling,
+                                                softcap, window, d, D, TILE, BS, SOFTCAP, PRECISION, EARLY_V, True,
+                                                WINDOW)
     if SINKS:  # GPT-OSS: one logit per query head joins the softmax, and no value with it
-        sink = tl.load(sinks_ptr + head, mask=live, other=0.0).to(tl.float32)
+        sink = tl.load(sinks_ptr + head, mask=live, other=0.0).to(tl.float32) * LOG2E
         new_best = tl.maximum(best, sink)
-        alpha = tl.exp(best - new_best)
-        total = total * alpha + tl.exp(sink - new_best)
+        alpha = tl.exp2(best - new_best)
+        total = total * alpha + tl.exp2(sink - new_best)
         acc = acc * alpha[:, None]
     out = acc / tl.maximum(total, 1.0e-30)[:, None]
     tl.store(out_ptr + (q_start + token)[:, None] * stride_out_token + head[:, None] * stride_out_head + d[None, :],
@@ -190,7 +242,7 @@ def unified_attention_into(out: torch.Tensor, q: torch.Tensor, k_cache: torch.Te
         table.stride(0), max_context, G=group, BLOCK_Q=per_block, ROWS=rows, D=head_dim, BS=block_size,
         SOFTCAP=softcap > 0, SINKS=sinks is not None, STOP_AT_CONTEXT=not interpreted,
         SLOTS=max_context if interpreted else 0, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        ONLY=only, **tuned)
+        ONLY=only, WINDOW=window > 0, **tuned)
 
 
 @unified_attention_into.register_fake
@@ -199,6 +251,53 @@ def _unified_attention_shape(out: torch.Tensor, q: torch.Tensor, k_cache: torch.
                              per_block: int, scaling: float, window: int = 0, softcap: float = 0.0,
                              sinks: torch.Tensor | None = None, only: int = ALL) -> None:
     return None
+
+
+TUNING_CONTEXT = 4096
+"""The longest context of the step :func:`tune` times configurations on (decoding rows spread from 64
+tokens up to it, the prompt chunk after it): a busy chat server's, long enough that each
+configuration's loop over the cache, not its start, decides."""
+
+
+def tuning_step(k_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int
+                ) -> tuple[torch.Tensor, StepQueries]:
+    """The queries and requests of a step shaped like a busy server's, over ``k_cache``'s blocks:
+    ``rows`` decoding rows (at most half of the ``tokens``) at contexts spread geometrically from 64
+    tokens to ``context`` (at most :data:`TUNING_CONTEXT`), then one prompt chunk of the remaining
+    tokens after that context; each request's blocks scattered over the cache (block 0, the null
+    block, left out)."""
+    block_size, blocks = k_cache.shape[1], k_cache.shape[0]
+    longest = max(1, min(context, TUNING_CONTEXT))
+    shortest = min(64, longest)
+    rows = max(1, min(rows, tokens // 2))
+    spread = [max(1, round(shortest * (longest / shortest) ** (i / max(rows - 1, 1)))) for i in range(rows)]
+    requests = [(1, length) for length in spread] + [(max(1, tokens - rows), longest + max(1, tokens - rows))]
+    width = max(-(-length // block_size) for _, length in requests)
+    table = torch.empty((len(requests), width), dtype=torch.long)
+    used = 0
+    for row, (_, length) in enumerate(requests):
+        table[row] = torch.arange(used, used + width) * 7919 % max(blocks - 1, 1) + 1
+        used += -(-length // block_size)
+    counts = torch.tensor([count for count, _ in requests], dtype=torch.int32)
+    cu_q = torch.cat([torch.zeros(1, dtype=torch.int32), counts.cumsum(0, dtype=torch.int32)])
+    lengths = torch.tensor([length for _, length in requests], dtype=torch.int32)
+    device = k_cache.device
+    q = torch.randn((int(cu_q[-1]), q_heads, k_cache.shape[3]), dtype=k_cache.dtype, device=device)
+    return q, StepQueries(cu_q.to(device), lengths.to(device), table.to(device), q.shape[0])
+
+
+def tune(k_cache: torch.Tensor, v_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int,
+         window: int = 0, softcap: float = 0.0, sinks: torch.Tensor | None = None) -> None:
+    """Have the autotuner choose both launches' configurations (decoding rows, prompt chunks) of this
+    kind of layer on :func:`tuning_step`, before any other call chooses them on whatever it happened
+    to run (a warm-up's dummy step attends almost nothing, and every later step, captured, keeps the
+    choice). The cache is only read: what the step writes goes nowhere. A configuration already
+    tuned for this key (this process, or Triton's cache) is kept; under the interpreter (no device to
+    time on) nothing runs."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    q, queries = tuning_step(k_cache, q_heads, tokens, rows, context)
+    queries.attend(q, k_cache, v_cache, k_cache.shape[3] ** -0.5, window, softcap, sinks)
 
 
 class StepQueries:
@@ -254,4 +353,5 @@ def fits(head_dim: int, value_dim: int | None = None) -> bool:
     return head_dim >= 16 and head_dim & (head_dim - 1) == 0 and value_dim in (None, head_dim)
 
 
-__all__: list[Any] = ["StepQueries", "block_q", "fits", "query_blocks", "unified_attention", "unified_attention_into"]
+__all__: list[Any] = ["StepQueries", "block_q", "fits", "query_blocks", "tune", "tuning_step", "unified_attention",
+                     "unified_attention_into"]
