@@ -194,7 +194,7 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
 
 def test_the_tuning_step_is_a_busy_servers_step() -> None:
     """The step an engine's warm-up tunes the kernel on (``tuning_step``): decoding rows at contexts
-    spread up to the engine's, one prompt chunk after the longest, blocks scattered over the real
+    spread up to the engine's, a new prompt and a chunk after the longest, blocks scattered over the real
     cache and never the null block — and the kernel attends it as it attends any step."""
     import torch
 
@@ -207,8 +207,8 @@ def test_the_tuning_step_is_a_busy_servers_step() -> None:
     q, queries = tuning_step(k_pool, q_heads, tokens=24, rows=6, context=30)
     counts = (queries.cu_q[1:] - queries.cu_q[:-1]).tolist()
     lengths = queries.lengths.tolist()
-    assert counts == [1] * 6 + [18] and q.shape == (24, q_heads, HEAD_DIM)
-    assert lengths[:6] == sorted(lengths[:6]) and lengths[5] == 30 and lengths[6] == 30 + 18, lengths
+    assert counts == [1] * 6 + [9, 9] and q.shape == (24, q_heads, HEAD_DIM)
+    assert lengths[:6] == sorted(lengths[:6]) and lengths[5] == 30 and lengths[6:] == [9, 30 + 9], lengths
     assert int(queries.table.min()) >= 1 and int(queries.table.max()) < blocks
     requests = [(count, length, queries.table[i, :-(-length // BLOCK)].tolist())
                 for i, (count, length) in enumerate(zip(counts, lengths, strict=True))]

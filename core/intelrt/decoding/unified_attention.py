@@ -255,23 +255,24 @@ def _unified_attention_shape(out: torch.Tensor, q: torch.Tensor, k_cache: torch.
 
 TUNING_CONTEXT = 4096
 """The longest context of the step :func:`tune` times configurations on (decoding rows spread from 64
-tokens up to it, the prompt chunk after it): a busy chat server's, long enough that each
-configuration's loop over the cache, not its start, decides."""
+tokens up to it, a long prompt's next chunk after it, beside a new prompt): a busy chat server's."""
 
 
 def tuning_step(k_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int
                 ) -> tuple[torch.Tensor, StepQueries]:
     """The queries and requests of a step shaped like a busy server's, over ``k_cache``'s blocks:
     ``rows`` decoding rows (at most half of the ``tokens``) at contexts spread geometrically from 64
-    tokens to ``context`` (at most :data:`TUNING_CONTEXT`), then one prompt chunk of the remaining
-    tokens after that context; each request's blocks scattered over the cache (block 0, the null
-    block, left out)."""
+    tokens to ``context`` (at most :data:`TUNING_CONTEXT`), then the remaining tokens as two prompt
+    chunks, a whole new prompt and the next chunk of a long one (after that context); each
+    request's blocks scattered over the cache (block 0, the null block, left out)."""
     block_size, blocks = k_cache.shape[1], k_cache.shape[0]
     longest = max(1, min(context, TUNING_CONTEXT))
     shortest = min(64, longest)
     rows = max(1, min(rows, tokens // 2))
     spread = [max(1, round(shortest * (longest / shortest) ** (i / max(rows - 1, 1)))) for i in range(rows)]
-    requests = [(1, length) for length in spread] + [(max(1, tokens - rows), longest + max(1, tokens - rows))]
+    fresh = max(1, (tokens - rows) // 2)
+    later = max(1, tokens - rows - fresh)
+    requests = [(1, length) for length in spread] + [(fresh, fresh), (later, longest + later)]
     width = max(-(-length // block_size) for _, length in requests)
     table = torch.empty((len(requests), width), dtype=torch.long)
     used = 0
