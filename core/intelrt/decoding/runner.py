@@ -315,7 +315,7 @@ class ModelRunner:
         if self.bucketed:
             self._warm_buckets()
         else:
-            self.forward(1).tune_attention(self.size.max_batch_tokens, self.rows, self.size.context)
+            self._tune_attention()
             self.dummy_prefill(min(self.size.max_batch_tokens, self.size.context))
         if self.flat_capturable():
             self._warm_flat()
@@ -324,6 +324,18 @@ class ModelRunner:
             tensor.zero_()  # what warm-up wrote is never read, but zeros cannot turn into NaN
         self.report.notes = list(self.decoder.notes)
         self.warm_frames = compiled_frames()
+
+    def _tune_attention(self) -> None:
+        """Tune the step attention kernel on a busy step's shape (``StepForward.tune_attention``); out
+        of memory, it is left to the warm-up's own steps, with a warning."""
+        try:
+            self.forward(1).tune_attention(self.size.max_batch_tokens, self.rows, self.size.context)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            self.decoder.backend.empty_cache(self.device)
+            log.warning("intelrt engine: tuning the step attention kernel ran out of memory (%s); the warm-up's "
+                        "own steps choose its configuration instead", str(exc)[:200])
 
     def dummy_prefill(self, tokens: int, context: int | None = None) -> None:
         """One prefill of ``tokens`` tokens writing only to the null block (warm-up, profiling);
