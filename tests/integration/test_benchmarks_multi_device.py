@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow
 def _run(script: str, *args: str) -> str:
     result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--tiny", *args], capture_output=True,
                             text=True, timeout=300, env=ENV)
-    assert result.returncode == 0, result.stderr[-4000:]
+    # The first rank to fail says why; torchrun's report of the others comes last.
+    first_errors = [line for line in result.stderr.splitlines()
+                    if line.startswith("[rank") and ("Error" in line or "what()" in line or "Abort" in line)][:20]
+    assert result.returncode == 0, "\n".join(first_errors) + "\n...\n" + result.stderr[-4000:]
     return result.stdout
 
 
