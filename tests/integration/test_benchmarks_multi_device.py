@@ -4,11 +4,11 @@ each, the same code path the GPU run takes (build, one process, intelrt launch -
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launched_jobs import error_lines, run_job
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -17,12 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def _run(script: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--tiny", *args], capture_output=True,
-                            text=True, timeout=300, env=ENV)
-    # The first rank to fail says why; torchrun's report of the others comes last.
-    first_errors = [line for line in result.stderr.splitlines()
-                    if line.startswith("[rank") and ("Error" in line or "what()" in line or "Abort" in line)][:20]
-    assert result.returncode == 0, "\n".join(first_errors) + "\n...\n" + result.stderr[-4000:]
+    result = run_job([sys.executable, str(BENCHMARKS / script), "--tiny", *args], timeout=300, env=ENV)
+    assert result.returncode == 0, error_lines(result.stderr)
     return result.stdout
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from launched_jobs import error_lines, run_job
 from varied_weights import varied_copy
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -34,8 +35,8 @@ pytestmark = pytest.mark.slow
 
 
 def _run(argv: list[str]) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = run_job(argv, timeout=TIMEOUT, env=ENV)
+    assert result.returncode == 0, error_lines(result.stderr)
 
 
 def _launch(script: Path, *args: str, nproc: int = 2) -> None:
