@@ -193,25 +193,25 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
 
 
 def test_the_tuning_step_is_a_busy_servers_step() -> None:
-    """The step an engine's warm-up tunes the kernel on (``tuning_step``): decoding rows at contexts
-    spread up to the engine's, a new prompt and a chunk after the longest, blocks scattered over the real
-    cache and never the null block — and the kernel attends it as it attends any step."""
+    """The step an engine tunes the kernel on (``tuning_step``): decoding rows at contexts spread up to
+    the engine's, a new prompt and a chunk after the longest, over pools of its own with every
+    request's blocks distinct and never the null block — and the kernel attends it as any step."""
     import torch
 
     from intelrt.decoding.unified_attention import tuning_step
 
     torch.manual_seed(0)
-    blocks, q_heads, kv_heads = 40, 4, 2
-    k_pool = torch.randn(blocks, BLOCK, kv_heads, HEAD_DIM)
-    v_pool = torch.randn(blocks, BLOCK, kv_heads, HEAD_DIM)
-    q, queries = tuning_step(k_pool, q_heads, tokens=24, rows=6, context=30)
+    q_heads, kv_heads = 4, 2
+    q, k_pool, v_pool, queries = tuning_step(BLOCK, kv_heads, HEAD_DIM, q_heads, tokens=24, rows=6, context=30,
+                                             dtype=torch.float32, device=torch.device("cpu"))
     counts = (queries.cu_q[1:] - queries.cu_q[:-1]).tolist()
     lengths = queries.lengths.tolist()
     assert counts == [1] * 6 + [9, 9] and q.shape == (24, q_heads, HEAD_DIM)
     assert lengths[:6] == sorted(lengths[:6]) and lengths[5] == 30 and lengths[6:] == [9, 30 + 9], lengths
-    assert int(queries.table.min()) >= 1 and int(queries.table.max()) < blocks
-    requests = [(count, length, queries.table[i, :-(-length // BLOCK)].tolist())
-                for i, (count, length) in enumerate(zip(counts, lengths, strict=True))]
+    blocks = [queries.table[i, :-(-length // BLOCK)].tolist() for i, length in enumerate(lengths)]
+    used = [b for each in blocks for b in each]
+    assert len(set(used)) == len(used) and min(used) >= 1 and max(used) < k_pool.shape[0], blocks
+    requests = [(count, length, ids) for count, length, ids in zip(counts, lengths, blocks, strict=True)]
     got = queries.attend(q, k_pool, v_pool, 0.25)
     expected = reference(q, k_pool, v_pool, requests, 0.25, 0, 0.0, None)
     assert torch.allclose(got.double(), expected, atol=2e-5, rtol=1e-4), (got.double() - expected).abs().max()

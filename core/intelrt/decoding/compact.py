@@ -728,21 +728,16 @@ class CompactModel:
                                  self.tuning.fold_norms)[0]
         return self._logits(logits)
 
-    def tune_step_attention(self, keys: list[Any], values: list[Any], tokens: int, rows: int, context: int) -> None:
-        """Tune the step attention kernel once per kind of layer (head sizes, window, soft-cap, sinks)
-        on a step of ``tokens`` tokens with up to ``rows`` decoding rows at contexts up to ``context``
-        (``unified_attention.tune``), before the warm-up's dummy steps would tune it on almost
+    def tune_step_attention(self, keys: list[Any], tokens: int, rows: int, context: int) -> None:
+        """Tune the step attention kernel for each kind of layer (``unified_attention.tune``: once per
+        kind) on a step of ``tokens`` tokens with up to ``rows`` decoding rows at contexts up to
+        ``context``, before the memory profile's and warm-up's dummy steps would tune it on almost
         nothing."""
         from .unified_attention import tune
 
-        tuned: set[tuple[Any, ...]] = set()
         for index, layer in enumerate(self.layers):
-            kind = (layer.q_heads, tuple(keys[index].shape[1:]), bool(layer.window), bool(layer.softcap),
-                    layer.sinks is not None)
-            if kind not in tuned:
-                tuned.add(kind)
-                tune(keys[index], values[index], layer.q_heads, tokens, rows, context, layer.window or 0,
-                     layer.softcap or 0.0, layer.sinks)
+            tune(keys[index], layer.q_heads, tokens, rows, context, layer.window or 0, layer.softcap or 0.0,
+                 layer.sinks)
 
     def flat_fits(self) -> bool:
         """:meth:`flat_step` serves this model: the step attention kernel fits its layers, and none

@@ -73,7 +73,7 @@ class CompactForward:
         """Tune the step attention kernel on a busy step's shape (``CompactModel.tune_step_attention``),
         where steps attend through it."""
         if self.unified_attention:
-            self.compact.tune_step_attention(self.cache.keys, self.cache.values, tokens, rows, context)
+            self.compact.tune_step_attention(self.cache.keys, tokens, rows, context)
 
     @property
     def flat_fits(self) -> bool:

@@ -326,16 +326,17 @@ class ModelRunner:
         self.warm_frames = compiled_frames()
 
     def _tune_attention(self) -> None:
-        """Tune the step attention kernel on a busy step's shape (``StepForward.tune_attention``); out
-        of memory, it is left to the warm-up's own steps, with a warning."""
+        """Tune the step attention kernel on a busy step's shape (``StepForward.tune_attention``: once
+        per kind of layer in a process, so the memory profile's call serves the warm-up's); out of
+        memory, it is left to the first steps, with a warning."""
         try:
             self.forward(1).tune_attention(self.size.max_batch_tokens, self.rows, self.size.context)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             self.decoder.backend.empty_cache(self.device)
-            log.warning("intelrt engine: tuning the step attention kernel ran out of memory (%s); the warm-up's "
-                        "own steps choose its configuration instead", str(exc)[:200])
+            log.warning("intelrt engine: tuning the step attention kernel ran out of memory (%s); the "
+                        "first steps choose its configuration instead", str(exc)[:200])
 
     def dummy_prefill(self, tokens: int, context: int | None = None) -> None:
         """One prefill of ``tokens`` tokens writing only to the null block (warm-up, profiling);
@@ -360,6 +361,8 @@ class ModelRunner:
         costliest = SamplerKind(sample=True, filter="sort", penalty=True, bias=True, mask=True, logprobs=True)
         bucket = self.buckets[-1]
         peaks = []
+        with torch.inference_mode():
+            self._tune_attention()  # before the dummy prefill below would choose, and outside the peaks
         with torch.inference_mode(), self.decoder.compiler_settings():
             with PeakMemory(self.decoder.backend, self.device) as prefill:  # the last chunk of the longest prompt: the widest prefill
                 self.dummy_prefill(min(self.size.max_batch_tokens, self.size.context), self.size.context)

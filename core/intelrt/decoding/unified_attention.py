@@ -118,7 +118,7 @@ def _attend_tile(q, best, total, acc, start, oldest, newest, position, k_cache_p
 CONFIGS = [triton.Config({"TILE": tile}, num_warps=warps, num_stages=stages)
            for tile in (32, 64, 128) for warps in (2, 4, 8) for stages in (1, 2, 3)]
 """Cache positions per loop iteration, warps and pipeline stages, tuned at the first call per shape
-(an engine's warm-up tunes them on a step shaped like a busy server's: :func:`tune`) and kept in
+(an engine tunes them first on a step shaped like a busy server's: :func:`tune`) and kept in
 Triton's cache for later processes; :func:`_configs_for_rows` keeps those worth timing."""
 
 
@@ -256,49 +256,63 @@ def _unified_attention_shape(out: torch.Tensor, q: torch.Tensor, k_cache: torch.
 TUNING_CONTEXT = 4096
 """The longest context of the step :func:`tune` times configurations on (decoding rows spread from 64
 tokens up to it, a long prompt's next chunk after it, beside a new prompt): a busy chat server's."""
+TUNING_ROWS = 128
+"""At most this many decoding rows in that step (its keys and values are allocated for it: about
+0.5 GB for an 8B model's heads)."""
+_TUNED: set[tuple[Any, ...]] = set()
+"""The kinds of layer :func:`tune` has tuned in this process."""
 
 
-def tuning_step(k_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int
-                ) -> tuple[torch.Tensor, StepQueries]:
-    """The queries and requests of a step shaped like a busy server's, over ``k_cache``'s blocks:
-    ``rows`` decoding rows (at most half of the ``tokens``) at contexts spread geometrically from 64
-    tokens to ``context`` (at most :data:`TUNING_CONTEXT`), then the remaining tokens as two prompt
-    chunks, a whole new prompt and the next chunk of a long one (after that context); each
-    request's blocks scattered over the cache (block 0, the null block, left out)."""
-    block_size, blocks = k_cache.shape[1], k_cache.shape[0]
+def tuning_step(block_size: int, kv_heads: int, head_dim: int, q_heads: int, tokens: int, rows: int, context: int,
+                dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, StepQueries]:
+    """Queries, key and value pools, and requests of a step shaped like a busy server's: ``rows``
+    decoding rows (at most half of the ``tokens``, at most :data:`TUNING_ROWS`) at contexts spread
+    geometrically from 64 tokens to ``context`` (at most :data:`TUNING_CONTEXT`), then the remaining
+    tokens as two prompt chunks, a whole new prompt and the next chunk of a long one (after that
+    context). The pools are its own (random, as large as the step needs; block 0 unused, as the null
+    block is), each request's blocks scattered over them, so the reads are a full cache's, not an
+    engine's few warm-up blocks."""
     longest = max(1, min(context, TUNING_CONTEXT))
     shortest = min(64, longest)
-    rows = max(1, min(rows, tokens // 2))
+    rows = max(1, min(rows, tokens // 2, TUNING_ROWS))
     spread = [max(1, round(shortest * (longest / shortest) ** (i / max(rows - 1, 1)))) for i in range(rows)]
     fresh = max(1, (tokens - rows) // 2)
     later = max(1, tokens - rows - fresh)
     requests = [(1, length) for length in spread] + [(fresh, fresh), (later, longest + later)]
-    width = max(-(-length // block_size) for _, length in requests)
-    table = torch.empty((len(requests), width), dtype=torch.long)
+    needs = [-(-length // block_size) for _, length in requests]
+    blocks = sum(needs) + 1
+    order = torch.randperm(blocks - 1) + 1
+    table = torch.zeros((len(requests), max(needs)), dtype=torch.long)
     used = 0
-    for row, (_, length) in enumerate(requests):
-        table[row] = torch.arange(used, used + width) * 7919 % max(blocks - 1, 1) + 1
-        used += -(-length // block_size)
+    for row, need in enumerate(needs):
+        table[row, :need] = order[used:used + need]
+        used += need
     counts = torch.tensor([count for count, _ in requests], dtype=torch.int32)
     cu_q = torch.cat([torch.zeros(1, dtype=torch.int32), counts.cumsum(0, dtype=torch.int32)])
     lengths = torch.tensor([length for _, length in requests], dtype=torch.int32)
-    device = k_cache.device
-    q = torch.randn((int(cu_q[-1]), q_heads, k_cache.shape[3]), dtype=k_cache.dtype, device=device)
-    return q, StepQueries(cu_q.to(device), lengths.to(device), table.to(device), q.shape[0])
+    q = torch.randn((int(cu_q[-1]), q_heads, head_dim), dtype=dtype, device=device)
+    k_pool = torch.randn((blocks, block_size, kv_heads, head_dim), dtype=dtype, device=device)
+    v_pool = torch.randn_like(k_pool)
+    return q, k_pool, v_pool, StepQueries(cu_q.to(device), lengths.to(device), table.to(device), q.shape[0])
 
 
-def tune(k_cache: torch.Tensor, v_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int,
-         window: int = 0, softcap: float = 0.0, sinks: torch.Tensor | None = None) -> None:
-    """Have the autotuner choose both launches' configurations (decoding rows, prompt chunks) of this
-    kind of layer on :func:`tuning_step`, before any other call chooses them on whatever it happened
-    to run (a warm-up's dummy step attends almost nothing, and every later step, captured, keeps the
-    choice). The cache is only read: what the step writes goes nowhere. A configuration already
-    tuned for this key (this process, or Triton's cache) is kept; under the interpreter (no device to
+def tune(k_cache: torch.Tensor, q_heads: int, tokens: int, rows: int, context: int, window: int = 0,
+         softcap: float = 0.0, sinks: torch.Tensor | None = None) -> None:
+    """Have the autotuner choose both launches' configurations (decoding rows, prompt chunks) for a
+    layer of this kind (``k_cache``'s block size, heads, size and dtype; ``q_heads``; a window, a
+    soft-cap, sinks) on :func:`tuning_step`, before any other call chooses them on whatever it
+    happened to run (an engine's memory profile and warm-up attend dummies over a few blocks, and
+    every later step, captured, keeps the choice). Once per kind in a process; a configuration
+    already tuned for the kernel's key (Triton's cache) is kept; under the interpreter (no device to
     time on) nothing runs."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    _, block_size, kv_heads, head_dim = k_cache.shape
+    kind = (block_size, kv_heads, head_dim, k_cache.dtype, q_heads, window > 0, softcap > 0, sinks is not None)
+    if os.environ.get("TRITON_INTERPRET") == "1" or kind in _TUNED:
         return
-    q, queries = tuning_step(k_cache, q_heads, tokens, rows, context)
-    queries.attend(q, k_cache, v_cache, k_cache.shape[3] ** -0.5, window, softcap, sinks)
+    q, k_pool, v_pool, queries = tuning_step(block_size, kv_heads, head_dim, q_heads, tokens, rows, context,
+                                             k_cache.dtype, k_cache.device)
+    queries.attend(q, k_pool, v_pool, head_dim ** -0.5, window, softcap, sinks)
+    _TUNED.add(kind)
 
 
 class StepQueries:
