@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="TB_S", help="the device's memory bandwidth in TB/s for the limit (default: an H200's, "
                         "measured)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compiled-flat", action="store_true",
+                        help="compile the steps with prompt chunks too (DecodeTuning.compiled_flat)")
     args = parser.parse_args(argv)
     import tempfile
 
@@ -133,8 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     engine_options = {} if args.max_batch_tokens is None else {"max_batch_tokens": args.max_batch_tokens}
     loaded = intelrt.load(model_dir, workload="server", **engine_options)
+    if args.compiled_flat:
+        from dataclasses import replace
+
+        loaded.decode_tuning = replace(loaded.decode_tuning, compiled_flat=True)
+    results["compiled_flat"] = args.compiled_flat
     scale = 1 / 32 if args.tiny else 1.0  # bench_serve's
-    limits = limits_for(loaded, context_length=bench_serve.server_context(model_dir, scale))
+    loaded_at = time.perf_counter()
+    limits = limits_for(loaded, context_length=bench_serve.server_context(model_dir, scale))  # the memory profile
+    sized_at = time.perf_counter()
+    results.update(load_s=loaded_at - began, profile_s=sized_at - loaded_at)
+    print(f"profile_engine: loaded in {results['load_s']:.1f} s, memory profile {results['profile_s']:.1f} s",
+          flush=True)
+    save()
     decoder = loaded.fast_decoder()
     if decoder is None or limits.engine is None:
         raise SystemExit(f"the server would not run the engine for this model: {limits.engine_blocker}")
@@ -142,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     on_device = device.type == "cuda"
     batch = InflightBatch(decoder, limits.engine, device, preallocate=True)
     batch.warm_up()
-    results.update(device=str(device), load_and_warm_up_s=time.perf_counter() - began, rows=limits.engine.rows,
+    results.update(device=str(device), load_and_warm_up_s=time.perf_counter() - began,
+                   warm_up_s=time.perf_counter() - sized_at, rows=limits.engine.rows,
                    step_tokens=batch.token_budget, describe={k: str(v) for k, v in batch.describe().items()})
     save()
     print(f"profile_engine: {shape} on {device}, engine of {limits.engine.rows} rows, {batch.token_budget} tokens a "
-          f"step; load and warm-up {results['load_and_warm_up_s']:.1f} s", flush=True)
+          f"step; load and warm-up {results['load_and_warm_up_s']:.1f} s (warm-up {results['warm_up_s']:.1f} s)",
+          flush=True)
 
     vocab = int(loaded.model.config.get_text_config().vocab_size)
     def chat(seed: int) -> list[tuple[list[int], int]]:

@@ -130,13 +130,15 @@ def _rerun_capturer(captured: list[str]) -> Any:
     return capture
 
 
-@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured-flat-steps"])
-def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured: bool) -> None:
+@pytest.mark.parametrize(("captured", "compiled"), [(False, False), (True, False), (True, True)],
+                         ids=["eager", "captured-flat-steps", "compiled-captured-flat-steps"])
+def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured: bool, compiled: bool) -> None:
     """The engine with the plan's attention kernel (planned on the CPU under the interpreter):
     requests join a running batch one per look, so each look is one forward over the decoding rows'
     newest tokens and the newcomers' prompt chunks, attended by this kernel — eagerly, and as the
-    steps a device graph records (tokens padded to the next captured size, requests to every row);
-    every request gets exactly what ``model.generate`` gives it alone."""
+    steps a device graph records (tokens padded to the next captured size, requests to every row),
+    and those steps compiled by inductor at the warm-up: one graph for every size, none compiled
+    after; every request gets exactly what ``model.generate`` gives it alone."""
     import torch
 
     import intelrt
@@ -157,24 +159,43 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
             out = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
                                         do_sample=False, eos_token_id=None, pad_token_id=0)
         expected.append(out[0, ids.shape[1]:].tolist())
-    tuning = DecodeTuning(block_size=4, max_batch_tokens=8, attention_splits=2)  # chunks of a few tokens
+    # chunks of a few tokens (compiled: a budget of two captured step sizes, 16 and 20 tokens)
+    tuning = DecodeTuning(block_size=4, max_batch_tokens=20 if compiled else 8, attention_splits=2,
+                          compiled_flat=compiled)
     choice = loaded.plan.decided.decode
     assert choice.attention_kernel and choice.step_attention == "triton", "the CPU plans both under the interpreter"
     captures: list[str] = []
     if captured:
         from dataclasses import replace
 
-        choice = replace(choice, graphs="cuda", warmup=None)
+        choice = replace(choice, graphs="cuda", warmup=None, compile="inductor" if compiled else None)
     decoder = FastDecoder(loaded.model, choice, _rerun_capturer(captures) if captured else None, tuning,
                           backend=loaded.plan.backend)
     decoder.prepare()
     shape = decoder.kv_shape()
     size = size_engine(shape, MemoryBudget(64 * 4 * shape.bytes_per_token, "a test's budget"), tuning, rows=4,
                        context=40)
+    if compiled:  # as a server's memory profile does, on an engine of two blocks: the flat step compiles there
+        from intelrt.decoding.memory import EngineSize
+
+        probe = InflightBatch(decoder, EngineSize(size.rows, size.context, size.block_size, 2, size.max_batch_tokens,
+                                                  size.bytes_per_token), loaded.model.device, preallocate=True)
+        probe.profile()
+        del probe
     batch = InflightBatch(decoder, size, loaded.model.device)
     if captured:
         batch.warm_up()  # as a server does: every step size captured before the first request
         assert batch.runner.flat_captured() == batch.runner.flat_buckets
+        assert not decoder.notes, decoder.notes
+        assert batch.describe()["flat_compiled"] is compiled
+    if compiled:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        from intelrt.decoding.compact import CompactModel
+
+        graphs = _debug_get_cache_entry_list(CompactModel.flat_step.__code__)
+        assert len(batch.runner.flat_buckets) > 1 and len(graphs) == 1, "one compiled graph for every step size " \
+            "and every cache size"
     got: dict[int, list[int]] = {}
     handles: dict[int, int] = {}
     waiting = list(range(len(prompts)))
@@ -190,6 +211,7 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
     assert [got[i] for i in range(len(prompts))] == expected
     if captured:
         assert batch.runner.flat_captured() == batch.runner.flat_buckets, "no step captured after warm-up"
+        assert batch.stats.compiles_after_warmup == 0
 
 
 def test_the_tuning_step_is_a_busy_servers_step() -> None:

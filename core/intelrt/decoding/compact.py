@@ -700,20 +700,24 @@ class CompactModel:
                                  self.tuning.fold_norms)[0]
         return self._logits(logits)
 
-    def flat_step(self, input_ids: Any, positions: Any, write_slots: Any, queries: Any, last: Any,
-                  keys: list[Any], values: list[Any]) -> Any:
+    def flat_step(self, input_ids: Any, positions: Any, write_slots: Any, cu_q: Any, lengths: Any, table: Any,
+                  last: Any, keys: list[Any], values: list[Any]) -> Any:
         """One engine step over a fixed number of tokens, device work only (so a device graph can record
         it once per size and replay it for any step that fits): logits (len(last), vocab) after the
         tokens ``last`` (each request's last token in the step).
 
         ``input_ids``/``positions``: (1, tokens), the step's tokens end to end (decoding rows, then
         prompt chunks, then padding); ``write_slots``: (tokens,) their flat cache slots (padding:
-        the null block's); ``queries``: ``unified_attention.StepQueries`` over the step's requests
-        (padded with requests of no token). Only for models whose layers fit the kernel and need no
-        host decision per step (``flat_fits``)."""
+        the null block's); ``cu_q``/``lengths``/``table``: the step's requests (padded with requests
+        of no token) as ``unified_attention.StepQueries`` takes them. Only for models whose layers fit
+        the kernel and need no host decision per step (``flat_fits``). Tensors only, the token count
+        read from ``input_ids``: compiled with symbolic shapes, one graph serves every token count."""
+        from .unified_attention import StepQueries
+
         hidden = self._embedded(input_ids)
         rotations = self._rotations(hidden, positions)
         tokens = input_ids.shape[1]
+        queries = StepQueries(cu_q, lengths, table, tokens)
 
         def attend(index: int, layer: CompactLayer, qkv: Any, cos: Any, sin: Any) -> Any:
             q, k, v = self._qkv(layer, qkv, cos, sin)

@@ -111,6 +111,9 @@ class FastDecoder:
             self.notes.append(f"the plan names {graphs} graphs but no plugin provides their capturer; "
                               "decoding without graphs")
         self._compiled_decode: Callable[..., Any] | None = None
+        self._compiled_flat: Callable[..., Any] | None = None
+        self.flat_compile_failed: str | None = None
+        """Why compiling the step with prompt chunks failed (it then runs uncompiled), or ``None``."""
         self._compiled_model: Callable[..., Any] | None = None
         self._compiled_record: Callable[..., Any] | None = None
         self._offline: InflightBatch | None = None
@@ -164,7 +167,7 @@ class FastDecoder:
 
     def _forget_compact(self) -> None:
         """Drop the compact step and everything compiled or captured from it."""
-        self._compact, self._compiled_decode = None, None
+        self._compact, self._compiled_decode, self._compiled_flat = None, None, None
         self._offline = None
 
     def vocab_size(self) -> int:
@@ -271,13 +274,28 @@ class FastDecoder:
                 decode = self._compiled_decode
             gemv = bool(self.compile_backend) and rows <= self.tuning.gemv_max_rows
             return CompactForward(compact, cache, decode, gemv=gemv, fused_attention=self.attention_kernel,
-                                  unified=self.step_attention == "triton")
+                                  unified=self.step_attention == "triton", flat_fn=self.compiled_flat(compact))
         return ModelForward(self.model, cache, self._model_forward(), self.cache_kwarg, self.keep_logits)
 
     def adapter_forward(self, cache: PagedCache) -> ModelForward:
         """The forward of batches holding LoRA adapter rows: the model's own, eager (PEFT's
         mixed-batch hooks choose each row's adapter in Python), over ``cache``."""
         return ModelForward(self.model, cache, self.model, self.cache_kwarg, self.keep_logits, self.adapters)
+
+    def compiled_flat(self, compact: CompactModel) -> Callable[..., Any] | None:
+        """``compact.flat_step`` (a step with prompt chunks, over padded token counts) compiled with a
+        symbolic token count and cache size (``CompactForward.flat`` marks them), so that one compile
+        serves every captured size and the engine's cache: with ``DecodeTuning.compiled_flat``, where
+        the step compiles so (``dynamic_rows``: inductor), unless compiling it failed before."""
+        if not self.tuning.compiled_flat or self.flat_compile_failed:
+            return None
+        if self.compile_backend is None or not dynamic_rows(self.compile_backend):
+            return None
+        if self._compiled_flat is None:
+            import torch
+
+            self._compiled_flat = torch.compile(compact.flat_step, backend=self.compile_backend)
+        return self._compiled_flat
 
     def _model_forward(self) -> Callable[..., Any]:
         if not self.compile_backend:
@@ -347,7 +365,7 @@ class FastDecoder:
             self.graphs = None
         else:
             self.compile_backend = None
-            self._compiled_decode = self._compiled_model = self._compiled_record = None
+            self._compiled_decode = self._compiled_model = self._compiled_record = self._compiled_flat = None
         self._offline = None
 
     # -- sizing ------------------------------------------------------------------------------------

@@ -43,8 +43,11 @@ class CompactForward:
     plan has compiled the decode step yet)."""
 
     def __init__(self, compact: CompactModel, cache: PagedCache, decode_fn: Callable[..., Any], *, gemv: bool,
-                 fused_attention: bool, unified: bool = False) -> None:
+                 fused_attention: bool, unified: bool = False, flat_fn: Callable[..., Any] | None = None) -> None:
         self.compact, self.cache, self.decode_fn = compact, cache, decode_fn
+        self.flat_fn = flat_fn
+        """``compact.flat_step`` compiled once for every token count (``FastDecoder.compiled_flat``), or
+        ``None`` where the step is not compiled so."""
         self.gemv = gemv
         self.fused_attention = fused_attention and compact.attention_kernel_fits()
         self.planned_kernel = unified
@@ -64,10 +67,31 @@ class CompactForward:
         return self.compact.prefill(input_ids, positions, write_slots, segments, self.cache.keys, self.cache.values,
                                     self.unified_attention, tables, last)
 
-    def flat(self, input_ids: Any, positions: Any, write_slots: Any, queries: Any, last: Any) -> Any:
-        """``CompactModel.flat_step`` over this forward's cache."""
-        return self.compact.flat_step(input_ids, positions, write_slots, queries, last, self.cache.keys,
-                                      self.cache.values)
+    def flat(self, input_ids: Any, positions: Any, write_slots: Any, cu_q: Any, lengths: Any, table: Any, last: Any,
+             compiled: bool = False) -> Any:
+        """``CompactModel.flat_step`` over this forward's cache (``compiled``: its compiled form, where
+        there is one)."""
+        step, keys, values = self.compact.flat_step, self.cache.keys, self.cache.values
+        if compiled and self.flat_fn is not None:
+            import torch
+
+            # Symbolic: the token count, so that one graph serves every step size, and the cache's
+            # blocks, so that the graph compiled over the memory profile's cache of two blocks serves
+            # the engine's (compiled over the engine's, inductor's autotuner would clone a layer's
+            # whole cache to time the kernel writing it). Nothing else: with every size symbolic,
+            # inductor's CPU code generation spends minutes simplifying. The pools are marked through
+            # views of this call's: a mark stays on its tensor, and the compiled decode step, which
+            # reads the pools themselves, would compile again on finding one.
+            step, keys, values = self.flat_fn, [pool[:] for pool in keys], [pool[:] for pool in values]
+            marks = [(input_ids, 1), (positions, 1), (write_slots, 0), *((pool, 0) for pool in (*keys, *values))]
+            for tensor, dim in marks:
+                torch._dynamo.mark_dynamic(tensor, dim)
+        return step(input_ids, positions, write_slots, cu_q, lengths, table, last, keys, values)
+
+    @property
+    def compiles_flat(self) -> bool:
+        """:meth:`flat` has a compiled form."""
+        return self.flat_fn is not None
 
     def tune_attention(self, tokens: int, rows: int, context: int) -> None:
         """Tune the step attention kernel on a busy step's shape (``CompactModel.tune_step_attention``),

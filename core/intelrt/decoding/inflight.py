@@ -151,6 +151,7 @@ class InflightBatch:
                 "step": decoder.step, "graphs": decoder.graphs, "compiled": decoder.compile_backend,
                 "attention_kernel": self.report.attention_kernel, "step_reason": decoder.step_reason,
                 "flat_steps": self.runner.flat_buckets if self.runner.flat_capturable() else [],
+                "flat_compiled": self.runner.flat_compiled,
                 "notes": list(decoder.notes)}
 
     # -- set-up -------------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ class StepSource(Protocol):
     step_reason: str | None
     notes: list[str]
     adapters: EngineAdapters
+    flat_compile_failed: str | None
 
     @property
     def warmup(self) -> str: ...
@@ -152,6 +153,8 @@ class ModelRunner:
         self._flat: FlatInputs | None = None
         self._flat_replays: dict[int, Callable[[], object]] = {}
         self._flat_failed: str | None = None
+        self.flat_compiled = False
+        """The captured steps with prompt chunks are the compiled step's (``DecodeTuning.compiled_flat``)."""
         """Why captured steps with prompt chunks were turned off (``None``: they were not)."""
         self._forwards: dict[int, StepForward] = {}
         self._adapter_forward: ModelForward | None = None
@@ -204,6 +207,7 @@ class ModelRunner:
         self._steps.clear()
         self._replays.clear()
         self._flat_replays.clear()
+        self.flat_compiled = False
         self.report.graphs, self.report.compiled = self.decoder.graphs, self.decoder.compile_backend
         self.report.warmup = self.decoder.warmup
         self.report.attention_kernel = self.attention_kernel
@@ -366,6 +370,18 @@ class ModelRunner:
         with torch.inference_mode(), self.decoder.compiler_settings():
             with PeakMemory(self.decoder.backend, self.device) as prefill:  # the last chunk of the longest prompt: the widest prefill
                 self.dummy_prefill(min(self.size.max_batch_tokens, self.size.context), self.size.context)
+            prefill_bytes = prefill.bytes
+            if self.flat_capturable() and getattr(self.forward(1), "compiles_flat", False):
+                # a server's steps with prompt chunks run the compiled flat step: compiled here, over
+                # this small cache (the warm-up's captures find it), its widest step's peak counted
+                try:
+                    with PeakMemory(self.decoder.backend, self.device) as flat:
+                        bucket = self.flat_buckets[-1]
+                        self._flat_inputs().dummy(bucket, self.block_size)
+                        self._flat_step(bucket, compiled=True)
+                    prefill_bytes = max(prefill_bytes, flat.bytes)
+                except Exception as exc:  # noqa: BLE001 - any compiler failure: the step runs uncompiled
+                    self._flat_uncompiled(exc)
             for kind in (costliest, *kinds):
                 self.sampler.prepare(kind)
                 self.index.zero_()
@@ -373,7 +389,7 @@ class ModelRunner:
                     self._step_fn(bucket, kind, self.width)()
                 peaks.append(decode.bytes)
         self.idle_all()
-        return prefill.bytes, peaks[0], peaks[1:]
+        return prefill_bytes, peaks[0], peaks[1:]
 
     def buffer_bytes(self) -> int:
         """Device bytes held besides the KV cache (row state, outputs, the sampler's, flat buffers)."""
@@ -748,6 +764,7 @@ class ModelRunner:
         cause = exc.__cause__ or exc
         self._flat_failed = f"{type(cause).__name__}: {str(cause)[:300]}"
         self._flat_replays.clear()
+        self.flat_compiled = False
         note = f"capturing steps with prompt chunks failed ({self._flat_failed}); they run uncaptured from now on"
         log.warning("intelrt engine: %s", note)
         log.debug("intelrt engine: flat step capture failed", exc_info=exc)
@@ -784,31 +801,55 @@ class ModelRunner:
         replay()
         return flat.logits[:requests]
 
-    def _capture_flat(self, bucket: int) -> Callable[[], object]:
-        """The device graph of a step of ``bucket`` tokens over the flat buffers."""
-        from .unified_attention import StepQueries
+    def _capture_flat(self, bucket: int, compiled: bool = False) -> Callable[[], object]:
+        """The device graph of a step of ``bucket`` tokens over the flat buffers (``compiled``: of the
+        step's compiled form, where it has one)."""
+        return self.decoder.capture(lambda: self._flat_step(bucket, compiled), self.tuning.warmup_steps, self.report)
 
+    def _flat_step(self, bucket: int, compiled: bool = False) -> None:
+        """One step of ``bucket`` tokens over the flat buffers, its logits written to theirs."""
         flat = self._flat_inputs()
         forward: Any = self.forward(1)
-
-        def step() -> None:
-            queries = StepQueries(flat.cu_q, flat.lengths, flat.table, bucket)
-            flat.logits.copy_(forward.flat(flat.ids[None, :bucket], flat.positions[None, :bucket],
-                                           flat.slots[:bucket], queries, flat.last))
-
-        return self.decoder.capture(step, self.tuning.warmup_steps, self.report)
+        # sliced, then given the batch dimension: its stride is the token count, as in every size's call
+        flat.logits.copy_(forward.flat(flat.ids[:bucket][None], flat.positions[:bucket][None], flat.slots[:bucket],
+                                       flat.cu_q, flat.lengths, flat.table, flat.last, compiled))
 
     def _warm_flat(self) -> None:
         """Capture every flat bucket's graph (largest first) over a dummy step that writes the null
-        block only: one request of ``bucket`` tokens. A capture that fails turns such captures off
-        (``_flat_off``); decode steps keep theirs."""
+        block only: one request of ``bucket`` tokens. The step is compiled here where it compiles with
+        symbolic shapes (the first, largest size compiles; the others find that graph), so that only a
+        warm-up ever waits for the compiler: an offline call's steps, captured when first met, stay
+        uncompiled. A capture that fails turns such captures off (``_flat_off``); decode steps keep theirs."""
         flat = self._flat_inputs()
+        compiled = bool(getattr(self.forward(1), "compiles_flat", False)) and not self.decoder.flat_compile_failed
         try:
             for bucket in reversed(self.flat_buckets):
                 flat.dummy(bucket, self.block_size)
-                self._flat_replays[bucket] = self._capture_flat(bucket)
+                try:
+                    self._flat_replays[bucket] = self._capture_flat(bucket, compiled)
+                except CaptureFailed as failed:
+                    if not compiled:
+                        raise
+                    self._flat_uncompiled(failed)
+                    compiled = False
+                    self._flat_replays[bucket] = self._capture_flat(bucket)
         except CaptureFailed as failed:
             self._flat_off(failed)
+        self.flat_compiled = compiled and self._flat_failed is None
+
+    def _flat_uncompiled(self, exc: BaseException) -> None:
+        """Compiling the step with prompt chunks failed: its sizes are captured uncompiled instead
+        (those captured compiled so far are captured again), with a warning and a note."""
+        cause = exc.__cause__ or exc
+        note = (f"compiling the step with prompt chunks failed ({type(cause).__name__}: {str(cause)[:300]}); "
+                "it is captured uncompiled")
+        log.warning("intelrt engine: %s", note)
+        log.debug("intelrt engine: flat step compile failed", exc_info=exc)
+        self.decoder.notes.append(note)
+        self.decoder.flat_compile_failed = note
+        for bucket in list(self._flat_replays):
+            self._flat_inputs().dummy(bucket, self.block_size)
+            self._flat_replays[bucket] = self._capture_flat(bucket)
 
 
 class FlatInputs:
