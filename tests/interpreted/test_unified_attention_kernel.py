@@ -130,15 +130,19 @@ def _rerun_capturer(captured: list[str]) -> Any:
     return capture
 
 
-@pytest.mark.parametrize(("captured", "compiled"), [(False, False), (True, False), (True, True)],
-                         ids=["eager", "captured-flat-steps", "compiled-captured-flat-steps"])
-def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured: bool, compiled: bool) -> None:
+@pytest.mark.parametrize(("captured", "compiled", "compile_fails"),
+                         [(False, False, False), (True, False, False), (True, True, False), (True, True, True)],
+                         ids=["eager", "captured-flat-steps", "compiled-captured-flat-steps",
+                              "flat-step-compile-fails"])
+def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured: bool, compiled: bool,
+                                                       compile_fails: bool) -> None:
     """The engine with the plan's attention kernel (planned on the CPU under the interpreter):
     requests join a running batch one per look, so each look is one forward over the decoding rows'
     newest tokens and the newcomers' prompt chunks, attended by this kernel — eagerly, and as the
     steps a device graph records (tokens padded to the next captured size, requests to every row),
-    and those steps compiled by inductor at the warm-up: one graph for every size, none compiled
-    after; every request gets exactly what ``model.generate`` gives it alone."""
+    and those steps compiled by inductor in the memory profile: one graph for every size and cache,
+    none compiled after; where that compile fails, the steps are captured uncompiled with a note.
+    Every request gets exactly what ``model.generate`` gives it alone."""
     import torch
 
     import intelrt
@@ -172,6 +176,11 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
     decoder = FastDecoder(loaded.model, choice, _rerun_capturer(captures) if captured else None, tuning,
                           backend=loaded.plan.backend)
     decoder.prepare()
+    if compile_fails:  # the compiler fails on this graph (inductor raising, as a real failure would)
+        def failing(*args: Any) -> Any:
+            raise RuntimeError("inductor: a simulated lowering failure")
+
+        decoder._compiled_flat = failing
     shape = decoder.kv_shape()
     size = size_engine(shape, MemoryBudget(64 * 4 * shape.bytes_per_token, "a test's budget"), tuning, rows=4,
                        context=40)
@@ -186,9 +195,13 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
     if captured:
         batch.warm_up()  # as a server does: every step size captured before the first request
         assert batch.runner.flat_captured() == batch.runner.flat_buckets
-        assert not decoder.notes, decoder.notes
-        assert batch.describe()["flat_compiled"] is compiled
-    if compiled:
+        if compile_fails:
+            assert len(decoder.notes) == 1 and "simulated lowering failure" in decoder.notes[0], decoder.notes
+            assert "captured uncompiled" in decoder.notes[0]
+        else:
+            assert not decoder.notes, decoder.notes
+        assert batch.describe()["flat_compiled"] is (compiled and not compile_fails)
+    if compiled and not compile_fails:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         from intelrt.decoding.compact import CompactModel
