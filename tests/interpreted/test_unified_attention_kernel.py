@@ -135,7 +135,7 @@ def _rerun_capturer(captured: list[str]) -> Any:
                          ids=["eager", "captured-flat-steps", "compiled-captured-flat-steps",
                               "flat-step-compile-fails"])
 def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured: bool, compiled: bool,
-                                                       compile_fails: bool) -> None:
+                                                       compile_fails: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine with the plan's attention kernel (planned on the CPU under the interpreter):
     requests join a running batch one per look, so each look is one forward over the decoding rows'
     newest tokens and the newcomers' prompt chunks, attended by this kernel — eagerly, and as the
@@ -176,11 +176,19 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
     decoder = FastDecoder(loaded.model, choice, _rerun_capturer(captures) if captured else None, tuning,
                           backend=loaded.plan.backend)
     decoder.prepare()
-    if compile_fails:  # the compiler fails on this graph (inductor raising, as a real failure would)
-        def failing(*args: Any) -> Any:
-            raise RuntimeError("inductor: a simulated lowering failure")
+    if compiled:  # no graph of an earlier test's engine (dynamo keeps them per function, and they would serve)
+        torch._dynamo.reset()
+    if compile_fails:  # inductor fails to lower the graph holding the step attention op (the flat step's only)
+        import torch._inductor.compile_fx as inductor
 
-        decoder._compiled_flat = failing
+        lower = inductor.compile_fx
+
+        def failing(graph: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            if any("unified_attention" in str(node.target) for node in graph.graph.nodes):
+                raise RuntimeError("inductor: a simulated lowering failure")
+            return lower(graph, inputs, *args, **kwargs)
+
+        monkeypatch.setattr(inductor, "compile_fx", failing)
     shape = decoder.kv_shape()
     size = size_engine(shape, MemoryBudget(64 * 4 * shape.bytes_per_token, "a test's budget"), tuning, rows=4,
                        context=40)

@@ -816,10 +816,12 @@ class ModelRunner:
 
     def _warm_flat(self) -> None:
         """Capture every flat bucket's graph (largest first) over a dummy step that writes the null
-        block only: one request of ``bucket`` tokens. The step is compiled here where it compiles with
-        symbolic shapes (the first, largest size compiles; the others find that graph), so that only a
-        warm-up ever waits for the compiler: an offline call's steps, captured when first met, stay
-        uncompiled. A capture that fails turns such captures off (``_flat_off``); decode steps keep theirs."""
+        block only: one request of ``bucket`` tokens. Where the step compiles (``DecodeTuning.compiled_flat``)
+        its one graph was built by the memory profile (else the first, largest size builds it here), so
+        that only a server's start ever waits for the compiler: an offline call's steps, captured when
+        first met, stay uncompiled. A compile that fails leaves the captures uncompiled
+        (``_flat_uncompiled``); a capture that fails turns such captures off (``_flat_off``); decode
+        steps keep theirs."""
         flat = self._flat_inputs()
         compiled = bool(getattr(self.forward(1), "compiles_flat", False)) and not self.decoder.flat_compile_failed
         try:
