@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import intelrt
     from intelrt.decoding.inflight import InflightBatch
+    from intelrt.decoding.runner import compiled_frames
     from intelrt.serving.limits import limits_for
 
     out = Path(args.out)
@@ -141,12 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         loaded.decode_tuning = replace(loaded.decode_tuning, compiled_flat=True)
     results["compiled_flat"] = args.compiled_flat
     scale = 1 / 32 if args.tiny else 1.0  # bench_serve's
-    loaded_at = time.perf_counter()
+    loaded_at, frames = time.perf_counter(), compiled_frames()
     limits = limits_for(loaded, context_length=bench_serve.server_context(model_dir, scale))  # the memory profile
     sized_at = time.perf_counter()
-    results.update(load_s=loaded_at - began, profile_s=sized_at - loaded_at)
-    print(f"profile_engine: loaded in {results['load_s']:.1f} s, memory profile {results['profile_s']:.1f} s",
-          flush=True)
+    results.update(load_s=loaded_at - began, profile_s=sized_at - loaded_at, profile_compiles=compiled_frames() - frames)
+    print(f"profile_engine: loaded in {results['load_s']:.1f} s, memory profile {results['profile_s']:.1f} s "
+          f"({results['profile_compiles']} frames compiled)", flush=True)
     save()
     decoder = loaded.fast_decoder()
     if decoder is None or limits.engine is None:
@@ -156,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     batch = InflightBatch(decoder, limits.engine, device, preallocate=True)
     batch.warm_up()
     results.update(device=str(device), load_and_warm_up_s=time.perf_counter() - began,
-                   warm_up_s=time.perf_counter() - sized_at, rows=limits.engine.rows,
+                   warm_up_s=time.perf_counter() - sized_at, warm_up_compiles=batch.stats.warm_up_compiles,
+                   warm_up_captures=batch.stats.warm_up_captures, rows=limits.engine.rows,
                    step_tokens=batch.token_budget, describe={k: str(v) for k, v in batch.describe().items()})
     save()
     print(f"profile_engine: {shape} on {device}, engine of {limits.engine.rows} rows, {batch.token_budget} tokens a "
-          f"step; load and warm-up {results['load_and_warm_up_s']:.1f} s (warm-up {results['warm_up_s']:.1f} s)",
-          flush=True)
+          f"step; load and warm-up {results['load_and_warm_up_s']:.1f} s (warm-up {results['warm_up_s']:.1f} s: "
+          f"{batch.stats.warm_up_compiles} frames compiled, {batch.stats.warm_up_captures} steps captured); "
+          f"steps with chunks compiled: {batch.runner.flat_compiled}", flush=True)
+    for note in decoder.notes:
+        print(f"profile_engine: note: {note}", flush=True)
 
     vocab = int(loaded.model.config.get_text_config().vocab_size)
     def chat(seed: int) -> list[tuple[list[int], int]]:

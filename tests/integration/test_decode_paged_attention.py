@@ -75,3 +75,37 @@ def test_a_soft_capped_prefill_is_attended_in_tiles_and_equals_plain_attention()
     capped = prefill.attend(case["q"], case["k"], case["v"], 0.3, None, 2.0)
     torch.testing.assert_close(capped, case["expected"], rtol=1e-5, atol=1e-5)
     assert not torch.allclose(capped, plain["expected"], atol=1e-3)  # the cap changed the scores
+
+
+def test_a_compiled_step_writes_the_cache_in_place() -> None:
+    """A compiled step's cache write, then its attention over the pool (every layer's order), writes
+    the pool in place: the tokens land in the caller's pool, the attention sees them, and the
+    compiled code allocates nothing the size of a pool. Traced as plain ``index_copy_``, torch
+    2.11's inductor copied the whole pool to write it (checked by hand with 2.11: two pool-sized
+    buffers here; an 8B server's compiled steps ran out of memory on a 776 MiB copy), so
+    ``write`` goes through ``intelrt::write_cache`` while compiling."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    from intelrt.decoding.paged import PagedCache
+
+    cache = PagedCache(2, 2, 8, torch.float32, torch.device("cpu"), blocks=512, block_size=4)
+    slots, table = torch.tensor([5, 9]), torch.tensor([1, 2])
+
+    def step(keys: list[Any], states: Any) -> Any:
+        read = []
+        for pool in keys:
+            write(pool, slots, states)
+            read.append(pool[table].sum())
+        return torch.stack(read)
+
+    states = torch.randn(2, 2, 8)
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        out, code = run_and_get_code(torch.compile(step, fullgraph=True), cache.keys, states)
+    flat = [pool.view(-1, 2, 8) for pool in cache.keys]
+    for pool in flat:
+        torch.testing.assert_close(pool[slots], states)
+    torch.testing.assert_close(out, torch.stack([pool.view(512, 4, 2, 8)[table].sum() for pool in flat]))
+    pool_sized = f"({512 * 4}, 2, 8)"
+    assert not any(pool_sized in source for source in code), "the compiled step copies a pool to write it"

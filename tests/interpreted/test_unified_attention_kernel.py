@@ -209,6 +209,9 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
         else:
             assert not decoder.notes, decoder.notes
         assert batch.describe()["flat_compiled"] is (compiled and not compile_fails)
+        stats = batch.stats  # what the warm-up took, as a server's start reports it
+        assert stats.warm_up_captures == len(batch.runner.captured()) + len(batch.runner.flat_buckets) == len(captures)
+        assert (stats.warm_up_compiles > 0) is compiled and stats.warm_up_seconds > 0
     if compiled and not compile_fails:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 

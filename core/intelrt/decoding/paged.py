@@ -52,6 +52,8 @@ class PagedCache:
                  block_size: int, prefix_caching: bool = True, value_dim: int | None = None) -> None:
         import torch
 
+        from . import cache_write  # noqa: F401 - registers intelrt::write_cache, which write() calls when compiled
+
         value_dim = head_dim if value_dim is None else value_dim
         self.keys = [torch.zeros((blocks, block_size, kv_heads, head_dim), dtype=dtype, device=device)
                      for _ in range(layers)]
@@ -75,8 +77,15 @@ def flat(pool: Any) -> Any:
 
 
 def write(pool: Any, slots: Any, states: Any) -> None:
-    """Store ``states`` (tokens, heads, dim) at flat ``slots`` (tokens,) of ``pool``."""
-    flat(pool).index_copy_(0, slots, states.to(pool.dtype))
+    """Store ``states`` (tokens, heads, dim) at flat ``slots`` (tokens,) of ``pool``; in a step torch
+    compiles, through ``intelrt::write_cache`` (``cache_write.py``: so that the compiler writes the
+    pool in place instead of copying it whole)."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        torch.ops.intelrt.write_cache(pool, slots, states)
+    else:
+        flat(pool).index_copy_(0, slots, states.to(pool.dtype))
 
 
 def gather(pool: Any, table: Any) -> Any:

@@ -282,23 +282,31 @@ class ModelRunner:
         """Compile and capture the decode step of every row bucket for each sampler kind, run one
         prefill and capture every flat step size, so that no request waits for a compiler. A capture
         that fails turns device graphs off, a compilation that fails turns compiling off (as
-        ``FastDecoder.decode`` does)."""
+        ``FastDecoder.decode`` does). What it took is counted in ``stats`` (``warm_up_*``)."""
+        import time
+
         import torch
 
-        for _ in range(3):
-            try:
-                with torch.inference_mode():
-                    self._warm_up(kinds)
-                return
-            except CaptureFailed as failed:
-                self.decoder.disable(f"graph capture ({self.decoder.graphs})", failed.__cause__ or failed)
-            except Exception as exc:
-                if not self.decoder.compile_backend:
-                    raise
-                self.decoder.disable(f"compile ({self.decoder.compile_backend})", exc)
-            self.reset_compiled()
-        with torch.inference_mode():
-            self._warm_up(kinds)
+        began, frames = time.perf_counter(), compiled_frames()
+        try:
+            for _ in range(3):
+                try:
+                    with torch.inference_mode():
+                        self._warm_up(kinds)
+                    return
+                except CaptureFailed as failed:
+                    self.decoder.disable(f"graph capture ({self.decoder.graphs})", failed.__cause__ or failed)
+                except Exception as exc:
+                    if not self.decoder.compile_backend:
+                        raise
+                    self.decoder.disable(f"compile ({self.decoder.compile_backend})", exc)
+                self.reset_compiled()
+            with torch.inference_mode():
+                self._warm_up(kinds)
+        finally:
+            self.stats.warm_up_seconds += time.perf_counter() - began
+            self.stats.warm_up_compiles += compiled_frames() - frames
+            self.stats.warm_up_captures = len(self._replays) + len(self._flat_replays)
 
     def _warm_up(self, kinds: Sequence[SamplerKind]) -> None:
         with self.decoder.compiler_settings():

@@ -134,6 +134,12 @@ class EngineStats:
     compiles_after_warmup: int = 0
     """Frames torch compiled during looks after ``warm_up`` (a shape the warm-up did not cover: each is
     seconds to minutes a request waits; a server should see none)."""
+    warm_up_seconds: float = 0.0
+    """Wall time of ``warm_up`` (a server's start after its memory profile)."""
+    warm_up_compiles: int = 0
+    """Frames torch compiled during ``warm_up`` (each graph of the steps; most of its time)."""
+    warm_up_captures: int = 0
+    """Steps captured in device graphs by ``warm_up`` (every row bucket and sampler kind, every flat size)."""
 
 
 class DeviceRows(Protocol):
