@@ -240,6 +240,26 @@ def main(argv: list[str] | None = None) -> int:
                       for g, ms in results["profile"]["ms_per_step"].items()), flush=True)
     for row in results["profile"]["top"]:
         print(f"  {row['ms_per_step']:8.3f} ms/step  {row['group']:<9} {row['name'][:110]}", flush=True)
+    if batch.runner.flat_compiled:
+        # the first traffic again (its prefixes forgotten), the steps with chunks captured uncompiled:
+        # what compiling them gives, in one process
+        batch.forget_prefixes()
+        batch.runner.recapture_flat(compiled=False)
+        before = counters()
+        sync()
+        start = time.perf_counter()
+        again, _ = drive(batch, work, args.concurrency)
+        sync()
+        plain_seconds = time.perf_counter() - start
+        plain = {k: v - before[k] for k, v in counters().items()}
+        plain_tokens = sum(r.tokens for r in again)
+        results["uncompiled_flat_run"] = {"finished": len(again), "tokens": plain_tokens, "seconds": plain_seconds,
+                                          "tok_s": plain_tokens / plain_seconds, "engine": plain}
+        save()
+        print(f"profile_engine: the same traffic with the steps with chunks uncompiled: "
+              f"{plain_tokens / plain_seconds:,.0f} tok/s, steps with chunks "
+              f"{plain['mixed_device_seconds'] / max(plain['mixed_steps'], 1) * 1e3:.1f} ms each; compiled / uncompiled "
+              f"{(tokens / seconds) / (plain_tokens / plain_seconds):.2f}x", flush=True)
     median = statistics.median(r.tokens for r in finished) if finished else 0
     print(f"profile_engine: results in {out / 'engine.json'} (median output {median} tokens)", flush=True)
     return 0
