@@ -824,9 +824,12 @@ class ModelRunner:
 
     def recapture_flat(self, compiled: bool) -> None:
         """Capture every flat size again, of the compiled step (where it compiles) or not: a benchmark's
-        two runs of the same traffic in one process (``benchmarks/profile_engine.py --compiled-flat``)."""
+        two runs of the same traffic in one process (``benchmarks/profile_engine.py --compiled-flat``).
+        Nothing where such steps are not captured (``flat_capturable``)."""
         import torch
 
+        if not self.flat_capturable():
+            return
         self._flat_replays.clear()
         with torch.inference_mode():
             self._warm_flat(compiled)
