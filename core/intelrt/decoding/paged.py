@@ -82,10 +82,9 @@ def write(pool: Any, slots: Any, states: Any) -> None:
     pool in place instead of copying it whole)."""
     import torch
 
-    if torch.compiler.is_compiling():
-        torch.ops.intelrt.write_cache(pool, slots, states)
-    else:
-        flat(pool).index_copy_(0, slots, states.to(pool.dtype))
+    from .cache_write import store, write_cache
+
+    (write_cache if torch.compiler.is_compiling() else store)(pool, slots, states)
 
 
 def gather(pool: Any, table: Any) -> Any:
