@@ -185,14 +185,17 @@ def main(argv: list[str] | None = None) -> int:
         if on_device:
             torch.cuda.synchronize()
 
+    def timed(traffic: list[tuple[list[int], int]]) -> tuple[list[bench_serve.Request], int, float, dict[str, float]]:
+        """``traffic`` driven to its end: the finished requests, the looks, the seconds, the engine's counts."""
+        before = counters()
+        sync()
+        start = time.perf_counter()
+        done, looked = drive(batch, traffic, args.concurrency)
+        sync()
+        return done, looked, time.perf_counter() - start, {k: v - before[k] for k, v in counters().items()}
+
     # the traffic, unprofiled
-    before = counters()
-    sync()
-    start = time.perf_counter()
-    finished, looks = drive(batch, work, args.concurrency)
-    sync()
-    seconds = time.perf_counter() - start
-    engine = {k: v - before[k] for k, v in counters().items()}
+    finished, looks, seconds, engine = timed(work)
     tokens = sum(r.tokens for r in finished)
     limit = hardware.limit(finished, args.concurrency)
     run = {"concurrency": args.concurrency, "finished": len(finished), "tokens": tokens, "seconds": seconds,
@@ -245,13 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         # what compiling them gives, in one process
         batch.forget_prefixes()
         batch.runner.recapture_flat(compiled=False)
-        before = counters()
-        sync()
-        start = time.perf_counter()
-        again, _ = drive(batch, work, args.concurrency)
-        sync()
-        plain_seconds = time.perf_counter() - start
-        plain = {k: v - before[k] for k, v in counters().items()}
+        again, _, plain_seconds, plain = timed(work)
         plain_tokens = sum(r.tokens for r in again)
         results["uncompiled_flat_run"] = {"finished": len(again), "tokens": plain_tokens, "seconds": plain_seconds,
                                           "tok_s": plain_tokens / plain_seconds, "engine": plain}

@@ -76,9 +76,9 @@ class CompactForward:
             import torch
 
             # Symbolic: the token count, so that one graph serves every step size, and the cache's
-            # blocks, so that the graph compiled over the memory profile's cache of two blocks serves
-            # the engine's (compiled over the engine's, inductor's autotuner would clone a layer's
-            # whole cache to time the kernel writing it). Nothing else: with every size symbolic,
+            # blocks, so that the graph compiled in the memory profile over its cache of two blocks
+            # (where its peak is counted, and only a server's start waits for it) serves the
+            # engine's. Nothing else: with every size symbolic,
             # inductor's CPU code generation spends minutes simplifying. The pools are marked through
             # views of this call's: a mark stays on its tensor, and the compiled decode step, which
             # reads the pools themselves, would compile again on finding one.

@@ -58,8 +58,9 @@ class DecodeTuning:
     """With a step compiled by inductor, a server's steps with prompt chunks (``CompactModel.flat_step``,
     captured once per size at the warm-up) are compiled too: one graph with a symbolic token count and
     cache size, built during the memory profile over its small cache. Off until measured: uncompiled,
-    norms, activation and rotation are a quarter of an 8B model's mixed step on an H100, but the one
-    run with it on did not finish its warm-up within 9 minutes (docs/performance.md)."""
+    norms, activation and rotation are a quarter of an 8B model's mixed step on an H100, but every
+    run with it on ran out of memory at its first step over the engine's cache (torch 2.11 copied each
+    pool it wrote; ``cache_write.py``), so its speed is still unknown (docs/performance.md)."""
     gemv_max_rows: int = 4
     """A compiled compact step of at most this many rows writes its projections as
     multiply-and-sum, which the compiler fuses with the operation after them."""
