@@ -11,11 +11,13 @@ from __future__ import annotations
 import ast
 import inspect
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import intelrt
+from intelrt.hooks import signature
 from intelrt.hooks.backend import Backend
 from intelrt.hooks.concerns import CONCERNS, Decided
 from intelrt.hooks.request import ENGINE_OPTIONS, NO_MODEL, REQUEST_OPTIONS, Request
@@ -249,12 +251,38 @@ def test_the_host_calls_each_concern_by_its_written_out_method() -> None:
     assert 'getattr(backend, f"' not in source and 'getattr(GENERIC, f"' not in source
 
 
+@pytest.mark.parametrize("path", signature.FILES, ids=lambda path: path.name)
+def test_plan_and_load_spell_out_the_request_options_as_generated(path: Path) -> None:
+    """plan()'s and load()'s request option parameters, and the calls that pass them on, are
+    rendered from ``Request``'s fields (issue 41: each fact once) between marker comments."""
+    source = path.read_text(encoding="utf-8")
+    assert not signature.missing_regions(source), f"{path.name} lacks a region: {signature.missing_regions(source)}"
+    assert signature.render(source) == source, (
+        f"{path.relative_to(ROOT)}'s request options differ from Request's fields: run {signature.COMMAND}")
+
+
+def test_a_changed_declaration_or_a_hand_edited_region_shows() -> None:
+    """The check above can fail: a default changed in the declaration renders differently, and a
+    region edited by hand is rendered back to the declaration."""
+    source = signature.FILES[0].read_text(encoding="utf-8")
+    declared = signature.request_parameters()
+    changed = [replace(p, default=True) if p.name == "strict" else p for p in declared]
+    assert "strict: bool = False," in source and "strict: bool = True," in signature.render(source, changed)
+    edited = source.replace("strict: bool = False,", "strict: bool = True,", 1)  # plan()'s, in its region
+    assert edited != source and signature.render(edited) == source
+    unclosed = source.replace(signature.end("keywords"), "")
+    with pytest.raises(ValueError, match="is not closed"):
+        signature.render(unclosed)
+    assert signature.missing_regions(unclosed) == ["keywords"]
+
+
 @pytest.mark.parametrize("function", [intelrt.plan, intelrt.load], ids=["plan", "load"])
-def test_plan_and_load_take_exactly_the_declared_options(function) -> None:  # type: ignore[no-untyped-def]
+def test_only_load_takes_keywords_beside_the_generated_ones(function) -> None:  # type: ignore[no-untyped-def]
+    """The generated parameters are all of plan()'s keywords; load() adds the engine's (never planned)."""
     parameters = inspect.signature(function).parameters
     keywords = {n: p.default for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    engine = {name: None for name in ENGINE_OPTIONS} if function is intelrt.load else {}  # load's own, never planned
-    assert keywords == {**{o.name: o.default for o in REQUEST_OPTIONS}, **engine}
+    engine = {name: None for name in ENGINE_OPTIONS} if function is intelrt.load else {}
+    assert keywords == {**{p.name: p.default for p in signature.request_parameters()}, **engine}
     assert list(keywords) == [o.name for o in REQUEST_OPTIONS] + list(engine)
 
 

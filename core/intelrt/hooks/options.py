@@ -1,7 +1,8 @@
 """What a request option is: its vocabulary, the normaliser that turns what a caller passed into
 the request's value (refusing anything else with a :class:`ConfigurationError` that says what was
 wrong), and :class:`RequestOption`, the declaration :class:`~intelrt.hooks.request.Request`'s
-fields carry (``plan()``, ``load()`` and the CLI's plan flags are checked against or built from it).
+fields carry (``plan()``'s and ``load()``'s parameters are generated from it, the CLI's plan flags
+built from it).
 """
 
 from __future__ import annotations
@@ -162,6 +163,9 @@ class RequestOption:
     flag: bool = False
     """A switch: ``--name`` on the command line sets True."""
     metavar: str | None = None
+    accepts: str | None = None
+    """The annotation ``plan()`` / ``load()`` give the option where a caller may pass more than the
+    request keeps (``devices="0,2"``, ``compile=True``); ``None``: the field's own type."""
 
     @property
     def cli_flag(self) -> str:
@@ -182,8 +186,9 @@ PLANNED_KWARGS = {"device_map": "devices=/backend=", "dtype": "dtype=", "torch_d
 
 
 def request_option(default: Any, help: str, normalize: Callable[[Any], Any], *, choices: tuple[str, ...] | None = None,
-                   flag: bool = False, metavar: str | None = None) -> Any:
+                   flag: bool = False, metavar: str | None = None, accepts: str | None = None) -> Any:
     """A :class:`~intelrt.hooks.request.Request` field that is a request option: its default and, as
-    field metadata, what the CLI and the docs show of it and how a caller's value is normalised."""
+    field metadata, what the CLI and the docs show of it, how a caller's value is normalised and
+    (``accepts``) what ``plan()`` / ``load()`` take when that is more than the field's type."""
     return field(default=default, metadata={"option": {"help": help, "normalize": normalize, "choices": choices,
-                                                       "flag": flag, "metavar": metavar}})
+                                                       "flag": flag, "metavar": metavar, "accepts": accepts}})

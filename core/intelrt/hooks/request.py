@@ -73,16 +73,19 @@ They size and switch the engine; no plan decision depends on them, so they are l
 class Request:
     """Everything the caller of ``plan``/``load`` asked for. ``"auto"`` means "intelrt decides".
 
-    Each field after ``model`` up to ``strict`` is a request option, declared here once: its default,
-    its help text and its normaliser (:data:`REQUEST_OPTIONS` reads them), so ``plan()``,
-    ``load()``, the CLI flags and the docs' options table come from this declaration."""
+    Each field after ``model`` up to ``strict`` is a request option, declared here once: its type,
+    its default, its help text and its normaliser (:data:`REQUEST_OPTIONS` reads them), and what a
+    caller may pass where that is more than the type (``accepts=``). ``plan()``'s and ``load()``'s
+    parameters for them, and the calls that pass them on, are generated from this declaration
+    (:mod:`intelrt.hooks.signature`: ``python -m intelrt.hooks.signature --write``); the CLI flags
+    and the docs' options table are built from it."""
 
     model: str
     backend: str = request_option(AUTO, "auto (the best available accelerator, else the CPU) or a backend name "
                                   "(`intelrt plugins` lists them)", normalize_backend, metavar="NAME")
     devices: tuple[DeviceId, ...] | None = request_option(
         None, "device ids for this run, e.g. 0,2 (default: every visible device); card.tile (e.g. 0.1) names one tile "
-        "of an Intel GPU in COMPOSITE mode", normalize_devices, metavar="IDS")
+        "of an Intel GPU in COMPOSITE mode", normalize_devices, metavar="IDS", accepts="object")
     """Device ids (:data:`~intelrt.hooks.options.DeviceId`): ints, or ``"card.tile"`` strings for Intel GPUs
     in COMPOSITE mode (backends whose ``tile_ids`` fact is False refuse those)."""
     dtype: str = request_option(AUTO, "weights dtype: auto, float32, bfloat16, float16 (bf16, fp16, fp32 accepted)",
@@ -96,7 +99,7 @@ class Request:
         "autoround, fp8 (default: none, or the checkpoint's own quantization_config)",
         normalize_quantization, metavar="METHOD")
     compile: str = request_option(AUTO, "torch.compile the model: auto, none, on, or a torch.compile backend name",
-                                  normalize_compile, metavar="BACKEND")
+                                  normalize_compile, metavar="BACKEND", accepts="str | bool")
     task: str = request_option(
         AUTO, "what the model is loaded for: auto (from the class its config names), any task transformers' "
         "pipeline accepts (text-generation, token-classification, image-text-to-text, automatic-speech-recognition "
@@ -106,10 +109,10 @@ class Request:
                                    one_of("batching", BATCHING), choices=BATCHING)
     """How a list of prompts is generated: ``continuous`` batching (SPEC X7), ``padded`` batch, or auto."""
     graphs: str = request_option(AUTO, "device graphs (CUDA / XPU / HPU graphs) for decoding: auto, on, off",
-                                 switch("graphs"), choices=SWITCH)
+                                 switch("graphs"), choices=SWITCH, accepts="str | bool")
     attention_kernel: str = request_option(
         AUTO, "intelrt's one-kernel decode attention (Triton) in the fast decode step: auto (where the backend runs "
-        "it), on, off", switch("attention_kernel"), choices=SWITCH)
+        "it), on, off", switch("attention_kernel"), choices=SWITCH, accepts="str | bool")
     workload: str = request_option(
         AUTO, "the work this load serves, so that warm-up pays for itself: one-shot (one short generate, as `intelrt "
         "run`), server (many calls over a long life), batch (many prompts); auto: intelrt decides (compiles once the "
@@ -122,7 +125,7 @@ class Request:
     buckets: str = request_option(
         AUTO, "pad prompts and decode batches to a few shapes where the device compiles one graph per shape "
         "(Gaudi), warming each up at load for a server or batch workload: auto, on, off", switch("buckets"),
-        choices=SWITCH)
+        choices=SWITCH, accepts="str | bool")
     sharding: str = request_option(
         AUTO, "how training spreads over processes (intelrt launch): auto (from model size, device memory and world "
         "size), none, ddp, fsdp (FSDP2), deepspeed (ZeRO)", one_of("sharding", SHARDING), choices=SHARDING)

@@ -196,25 +196,31 @@ def _log_plan(model: ModelInfo, detected: tuple[Backend, ...], backend: Backend,
         log.info("  %s = %s by %s%s — %s", d.name, d.value, d.plugin, " (forced)" if d.forced else "", d.reason)
 
 
-def plan(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
-         attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
-         compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
-         sharding: str = AUTO, parallel: str = AUTO,
-         trust_remote_code: bool = False, allow_pickle: bool = False,
-         strict: bool = False, **from_pretrained_kwargs: Any) -> Plan:
+def plan(model: str | os.PathLike[str], *,
+         # <request option parameters: python -m intelrt.hooks.signature --write>
+         backend: str = AUTO, devices: object = None, dtype: str = AUTO, attention: str = AUTO,
+         kernels: str | bool = AUTO, quantization: str | None = None, compile: str | bool = AUTO,
+         task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         buckets: str | bool = AUTO, sharding: str = AUTO, parallel: str = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False, strict: bool = False,
+         # </request option parameters>
+         **from_pretrained_kwargs: Any) -> Plan:
     """Decide everything ``load`` would do for ``model``, without touching a device or the network.
 
     Every argument defaults to ``"auto"`` (intelrt decides); any other value is forced and shows
     as such in the plan. The options are described in :data:`intelrt.hooks.request.REQUEST_OPTIONS`
     (``intelrt plan --help`` prints them). Extra keyword arguments go to ``from_pretrained`` unchanged.
     """
-    request = Request.build(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
+    request = Request.build(model,
+                            # <request option keywords: python -m intelrt.hooks.signature --write>
+                            backend=backend, devices=devices, dtype=dtype, attention=attention,
                             kernels=kernels, quantization=quantization, compile=compile, task=task,
                             batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                            workload=workload, warmup=warmup, buckets=buckets, sharding=sharding, parallel=parallel,
-                            trust_remote_code=trust_remote_code,
+                            workload=workload, warmup=warmup, buckets=buckets, sharding=sharding,
+                            parallel=parallel, trust_remote_code=trust_remote_code,
                             allow_pickle=allow_pickle, strict=strict,
+                            # </request option keywords>
                             **from_pretrained_kwargs)
     return make_plan(request)
 

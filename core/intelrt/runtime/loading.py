@@ -244,13 +244,16 @@ def plan_for_load(model: str | os.PathLike[str], **options: Any) -> Plan:
     return make_plan(request, host=get_host(), model=info)
 
 
-def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object = None, dtype: str = AUTO,
-         attention: str = AUTO, kernels: str | bool = AUTO, quantization: str | None = None,
-         compile: str | bool = AUTO, task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
-         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO, buckets: str | bool = AUTO,
-         sharding: str = AUTO, parallel: str = AUTO,
-         trust_remote_code: bool = False, allow_pickle: bool = False,
-         strict: bool = False, gpu_memory_utilization: float | None = None, max_batch_tokens: int | None = None,
+def load(model: str | os.PathLike[str], *,
+         # <request option parameters: python -m intelrt.hooks.signature --write>
+         backend: str = AUTO, devices: object = None, dtype: str = AUTO, attention: str = AUTO,
+         kernels: str | bool = AUTO, quantization: str | None = None, compile: str | bool = AUTO,
+         task: str = AUTO, batching: str = AUTO, graphs: str | bool = AUTO,
+         attention_kernel: str | bool = AUTO, workload: str = AUTO, warmup: str = AUTO,
+         buckets: str | bool = AUTO, sharding: str = AUTO, parallel: str = AUTO,
+         trust_remote_code: bool = False, allow_pickle: bool = False, strict: bool = False,
+         # </request option parameters>
+         gpu_memory_utilization: float | None = None, max_batch_tokens: int | None = None,
          prefix_caching: bool | None = None, **from_pretrained_kwargs: Any) -> Loaded:
     """Plan and load ``model`` (a local directory or a hub id); see :func:`intelrt.plan`.
 
@@ -266,11 +269,15 @@ def load(model: str | os.PathLike[str], *, backend: str = AUTO, devices: object 
 
     tuning = with_engine_options(DecodeTuning(), gpu_memory_utilization=gpu_memory_utilization,
                                  max_batch_tokens=max_batch_tokens, prefix_caching=prefix_caching)
-    plan = plan_for_load(model, backend=backend, devices=devices, dtype=dtype, attention=attention,
+    plan = plan_for_load(model,
+                         # <request option keywords: python -m intelrt.hooks.signature --write>
+                         backend=backend, devices=devices, dtype=dtype, attention=attention,
                          kernels=kernels, quantization=quantization, compile=compile, task=task,
                          batching=batching, graphs=graphs, attention_kernel=attention_kernel,
-                         workload=workload, warmup=warmup, buckets=buckets, sharding=sharding, parallel=parallel,
-                         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, strict=strict,
+                         workload=workload, warmup=warmup, buckets=buckets, sharding=sharding,
+                         parallel=parallel, trust_remote_code=trust_remote_code,
+                         allow_pickle=allow_pickle, strict=strict,
+                         # </request option keywords>
                          **from_pretrained_kwargs)
     _, credentials = split_credentials(from_pretrained_kwargs)
     loaded = apply_plan(plan, get_host(), credentials)
