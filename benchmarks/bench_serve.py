@@ -160,9 +160,10 @@ class Cell:
 
 # -- the model ---------------------------------------------------------------------------------
 
-def build(workdir: Path, shape: str) -> None:
+def build(workdir: Path, shape: str, layers: int | None = None) -> None:
     """The model's random weights (bf16; the tiny model float32), a word-level tokenizer over its
-    vocabulary, and no end-of-sequence token — built on the CPU."""
+    vocabulary, and no end-of-sequence token — built on the GPU where there is one. ``layers``: that
+    many decoder layers of the shape's width instead of its own count (not for the tiny shape)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerFast
@@ -172,12 +173,16 @@ def build(workdir: Path, shape: str) -> None:
     from intelrt.tiny import CHAT_TEMPLATE
 
     if shape == "tiny":
+        if layers is not None:
+            raise SystemExit("--layers is for the real shapes; the tiny model has its own two layers")
         build_model(workdir, tiny=True, device="cpu")
     else:
         from intelrt.cli.shapes import shape as shape_config
 
         config = (shape_config("Llama-3.1-8B") if shape == "llama-3.1-8b" else QWEN3_1_7B if shape == "qwen3-1.7b"
                   else {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **QWEN3_0_6B})
+        if layers is not None:
+            config = {**config, "num_hidden_layers": layers}
         # built on the GPU when there is one (seconds, where an 8B model takes minutes on the CPU)
         model = random_model(config, dtype=torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu")
         model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id = None, None, 1
