@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if planned is None or not planned.attention_kernel:
         raise SystemExit(f"profile_compile: the plan has no decode step with the Triton attention here ({planned})")
     choice = replace(planned, graphs="cuda", warmup=None, compile="inductor")
-    tuning = DecodeTuning(block_size=4, max_batch_tokens=args.max_batch_tokens, attention_splits=2, compiled_flat=True)
+    tuning = DecodeTuning(block_size=4, max_batch_tokens=args.max_batch_tokens, attention_splits=2)
     decoder = FastDecoder(loaded.model, choice, replaying_capturer, tuning, backend=loaded.plan.backend)
     decoder.prepare()
     shape = decoder.kv_shape()

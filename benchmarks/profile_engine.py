@@ -16,6 +16,9 @@ Then a second pass of traffic shaped the same (other prompts, seeded apart: the 
 be prefilled from the prefix cache) runs ``--profiled-looks`` looks under ``torch.profiler``:
 the device's kernels grouped (matrix products, attention, copies, the rest) with their time per
 step, and the costliest kernels by name. Everything is written to ``OUT/engine.json`` as it comes.
+
+``--flat both`` runs it twice, one process after the other, with the steps with prompt chunks compiled
+(``DecodeTuning.compiled_flat``, the default) and uncompiled, and prints the ratio.
 """
 
 from __future__ import annotations
@@ -92,6 +95,52 @@ def drive(batch: Any, work: list[tuple[list[int], int]], concurrency: int, looks
     return finished, count
 
 
+def without(argv: list[str], option: str) -> list[str]:
+    """``argv`` less ``option``'s occurrences (``--option value`` and ``--option=value``)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(f"{option}="):
+            kept.append(arg)
+    return kept
+
+
+def compare_flat(argv: list[str], out: Path) -> int:
+    """``--flat both``: this probe run twice, one process after the other (the engine's KV cache is sized
+    for its own step's activations, so the two cannot share one), the steps with chunks compiled then
+    uncompiled, into ``OUT/compiled`` and ``OUT/uncompiled``; prints their ratio."""
+    import subprocess
+    import sys
+
+    kept = without(without(argv, "--flat"), "--out")
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in ("compiled", "uncompiled"):
+        where = out / mode
+        child = [*kept, "--flat", mode, "--out", str(where)]
+        code = subprocess.run([sys.executable, __file__, *child], check=False).returncode
+        if code != 0:
+            raise SystemExit(f"profile_engine --flat {mode} exited with {code}; its results so far: {where}")
+        runs[mode] = json.loads((where / "engine.json").read_text())
+    (out / "flat.json").write_text(json.dumps({mode: {k: run.get(k) for k in (
+        "flat_compiled", "load_and_warm_up_s", "warm_up_compiles", "run")} for mode, run in runs.items()}, indent=1))
+    compiled, uncompiled = runs["compiled"]["run"], runs["uncompiled"]["run"]
+
+    def chunk_ms(run: dict[str, Any]) -> float:
+        return float(run["engine"]["mixed_device_seconds"]) / max(float(run["engine"]["mixed_steps"]), 1.0) * 1e3
+
+    print(f"profile_engine: steps with chunks compiled / uncompiled (two processes, the same traffic): "
+          f"{compiled['tok_s']:,.0f} / {uncompiled['tok_s']:,.0f} tok/s = {compiled['tok_s'] / uncompiled['tok_s']:.2f}x; "
+          f"steps with chunks {chunk_ms(compiled):.1f} / {chunk_ms(uncompiled):.1f} ms; load and warm-up "
+          f"{runs['compiled']['load_and_warm_up_s']:.1f} / {runs['uncompiled']['load_and_warm_up_s']:.1f} s"
+          + ("" if runs["compiled"]["flat_compiled"] else " — the steps with chunks compiled in neither run here "
+             "(no device graphs or no inductor step), so this compares two uncompiled runs"), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -112,9 +161,14 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="TB_S", help="the device's memory bandwidth in TB/s for the limit (default: an H200's, "
                         "measured)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--compiled-flat", action="store_true",
-                        help="compile the steps with prompt chunks too (DecodeTuning.compiled_flat)")
+    parser.add_argument("--flat", choices=("compiled", "uncompiled", "both"), default="compiled",
+                        help="the steps with prompt chunks compiled (DecodeTuning.compiled_flat, the default) or not; "
+                        "both: one process of each, one after the other on the same traffic, and their ratio")
     args = parser.parse_args(argv)
+    if args.flat == "both":
+        import sys
+
+        return compare_flat(sys.argv[1:] if argv is None else argv, Path(args.out))
     import tempfile
 
     import torch
@@ -144,11 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     engine_options = {} if args.max_batch_tokens is None else {"max_batch_tokens": args.max_batch_tokens}
     loaded = intelrt.load(model_dir, workload="server", **engine_options)
-    if args.compiled_flat:
+    if args.flat == "uncompiled":
         from dataclasses import replace
 
-        loaded.decode_tuning = replace(loaded.decode_tuning, compiled_flat=True)
-    results["compiled_flat"] = args.compiled_flat
+        loaded.decode_tuning = replace(loaded.decode_tuning, compiled_flat=False)
+    results["compiled_flat"] = loaded.decode_tuning.compiled_flat
     scale = 1 / 32 if args.tiny else 1.0  # bench_serve's
     loaded_at, frames = time.perf_counter(), compiled_frames()
     limits = limits_for(loaded, context_length=bench_serve.server_context(model_dir, scale))  # the memory profile
@@ -167,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     results.update(device=str(device), load_and_warm_up_s=time.perf_counter() - began,
                    warm_up_s=time.perf_counter() - sized_at, warm_up_compiles=batch.stats.warm_up_compiles,
                    warm_up_captures=batch.stats.warm_up_captures, rows=limits.engine.rows,
-                   step_tokens=batch.token_budget, describe={k: str(v) for k, v in batch.describe().items()})
+                   step_tokens=batch.token_budget, flat_compiled=batch.runner.flat_compiled,
+                   describe={k: str(v) for k, v in batch.describe().items()})
     save()
     depth = "" if args.layers is None else f" ({args.layers} layers)"
     print(f"profile_engine: {shape}{depth} on {device}, engine of {limits.engine.rows} rows, {batch.token_budget} tokens a "
@@ -252,20 +307,6 @@ def main(argv: list[str] | None = None) -> int:
                       for g, ms in results["profile"]["ms_per_step"].items()), flush=True)
     for row in results["profile"]["top"]:
         print(f"  {row['ms_per_step']:8.3f} ms/step  {row['group']:<9} {row['name'][:110]}", flush=True)
-    if batch.runner.flat_compiled:
-        # the first traffic again (its prefixes forgotten), the steps with chunks captured uncompiled:
-        # what compiling them gives, in one process
-        batch.forget_prefixes()
-        batch.runner.recapture_flat(compiled=False)
-        again, _, plain_seconds, plain = timed(work)
-        plain_tokens = sum(r.tokens for r in again)
-        results["uncompiled_flat_run"] = {"finished": len(again), "tokens": plain_tokens, "seconds": plain_seconds,
-                                          "tok_s": plain_tokens / plain_seconds, "engine": plain}
-        save()
-        print(f"profile_engine: the same traffic with the steps with chunks uncompiled: "
-              f"{plain_tokens / plain_seconds:,.0f} tok/s, steps with chunks "
-              f"{plain['mixed_device_seconds'] / max(plain['mixed_steps'], 1) * 1e3:.1f} ms each; compiled / uncompiled "
-              f"{(tokens / seconds) / (plain_tokens / plain_seconds):.2f}x", flush=True)
     median = statistics.median(r.tokens for r in finished) if finished else 0
     print(f"profile_engine: results in {out / 'engine.json'} (median output {median} tokens)", flush=True)
     return 0

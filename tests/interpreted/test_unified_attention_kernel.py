@@ -220,12 +220,6 @@ def test_mixed_steps_through_the_kernel_equal_generate(tiny_model: Any, captured
         graphs = _debug_get_cache_entry_list(CompactModel.flat_step.__code__)
         assert len(batch.runner.flat_buckets) > 1 and len(graphs) == 1, "one compiled graph for every step size " \
             "and every cache size"
-        # a benchmark's comparison in one process: the sizes captured uncompiled, then compiled again
-        batch.runner.recapture_flat(compiled=False)
-        assert not batch.runner.flat_compiled
-        batch.runner.recapture_flat(compiled=True)
-        assert batch.runner.flat_compiled and batch.runner.flat_captured() == batch.runner.flat_buckets
-        assert len(_debug_get_cache_entry_list(CompactModel.flat_step.__code__)) == 1
     got: dict[int, list[int]] = {}
     handles: dict[int, int] = {}
     waiting = list(range(len(prompts)))

@@ -822,30 +822,16 @@ class ModelRunner:
         flat.logits.copy_(forward.flat(flat.ids[:bucket][None], flat.positions[:bucket][None], flat.slots[:bucket],
                                        flat.cu_q, flat.lengths, flat.table, flat.last, compiled))
 
-    def recapture_flat(self, compiled: bool) -> None:
-        """Capture every flat size again, of the compiled step (where it compiles) or not: a benchmark's
-        two runs of the same traffic in one process (``benchmarks/profile_engine.py --compiled-flat``).
-        Nothing where such steps are not captured (``flat_capturable``)."""
-        import torch
-
-        if not self.flat_capturable():
-            return
-        self._flat_replays.clear()
-        with torch.inference_mode():
-            self._warm_flat(compiled)
-        self.idle_all()
-
-    def _warm_flat(self, compiled: bool = True) -> None:
+    def _warm_flat(self) -> None:
         """Capture every flat bucket's graph (largest first) over a dummy step that writes the null
-        block only: one request of ``bucket`` tokens. Where the step compiles (``DecodeTuning.compiled_flat``;
-        ``compiled`` False: captured uncompiled all the same) its one graph was built by the memory
-        profile (else the first, largest size builds it here), so that only a server's start ever waits
+        block only: one request of ``bucket`` tokens. Where the step compiles (``DecodeTuning.compiled_flat``)
+        its one graph was built by the memory profile (else the first, largest size builds it here), so
+        that only a server's start ever waits
         for the compiler: an offline call's steps, captured when first met, stay uncompiled. A compile
         that fails leaves the captures uncompiled (``_flat_uncompiled``); a capture that fails turns such
         captures off (``_flat_off``); decode steps keep theirs."""
         flat = self._flat_inputs()
-        compiled = (compiled and bool(getattr(self.forward(1), "compiles_flat", False))
-                    and not self.decoder.flat_compile_failed)
+        compiled = bool(getattr(self.forward(1), "compiles_flat", False)) and not self.decoder.flat_compile_failed
         try:
             for bucket in reversed(self.flat_buckets):
                 flat.dummy(bucket, self.block_size)
