@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -127,6 +128,15 @@ def test_serve_starts_saying_what_it_runs_and_with_which_limits(server: Server) 
     assert "row buckets (one captured step each): 1, 2, 4, 8, 16, 32, 64" in said
     assert "memory budget: KV cache budget" in said and "configured for the CPU" in said
     assert "KV cache: " in said and "blocks of 16 tokens" in said and "prefix caching: on" in said
+    lines: list[str] = server.lines  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10  # said once warm, just before the ready line
+    while not any(line.startswith("ready: ") for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    warmed = [i for i, line in enumerate(lines) if "warmed up in" in line]
+    # the CPU plan compiles and captures nothing: the line says so rather than staying silent
+    assert len(warmed) == 1 and re.fullmatch(r"intelrt serve: warmed up in \d+\.\d s: 0 frames compiled, 0 steps captured",
+                                             lines[warmed[0]]), lines
+    assert warmed[0] < next(i for i, line in enumerate(lines) if line.startswith("ready: "))
     health = httpx.get(f"{server.url}/health")
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/ready").json() == {"status": "ready"}

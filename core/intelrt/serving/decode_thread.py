@@ -159,6 +159,10 @@ class DecodeThread:
     def describe(self) -> list[str]:
         return [f"engine: {self.engine}: {self.reason}"]
 
+    def warmed_up(self) -> str | None:
+        """What the warm-up spent its time on, said once it is done (``None``: nothing to say)."""
+        return None
+
     def queued(self) -> int:
         """Completions accepted and not decoding yet (what the queue limit counts)."""
         return len(self._incoming) + len(self._waiting)
@@ -321,6 +325,13 @@ class InflightDecodeThread(DecodeThread):
     def _warm_up(self) -> None:
         self.batch.warm_up()
         self.metrics.kv_blocks.set(self.batch.pool.usable)
+
+    def warmed_up(self) -> str | None:
+        # a start of minutes on a GPU: where it went (docs/performance.md), without -v
+        stats = self.batch.stats
+        return (f"warmed up in {stats.warm_up_seconds:.1f} s: {stats.warm_up_compiles} frames compiled, "
+                f"{stats.warm_up_captures} steps captured"
+                + (" (the steps with prompt chunks compiled)" if self.batch.runner.flat_compiled else ""))
 
     def _busy(self) -> int:
         return len(self._rows)

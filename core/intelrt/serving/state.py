@@ -124,6 +124,9 @@ class ServerState:
             await asyncio.to_thread(decode_thread.ready.wait)
             if decode_thread.failure is not None:
                 return
+            warmed = decode_thread.warmed_up()
+            if warmed is not None:
+                self.announce(f"intelrt serve: {warmed}")
         self.warm = True
         self.announce_ready()
 
