@@ -95,20 +95,6 @@ def drive(batch: Any, work: list[tuple[list[int], int]], concurrency: int, looks
     return finished, count
 
 
-def without(argv: list[str], option: str) -> list[str]:
-    """``argv`` less ``option``'s occurrences (``--option value`` and ``--option=value``)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(f"{option}="):
-            kept.append(arg)
-    return kept
-
-
 def compare_flat(argv: list[str], out: Path) -> int:
     """``--flat both``: this probe run twice, one process after the other (the engine's KV cache is sized
     for its own step's activations, so the two cannot share one), the steps with chunks compiled then
@@ -116,11 +102,10 @@ def compare_flat(argv: list[str], out: Path) -> int:
     import subprocess
     import sys
 
-    kept = without(without(argv, "--flat"), "--out")
     runs: dict[str, dict[str, Any]] = {}
     for mode in ("compiled", "uncompiled"):
         where = out / mode
-        child = [*kept, "--flat", mode, "--out", str(where)]
+        child = [*argv, "--flat", mode, "--out", str(where)]  # argparse keeps an option's last value
         code = subprocess.run([sys.executable, __file__, *child], check=False).returncode
         if code != 0:
             raise SystemExit(f"profile_engine --flat {mode} exited with {code}; its results so far: {where}")

@@ -58,9 +58,9 @@ class DecodeTuning:
     """With a step compiled by inductor, a server's steps with prompt chunks (``CompactModel.flat_step``,
     captured once per size at the warm-up) are compiled too: one graph with a symbolic token count and
     cache size, built during the memory profile over its small cache. Uncompiled, each layer's norms,
-    activation and rotation run as separate elementwise kernels; compiled, an H100's steps with chunks
-    took 20.2 ms instead of 25.8 and chat traffic ran 1.15x faster, for one more compiled frame at the
-    start (docs/performance.md). Off: such steps are captured uncompiled."""
+    activation and rotation run as separate elementwise kernels; compiled, they fuse, for one more
+    compiled frame at a server's start (measured: docs/performance.md). Off: such steps are captured
+    uncompiled."""
     gemv_max_rows: int = 4
     """A compiled compact step of at most this many rows writes its projections as
     multiply-and-sum, which the compiler fuses with the operation after them."""
